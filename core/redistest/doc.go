@@ -1,0 +1,51 @@
+// Package redistest gives tests a real Redis to talk to, and ways to break it.
+//
+// It is a test kit for sluice and for programs that use sluice. Nothing in it
+// belongs on a request path.
+//
+// # Real Redis
+//
+// [Start] runs a private redis-server from PATH as a child process on a free
+// loopback port, with its own temporary directory and no persistence, and
+// stops it when the test ends. The returned [Server] can be killed with
+// SIGKILL ([Server.Kill]), stopped gracefully ([Server.Stop]) and started
+// again on the same address ([Server.Restart]), so a test can watch its code
+// survive a Redis outage.
+//
+// When redis-server is not on PATH, [Start] skips the test on a developer's
+// machine and fails it under CI (the environment variable CI is "true" or
+// "1"):
+//
+//	redistest: redis-server not found on PATH; CI requires a real Redis
+//
+// [Addr] prefers a caller-managed Redis named by the environment variable
+// REDIS_ADDR, and starts a private server only when it is unset. Tests that
+// use [Addr] must treat that Redis as shared: no FLUSHALL, no SHUTDOWN, no
+// CONFIG SET, and keys that cannot collide with other users.
+//
+// # In-process Redis
+//
+// [Miniredis] starts an in-process miniredis for tests that need no real
+// server, such as examples.
+//
+// # Faults
+//
+// A [Proxy] sits between a client and any Redis address and can add latency
+// to replies ([Proxy.SetDelay]), swallow all traffic like a hung server
+// ([Proxy.SetBlackhole]), or reset every connection ([Proxy.SetRefuse]).
+//
+// # Measuring
+//
+// [NewClient] returns a go-redis client with short timeouts and no retries,
+// so failures show up at once. [CommandCalls] reads the per-command call
+// counts from INFO commandstats, to count the commands one decision costs.
+//
+// # Goroutines and processes
+//
+// Every helper registers its own cleanup with testing.TB.Cleanup. A [Proxy]
+// owns goroutines only until [Proxy.Close] returns. A [Server] owns one
+// goroutine per running redis-server process, which waits for the process
+// and exits with it; the process is always reaped, so no zombies remain.
+// On Linux, a redis-server child is also killed if the test binary dies
+// without running its cleanups (for example after a -timeout panic).
+package redistest

@@ -1,0 +1,175 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.uber.org/goleak"
+)
+
+// newShortClient returns a client like NewClient's whose reads time out
+// after readTimeout. Tests that check for leaks close it themselves; the
+// cleanup only covers early failures.
+func newShortClient(t *testing.T, addr string, readTimeout time.Duration) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:          addr,
+		DialTimeout:   time.Second,
+		ReadTimeout:   readTimeout,
+		WriteTimeout:  time.Second,
+		DialerRetries: 1,
+		MaxRetries:    -1,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestProxyFaults(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ctx := t.Context()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c := newShortClient(t, p.Addr(), time.Second)
+	defer func() {
+		// Close everything this test started, then check that nothing
+		// is left running. Cleanups run too late for that.
+		c.Close()
+		if err := p.Close(); err != nil {
+			t.Errorf("Proxy.Close() = %v, want nil", err)
+		}
+		s.Kill()
+		goleak.VerifyNone(t, ignore)
+	}()
+
+	t.Run("pass through", func(t *testing.T) {
+		mustPing(t, ctx, c)
+	})
+
+	t.Run("delay", func(t *testing.T) {
+		const delay = 200 * time.Millisecond
+		p.SetDelay(delay)
+		defer p.SetDelay(0)
+		start := time.Now()
+		mustPing(t, ctx, c)
+		if got := time.Since(start); got < delay {
+			t.Fatalf("Ping() with SetDelay(%v) took %v, want at least %v", delay, got, delay)
+		}
+	})
+
+	t.Run("blackhole", func(t *testing.T) {
+		p.SetBlackhole(true)
+		// The clone shares c's pool, so this PING goes over the open
+		// connection, with a 100ms read timeout.
+		if err := c.WithTimeout(100 * time.Millisecond).Ping(ctx).Err(); !isTimeout(err) {
+			t.Fatalf("Ping() on an open connection with SetBlackhole(true) = %v, want a timeout", err)
+		}
+		// A new connection hangs in its handshake.
+		fresh := newShortClient(t, p.Addr(), 100*time.Millisecond)
+		defer fresh.Close()
+		if err := fresh.Ping(ctx).Err(); !isTimeout(err) {
+			t.Fatalf("Ping() on a new connection with SetBlackhole(true) = %v, want a timeout", err)
+		}
+		p.SetBlackhole(false)
+		mustPing(t, ctx, c)
+	})
+
+	t.Run("refuse", func(t *testing.T) {
+		p.SetRefuse(true)
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Fatal("Ping() with SetRefuse(true) = nil, want an error")
+		}
+		// A fresh connection is refused too, not only the pooled one.
+		fresh := newShortClient(t, p.Addr(), time.Second)
+		defer fresh.Close()
+		if err := fresh.Ping(ctx).Err(); err == nil {
+			t.Fatal("Ping() on a new connection with SetRefuse(true) = nil, want an error")
+		}
+		p.SetRefuse(false)
+		mustPing(t, ctx, c)
+		mustPing(t, ctx, fresh)
+	})
+}
+
+func TestProxyTargetDown(t *testing.T) {
+	ctx := t.Context()
+	s := Start(t)
+	p := NewProxy(t, s.Addr())
+	c := NewClient(t, p.Addr())
+	mustPing(t, ctx, c)
+	s.Kill()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("Ping() through the proxy with Redis killed = nil, want an error")
+	}
+	s.Restart()
+	mustPing(t, ctx, c)
+}
+
+func TestProxyCloseInterruptsDelay(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ctx := t.Context()
+	s := Start(t)
+	direct := newShortClient(t, s.Addr(), time.Second)
+	p := NewProxy(t, s.Addr())
+	c := newShortClient(t, p.Addr(), time.Minute)
+	mustPing(t, ctx, c) // open the connection before the delay starts
+	before, err := CommandCalls(ctx, direct)
+	if err != nil {
+		t.Fatalf("CommandCalls() = %v", err)
+	}
+
+	p.SetDelay(time.Hour)
+	pingErr := make(chan error, 1)
+	go func() { pingErr <- c.Ping(ctx).Err() }()
+	waitForCalls(t, ctx, direct, "ping", before["ping"]+1) // the reply is now held by the proxy
+
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Errorf("Proxy.Close() = %v, want nil", err)
+	}
+	if got := time.Since(start); got > 5*time.Second {
+		t.Errorf("Proxy.Close() with a pending 1h delay took %v", got)
+	}
+	if err := <-pingErr; err == nil {
+		t.Error("Ping() interrupted by Proxy.Close() = nil, want an error")
+	}
+	c.Close()
+	direct.Close()
+	s.Kill()
+	goleak.VerifyNone(t, ignore)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// waitForCalls polls until the server has seen at least want calls of cmd.
+func waitForCalls(t *testing.T, ctx context.Context, c *redis.Client, cmd string, want int64) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		calls, err := CommandCalls(ctx, c)
+		if err != nil {
+			t.Fatalf("CommandCalls() = %v", err)
+		}
+		if calls[cmd] >= want {
+			return
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s calls = %d after 10s, want at least %d", cmd, calls[cmd], want)
+		case <-tick.C:
+		}
+	}
+}

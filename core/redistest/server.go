@@ -1,0 +1,454 @@
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// startTimeout bounds how long Start and Restart wait for PING.
+	startTimeout = 10 * time.Second
+	// stopTimeout bounds how long Stop waits before it falls back to SIGKILL.
+	stopTimeout = 10 * time.Second
+	// pollInterval is the gap between readiness probes.
+	pollInterval = 10 * time.Millisecond
+	// probeTimeout bounds one readiness probe (dial, write and read).
+	probeTimeout = 250 * time.Millisecond
+	// startAttempts is how many ports Start tries when a port turns out to be taken.
+	startAttempts = 3
+	// logTailBytes is how much of the server log goes into failure messages.
+	logTailBytes = 2048
+)
+
+var (
+	errPortInUse = errors.New("port already in use")
+	errExited    = errors.New("redis-server exited during startup")
+	errNotReady  = errors.New("redis-server did not answer in time")
+)
+
+// Server is a private redis-server child process listening on a loopback
+// port. It is created by [Start]; the zero value is not usable.
+//
+// The process has its own temporary directory, saves nothing to disk, and is
+// killed and reaped when the test that started it ends. [Server.Addr] stays
+// the same across [Server.Kill], [Server.Stop] and [Server.Restart].
+//
+// A Server is safe for concurrent use. Kill, Stop and Restart are serialized.
+// Restart reports failure with the Fatal method of the testing.TB given to
+// [Start], so like Fatal it must be called from the goroutine running the
+// test.
+type Server struct {
+	tb      testing.TB
+	bin     string
+	extra   []string
+	dir     string
+	logPath string
+	port    int
+	addr    string
+
+	opMu sync.Mutex // serializes Kill, Stop and Restart
+
+	mu   sync.Mutex // guards proc
+	proc *process
+}
+
+// process is one run of redis-server.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd.Wait has returned
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a private redis-server from PATH on a free 127.0.0.1 port and
+// returns it once it answers PING. The server runs in a directory from
+// tb.TempDir with persistence off (--save "" --appendonly no), and it is
+// killed at tb.Cleanup, also when the test fails.
+//
+// args are passed to redis-server after the ones Start sets, for example
+// Start(tb, "--maxmemory", "1mb"). Redis lets later arguments win, so args
+// can override Start's own settings; do not override --port, --bind or
+// --daemonize.
+//
+// When redis-server is not on PATH, Start calls tb.Skip, or tb.Fatal when the
+// environment variable CI is "true" or "1". Start calls tb.Fatal if the
+// server cannot start within about 10 seconds; a port taken between choosing
+// it and binding it is retried with a new port up to three times. The
+// failure message includes the end of the server's log.
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	return start(tb, freePort, args)
+}
+
+// start is Start with the port picker as a parameter, for tests.
+func start(tb testing.TB, pickPort func() (int, error), args []string) *Server {
+	tb.Helper()
+	bin := lookServer(tb)
+	dir := tb.TempDir()
+	s := &Server{
+		tb:      tb,
+		bin:     bin,
+		extra:   slices.Clone(args),
+		dir:     dir,
+		logPath: filepath.Join(dir, "redis-server.log"),
+	}
+	// Registered before the first process starts, so that it also runs when
+	// startup fails half way. TempDir's own cleanup was registered earlier
+	// and therefore runs later, after the process is gone.
+	tb.Cleanup(s.Kill)
+
+	var err error
+	for range startAttempts {
+		var port int
+		port, err = pickPort()
+		if err != nil {
+			tb.Fatalf("redistest: choose a free port: %v", err)
+		}
+		s.port = port
+		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		_, err = s.launch(time.Now().Add(startTimeout))
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errPortInUse) {
+			break
+		}
+		tb.Logf("redistest: port %d was taken, trying another", port)
+	}
+	tb.Fatalf("redistest: start redis-server on %s: %v\n%s", s.addr, err, s.logTail())
+	return nil
+}
+
+// lookServer finds redis-server on PATH, or skips or fails the test.
+func lookServer(tb testing.TB) string {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err == nil {
+		return bin
+	}
+	if inCI() {
+		tb.Fatal("redistest: redis-server not found on PATH; CI requires a real Redis")
+	}
+	tb.Skip("redistest: redis-server not found on PATH; install Redis or set REDIS_ADDR to run this test")
+	return ""
+}
+
+// inCI reports whether the environment variable CI says we run under CI.
+func inCI() bool {
+	v := os.Getenv("CI")
+	return v == "1" || strings.EqualFold(v, "true")
+}
+
+// freePort asks the kernel for a free loopback port. The port is released
+// before it is returned, so another process may take it; launch detects that.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, err
+	}
+	return port, nil
+}
+
+// Addr returns the server's address, "127.0.0.1:port". It does not change
+// when the server is killed or restarted.
+func (s *Server) Addr() string { return s.addr }
+
+// Running reports whether the redis-server process is alive. It is false
+// after Kill or Stop and true again after a successful Restart.
+func (s *Server) Running() bool {
+	p := s.current()
+	return p != nil && !p.exited()
+}
+
+// Kill sends SIGKILL to the redis-server process and waits until it has
+// exited and been reaped. Clients see refused connections until Restart.
+// Kill does nothing when the process is not running.
+func (s *Server) Kill() {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	p := s.current()
+	if p == nil || p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Kill() // fails only if the process has already exited
+	<-p.done
+}
+
+// Stop shuts the server down gracefully with SIGTERM, which Redis treats as
+// SHUTDOWN (nothing is saved unless args to [Start] turned persistence on),
+// and waits until it has exited. If the process has not exited after 10 seconds, Stop kills it.
+// Stop does nothing when the process is not running.
+func (s *Server) Stop() {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	p := s.current()
+	if p == nil || p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(stopTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+	case <-timer.C:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Restart starts redis-server again, on the same port and directory and with
+// the same arguments, after Kill or Stop, and waits until it answers PING.
+// The new server starts empty.
+//
+// Restart calls Fatal on the testing.TB given to [Start] if the server is
+// still running, or if it does not answer within about 10 seconds; it retries
+// while the port is briefly unavailable.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if s.Running() {
+		s.tb.Fatalf("redistest: Restart(%s): server is still running; call Kill or Stop first", s.addr)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		_, err := s.launch(deadline)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortInUse) || !waitUntil(deadline, 50*time.Millisecond) {
+			s.tb.Fatalf("redistest: restart redis-server on %s: %v\n%s", s.addr, err, s.logTail())
+		}
+	}
+}
+
+// waitUntil waits for d, or returns false at once when that would pass the
+// deadline.
+func waitUntil(deadline time.Time, d time.Duration) bool {
+	if time.Until(deadline) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	<-t.C
+	return true
+}
+
+func (s *Server) current() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// pid returns the process id of the current or last process, for tests.
+func (s *Server) pid() int {
+	if p := s.current(); p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+// launch starts one redis-server process on s.port and waits until it
+// answers or the deadline passes. It returns the log offset where this run's
+// output starts. On failure no process is left running.
+func (s *Server) launch(deadline time.Time) (int64, error) {
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	var offset int64
+	if fi, err := logf.Stat(); err == nil {
+		offset = fi.Size()
+	}
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+	}, s.extra...)
+	fmt.Fprintf(logf, "=== redistest: %s %s\n", s.bin, shellJoin(args))
+
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	cmd.Stdout = logf // an *os.File is handed to the child as is: no copying goroutine
+	cmd.Stderr = logf
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	logf.Close() // the child has its own descriptor
+	if err != nil {
+		return offset, err
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+
+	err = s.waitReady(p, deadline)
+	if err == nil {
+		return offset, nil
+	}
+	_ = cmd.Process.Kill()
+	<-p.done
+	if errors.Is(err, errExited) && bytes.Contains(s.logSince(offset), []byte("Address already in use")) {
+		return offset, errPortInUse
+	}
+	return offset, err
+}
+
+// shellJoin joins args for the log, quoting those that need it.
+func shellJoin(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+			a = strconv.Quote(a)
+		}
+		quoted[i] = a
+	}
+	return strings.Join(quoted, " ")
+}
+
+// waitReady polls the server until it answers as process p, p exits, or the
+// deadline passes.
+func (s *Server) waitReady(p *process, deadline time.Time) error {
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		pid, err := probe(s.addr, probeTimeout)
+		switch {
+		case err == nil && pid == p.cmd.Process.Pid:
+			return nil
+		case err == nil:
+			// Another server owns the port; ours will fail to bind and exit.
+			last = fmt.Errorf("a different process (pid %d) answers on %s", pid, s.addr)
+		case isReplyError(err) && !strings.HasPrefix(err.Error(), "LOADING") && !p.exited():
+			// A server answers but will not say who it is (for example
+			// because args set requirepass). Redis accepts connections only
+			// once it is ready, and ours is alive, so take it as ready.
+			return nil
+		default:
+			last = err
+		}
+		select {
+		case <-p.done:
+			return errExited
+		case <-timeout.C:
+			return fmt.Errorf("%w after %v (last probe: %v)", errNotReady, startTimeout, last)
+		case <-tick.C:
+		}
+	}
+}
+
+// replyError is an error reply from Redis, such as "NOAUTH ...".
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+
+func isReplyError(err error) bool {
+	var re replyError
+	return errors.As(err, &re)
+}
+
+// probe sends INFO server over a fresh connection and returns the
+// process_id the server reports.
+func probe(addr string, timeout time.Duration) (int, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(conn, "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return 0, errors.New("empty reply")
+	}
+	switch line[0] {
+	case '-':
+		return 0, replyError(line[1:])
+	case '$', '=': // bulk string, or RESP3 verbatim string
+	default:
+		return 0, fmt.Errorf("unexpected reply %q", line)
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("unexpected reply %q", line)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
+}
+
+// logSince returns the server log from offset on.
+func (s *Server) logSince(offset int64) []byte {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil || offset > int64(len(b)) {
+		return nil
+	}
+	return b[offset:]
+}
+
+// logTail returns the end of the server log, for failure messages.
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no redis-server log: %v)", err)
+	}
+	if len(b) > logTailBytes {
+		b = b[len(b)-logTailBytes:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return "redis-server log (" + s.logPath + "), last lines:\n" + string(b)
+}

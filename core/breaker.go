@@ -1,0 +1,83 @@
+package core
+
+import "sync/atomic"
+
+// route says where one decision goes.
+type route int8
+
+const (
+	viaStore route = iota // the store is healthy
+	viaProbe              // the store is down; this call finds out whether it is back
+	viaLocal              // the store is down; decide without it
+)
+
+// Breaker modes, in the low two bits of breaker.state.
+const (
+	modeClosed  = 0
+	modeOpen    = 1
+	modeProbing = 2
+)
+
+// breaker stops paying the store's time budget on every request once the
+// store is known to be failing. Its whole state (mode and the microsecond
+// it was entered) is one atomic word that the hot path reads without
+// locking. While open, one request at a time, at most every cooldown, is
+// sent to the store as a probe; the first success closes the breaker.
+// Probes ride on real requests: the breaker starts no goroutine.
+type breaker struct {
+	state     atomic.Int64 // since<<2 | mode
+	fails     atomic.Int32 // consecutive failures while closed
+	threshold int32
+	cooldown  int64 // microseconds between probes
+	stale     int64 // microseconds after which a silent probe is replaced
+}
+
+func (b *breaker) route(now int64) route {
+	s := b.state.Load()
+	since := s >> 2
+	switch s & 3 {
+	case modeClosed:
+		return viaStore
+	case modeOpen:
+		if now-since >= b.cooldown && b.state.CompareAndSwap(s, now<<2|modeProbing) {
+			return viaProbe
+		}
+	case modeProbing:
+		if now-since >= b.stale && b.state.CompareAndSwap(s, now<<2|modeProbing) {
+			return viaProbe
+		}
+	}
+	return viaLocal
+}
+
+// success records a store answer; it reports whether it ended an outage.
+func (b *breaker) success(r route) bool {
+	b.fails.Store(0)
+	if r == viaProbe {
+		b.state.Store(modeClosed)
+		return true
+	}
+	return false
+}
+
+// failure records a store failure at now; it reports whether it began an
+// outage.
+func (b *breaker) failure(r route, now int64) bool {
+	if r == viaProbe {
+		b.state.Store(now<<2 | modeOpen)
+		return false
+	}
+	if b.fails.Add(1) < b.threshold {
+		return false
+	}
+	s := b.state.Load()
+	return s&3 == modeClosed && b.state.CompareAndSwap(s, now<<2|modeOpen)
+}
+
+// abandon records a probe that ended without an answer because its caller
+// gave up: the next request may probe at once.
+func (b *breaker) abandon(r route, now int64) {
+	if r == viaProbe {
+		b.state.Store((now-b.cooldown)<<2 | modeOpen)
+	}
+}

@@ -1,0 +1,145 @@
+package core
+
+// This file is the bucket's arithmetic in Go. It is the reference model the
+// Lua script is tested against, step by step, and it is what the in-memory
+// store and the local fallback run, so a key decided locally follows exactly
+// the rules Redis applies.
+//
+// A bucket is a generic cell rate algorithm (GCRA) per limit: the state is the
+// theoretical arrival time (TAT), the moment the bucket would be full again.
+// Time is counted in ticks, r to the microsecond, and one event costs p ticks
+// (see tickLimit), so a TAT is a whole number of microseconds plus a fraction
+// frac/r with 0 <= frac < r. Every quantity is an integer, so nothing drifts.
+
+// decision is the outcome of one call, durations in microseconds.
+type decision struct {
+	allowed   bool
+	locked    bool
+	remaining int64
+	retry     int64 // until the same request could be admitted (denied only)
+	reset     int64 // until every bucket is full again
+	wait      int64 // how long an admitted reservation must wait
+	index     int   // the limit that decided (tightest)
+}
+
+// tat is one limit's theoretical arrival time.
+type tat struct {
+	us   int64 // whole microseconds
+	frac int64 // ticks beyond us, 0 <= frac < r
+}
+
+// bucket is the stored state of one key under one plan. A missing bucket is a
+// full one: the zero value with set == false.
+type bucket struct {
+	lock int64 // microsecond the penalty lock ends; 0 for none
+	tats []tat
+	set  bool
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// decide applies one request of the given cost to b at time now (in
+// microseconds) and reports whether b must be written back. maxWait is the
+// longest reservation accepted (0 for a plain Allow), penalty the lock set on
+// a denial (0 for none).
+func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
+	var d [maxLimits]int64 // current debt per limit in ticks
+	for i, t := range ticks {
+		if b.set && i < len(b.tats) {
+			if x := (b.tats[i].us-now)*t.r + b.tats[i].frac; x > 0 {
+				d[i] = x
+			}
+		}
+	}
+	var out decision
+	out.remaining = -1
+	denied := false
+	var retry, wait int64
+	retryIdx := 0
+	for i, t := range ticks {
+		d2 := d[i] + cost*t.p
+		c := t.capacity()
+		if over := d2 - c; over > 0 {
+			w := ceilDiv(over, t.r)
+			if over > maxWait*t.r {
+				denied = true
+			}
+			if w > retry {
+				retry, retryIdx = w, i
+			}
+			if w > wait {
+				wait = w
+			}
+		}
+	}
+	locked := b.set && now < b.lock
+	if locked || denied {
+		for i, t := range ticks {
+			rem := max(0, (t.capacity()-d[i])/t.p)
+			if out.remaining < 0 || rem < out.remaining {
+				out.remaining = rem
+				if !denied {
+					out.index = i
+				}
+			}
+			out.reset = max(out.reset, ceilDiv(d[i], t.r))
+		}
+		if denied {
+			out.index = retryIdx
+		}
+		out.retry = retry
+		if locked {
+			out.locked = true
+			out.remaining = 0
+			out.retry = max(retry, b.lock-now)
+			return out, false
+		}
+		if penalty <= 0 {
+			return out, false
+		}
+		// Lock the key. Its buckets are written back unchanged (a missing
+		// one as full), so the lock is the only effect of the denial.
+		out.locked = true
+		out.remaining = 0
+		out.retry = max(retry, penalty)
+		if !b.set {
+			b.tats = b.tats[:0]
+			for range ticks {
+				b.tats = append(b.tats, tat{us: now})
+			}
+			b.set = true
+		}
+		b.lock = now + penalty
+		return out, true
+	}
+	out.allowed = true
+	out.wait = wait
+	if cap(b.tats) < len(ticks) {
+		b.tats = make([]tat, len(ticks))
+	}
+	b.tats = b.tats[:len(ticks)]
+	for i, t := range ticks {
+		d2 := d[i] + cost*t.p
+		b.tats[i] = tat{us: now + d2/t.r, frac: d2 % t.r}
+		rem := max(0, (t.capacity()-d2)/t.p)
+		if out.remaining < 0 || rem < out.remaining {
+			out.remaining, out.index = rem, i
+		}
+		out.reset = max(out.reset, ceilDiv(d2, t.r))
+	}
+	b.lock = 0
+	b.set = true
+	return out, true
+}
+
+// ttl is how long a written bucket must be kept, in microseconds: until every
+// limit is full again and any lock has ended. Never zero.
+func (b *bucket) ttl(now int64, ticks []tickLimit) int64 {
+	t := b.lock - now
+	for i, tl := range ticks {
+		if i < len(b.tats) {
+			t = max(t, ceilDiv((b.tats[i].us-now)*tl.r+b.tats[i].frac, tl.r))
+		}
+	}
+	return max(t, 1)
+}

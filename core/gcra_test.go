@@ -1,0 +1,144 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// step is one request applied to a bucket in a model test.
+type step struct {
+	at      int64 // microseconds since t0
+	cost    int64
+	maxWait int64
+	penalty int64
+	want    decision
+}
+
+func runSteps(t *testing.T, limits []Limit, steps []step) {
+	t.Helper()
+	p, err := newPlan(limits, nil)
+	if err != nil {
+		t.Fatalf("newPlan(%v) = %v", limits, err)
+	}
+	const t0 = 1_700_000_000_000_000
+	var b bucket
+	for i, s := range steps {
+		got, _ := decide(&b, t0+s.at, p.ticks, s.cost, s.maxWait, s.penalty)
+		if got != s.want {
+			t.Fatalf("step %d at %dµs: decide(cost %d) = %+v, want %+v", i, s.at, s.cost, got, s.want)
+		}
+	}
+}
+
+func TestDecideSteps(t *testing.T) {
+	const s = 1_000_000
+	tests := []struct {
+		name   string
+		limits []Limit
+		steps  []step
+	}{
+		{"burst then refill", []Limit{PerSecond(2)}, []step{
+			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: s / 2}},
+			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{0, 1, 0, 0, decision{remaining: 0, retry: s / 2, reset: s}},
+			{s/2 - 1, 1, 0, 0, decision{remaining: 0, retry: 1, reset: s/2 + 1}},
+			{s / 2, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{5 * s, 2, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+		}},
+		{"fractional interval keeps remainders", []Limit{{Rate: 3, Period: time.Second, Burst: 3}}, []step{
+			// One token every 333333.33µs. After the burst, the TAT moves
+			// by exactly 1/3 s per request, fraction kept: 4/3 s, 5/3 s,
+			// then exactly 2 s.
+			{0, 3, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{1, 1, 0, 0, decision{remaining: 0, retry: 333333, reset: 999999}},
+			{333334, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{666667, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{999999, 1, 0, 0, decision{remaining: 0, retry: 1, reset: 666668}},
+			{1000000, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+		}},
+		{"cost and denial consumes nothing", []Limit{PerSecond(10)}, []step{
+			{0, 8, 0, 0, decision{allowed: true, remaining: 2, reset: 800000}},
+			{0, 3, 0, 0, decision{remaining: 2, retry: 100000, reset: 800000}},
+			{0, 2, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+		}},
+		{"two limits, both consumed, tighter decides", []Limit{PerSecond(2), PerMinute(3)}, []step{
+			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: 20 * s}},
+			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 40 * s}},
+			{s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 59 * s, index: 1}},
+			{2 * s, 1, 0, 0, decision{remaining: 0, retry: 18 * s, reset: 58 * s, index: 1}},
+			{20 * s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 60 * s, index: 1}},
+		}},
+		{"penalty lock", []Limit{PerSecond(1)}, []step{
+			{0, 1, 0, 10 * s, decision{allowed: true, reset: s}},
+			{1, 1, 0, 10 * s, decision{locked: true, retry: 10 * s, reset: s - 1}},
+			{5 * s, 1, 0, 10 * s, decision{locked: true, retry: 5*s + 1}},
+			{10*s + 1, 1, 0, 10 * s, decision{allowed: true, reset: s}},
+		}},
+		{"reservation within max wait", []Limit{PerSecond(1)}, []step{
+			{0, 1, 0, 0, decision{allowed: true, reset: s}},
+			{0, 1, 2 * s, 0, decision{allowed: true, wait: s, reset: 2 * s}},
+			{0, 1, s, 0, decision{retry: 2 * s, reset: 2 * s}},
+			{0, 1, 0, 0, decision{retry: 2 * s, reset: 2 * s}},
+			{2 * s, 1, 0, 0, decision{allowed: true, reset: s}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, tt.limits, tt.steps) })
+	}
+}
+
+func TestLimitValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		limit Limit
+		ok    bool
+	}{
+		{"per second", PerSecond(10), true},
+		{"per hour", PerHour(100), true},
+		{"a million a day", Limit{Rate: 1_000_000, Period: 24 * time.Hour, Burst: 1_000_000}, true},
+		{"zero value", Limit{}, false},
+		{"zero rate", Limit{Rate: 0, Period: time.Second, Burst: 1}, false},
+		{"negative rate", Limit{Rate: -1, Period: time.Second, Burst: 1}, false},
+		{"zero burst", Limit{Rate: 1, Period: time.Second}, false},
+		{"negative period", Limit{Rate: 1, Period: -time.Second, Burst: 1}, false},
+		{"sub-microsecond period", Limit{Rate: 1, Period: 999 * time.Nanosecond, Burst: 1}, false},
+		{"fractional microseconds", Limit{Rate: 1, Period: 1500 * time.Nanosecond, Burst: 1}, false},
+		{"too large to count exactly", Limit{Rate: 7, Period: 1000 * 24 * time.Hour, Burst: 1 << 30}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.limit.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("%v.Validate() = %v, want ok=%v", tt.limit, err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestRedisKeyLayout(t *testing.T) {
+	long := string(make([]byte, 10_000))
+	tests := []struct {
+		name, key string
+	}{
+		{"plain", "tenant:acme"},
+		{"braces", "}{evil}{"},
+		{"empty tag", "{}"},
+		{"long", long},
+		{"binary", "\x00\xff{\n}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := redisKey("sluice:", "abcdef012345", tt.key)
+			if len(k) > len("sluice:")+6+12+1+maxVerbatimKey {
+				t.Fatalf("redisKey(%.20q) has %d bytes", tt.key, len(k))
+			}
+			// The first {...} must be our four-hex-digit tag.
+			if k[len("sluice:")] != '{' || k[len("sluice:")+5] != '}' {
+				t.Fatalf("redisKey(%.20q) = %.40q: tag not first", tt.key, k)
+			}
+		})
+	}
+	if redisKey("p:", "f", "a") == redisKey("p:", "f", "b") {
+		t.Fatal("distinct keys share a name")
+	}
+}

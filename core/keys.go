@@ -1,0 +1,73 @@
+package core
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// Redis key layout
+//
+//	<prefix>{<tag>}<fingerprint>:<key>
+//
+// tag is four hex digits of a hash of the user's key, so the library, never
+// the user's bytes, decides the Redis Cluster slot, and every piece of one
+// bucket's state lives in one slot. fingerprint names the set of limits.
+// key is the user's key verbatim when it is at most maxVerbatimKey bytes,
+// otherwise "#" and a SHA-256 digest of it, so stored names stay bounded
+// whatever the caller passes. Braces after the tag do not affect the slot:
+// Redis hashes only the first {...} section.
+
+// maxVerbatimKey is the longest user key stored as is.
+const maxVerbatimKey = 128
+
+// maxPrefix bounds the configurable key prefix.
+const maxPrefix = 64
+
+func validatePrefix(p string) error {
+	if len(p) > maxPrefix {
+		return fmt.Errorf("core: key prefix is %d bytes, at most %d", len(p), maxPrefix)
+	}
+	if strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("core: key prefix %q contains a brace; the library owns the hash tag", p)
+	}
+	return nil
+}
+
+// redisKey builds the stored name of key's bucket under plan fp.
+func redisKey(prefix, fp, key string) string {
+	sum := uint32(2166136261) // FNV-1a, inline so it stays off the heap
+	for i := 0; i < len(key); i++ {
+		sum ^= uint32(key[i])
+		sum *= 16777619
+	}
+	const digits = "0123456789abcdef"
+	var tag [4]byte
+	for i := range tag {
+		tag[3-i] = digits[sum&0xf]
+		sum >>= 4
+	}
+	var b strings.Builder
+	if len(key) > maxVerbatimKey {
+		d := sha256.Sum256([]byte(key))
+		b.Grow(len(prefix) + 6 + len(fp) + 2 + 32)
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.Write(tag[:])
+		b.WriteByte('}')
+		b.WriteString(fp)
+		b.WriteString(":#")
+		b.WriteString(hex.EncodeToString(d[:16]))
+		return b.String()
+	}
+	b.Grow(len(prefix) + 6 + len(fp) + 1 + len(key))
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.Write(tag[:])
+	b.WriteByte('}')
+	b.WriteString(fp)
+	b.WriteByte(':')
+	b.WriteString(key)
+	return b.String()
+}

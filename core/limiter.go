@@ -1,0 +1,346 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// Limiter is the engine: it decides requests against token buckets kept in
+// Redis, and while Redis is unavailable it decides under its
+// [FailurePolicy]. One Limiter serves any number of limits, keys and
+// middlewares; each call names its key and its limits.
+//
+// A Limiter is safe for concurrent use. It starts no goroutines and holds no
+// resources beyond memory, so it needs no closing; the Redis client stays
+// the caller's to close. Its zero value is not usable; create one with [New]
+// or [NewMemory].
+type Limiter struct {
+	store        *redisStore // nil for an in-memory limiter
+	prefix       string
+	penalty      int64 // microseconds
+	timeout      time.Duration
+	policy       FailurePolicy
+	plans        planCache
+	local        *localStore
+	denies       *denyCache // nil when disabled
+	brk          breaker
+	obs          Observer
+	logger       *slog.Logger
+	warnFallback bool // the fallback enforces whole limits per replica
+
+	epoch   time.Time
+	epochUS int64
+	now     func() int64 // microseconds; replaced by tests
+
+	outageStart atomic.Int64 // microsecond the current outage began, 0 if none
+	degraded    atomic.Int64 // decisions made without the store in this outage
+}
+
+// New returns a Limiter that keeps its buckets in rdb, which may be any
+// go-redis v9 client: *redis.Client, *redis.ClusterClient, *redis.Ring, a
+// failover (Sentinel) client or a redis.UniversalClient.
+//
+// New does no network I/O. It returns an error, never a panic, for a nil
+// client or an invalid option.
+//
+// For the limiter's client, set MaxRetries to -1: go-redis retries a command
+// whose reply was lost, and a retried decision charges its bucket twice (the
+// request may then be denied early; it is never admitted twice).
+func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
+	if isNil(rdb) {
+		return nil, errors.New("core: nil Redis client")
+	}
+	l, err := newLimiter(opts)
+	if err != nil {
+		return nil, err
+	}
+	l.store = &redisStore{rdb: rdb}
+	return l, nil
+}
+
+// NewMemory returns a Limiter that keeps its buckets in process memory, with
+// the same API, arithmetic and results as a Redis-backed one: for a single
+// process, and for tests. Its limits hold per process, not across replicas.
+// Memory is bounded by [WithLocalCapacity]; options about Redis and
+// degradation have no effect.
+func NewMemory(opts ...Option) (*Limiter, error) {
+	l, err := newLimiter(opts)
+	if err != nil {
+		return nil, err
+	}
+	l.denies = nil
+	return l, nil
+}
+
+func newLimiter(opts []Option) (*Limiter, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		prefix:       o.prefix,
+		penalty:      micros(o.penalty),
+		timeout:      o.timeout,
+		policy:       o.policy,
+		local:        newLocalStore(o.capacity),
+		obs:          o.observer,
+		logger:       o.logger,
+		warnFallback: !o.replicasSet && o.policy == FallbackLocal,
+		epoch:        time.Now(),
+	}
+	l.epochUS = l.epoch.UnixMicro()
+	l.now = func() int64 { return l.epochUS + int64(time.Since(l.epoch)/time.Microsecond) }
+	l.brk = breaker{
+		threshold: int32(o.failures),
+		cooldown:  micros(o.probeEvery),
+		stale:     micros(o.probeEvery) + 2*max(micros(o.timeout), 1000_000),
+	}
+	l.plans.fallback = fallbackFunc(o)
+	if o.denyCache {
+		l.denies = newDenyCache(o.capacity)
+	}
+	return l, nil
+}
+
+func fallbackFunc(o options) func(Limit) Limit {
+	if o.fallback != nil {
+		return o.fallback
+	}
+	n := o.replicas
+	if n == 1 {
+		return nil
+	}
+	return func(g Limit) Limit {
+		return Limit{Name: g.Name, Rate: g.Rate, Period: g.Period * time.Duration(n), Burst: (g.Burst + n - 1) / n}
+	}
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Allow is shorthand for [Limiter.AllowN] with a cost of 1.
+func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
+	return l.AllowN(ctx, key, 1, limits...)
+}
+
+// AllowN decides whether an event of cost n on key is admitted under every
+// one of limits, and consumes n tokens from each if so. The limits are
+// checked and consumed atomically, in one Redis call: the event is admitted
+// only if every limit admits it, and a denied event consumes nothing.
+//
+// A denial is a Result with Allowed false and a nil error. AllowN returns an
+// error for an empty key (wrapping [keyfunc.ErrNoKey]), for no limits, an
+// invalid limit, n < 1 or n greater than a limit's Burst (wrapping
+// [ErrInvalidLimit]), for the caller's own ended context (its error), and,
+// under [FailClosed] only, while the store is unavailable (wrapping
+// [ErrUnavailable]).
+func (l *Limiter) AllowN(ctx context.Context, key string, n int, limits ...Limit) (Result, error) {
+	p, err := l.plans.get(limits)
+	if err != nil {
+		return Result{}, err
+	}
+	res, _, err := l.decide(ctx, key, p, n, 0)
+	return res, err
+}
+
+// Wait reserves n tokens on key under limits and sleeps until they are due.
+// If they cannot be due before ctx's deadline, Wait reserves nothing and
+// returns at once with Allowed false and RetryAfter set, as AllowN does. A
+// context without a deadline waits as long as needed.
+//
+// If ctx ends while Wait sleeps, it returns ctx's error; the reservation is
+// kept (the tokens are spent), so a cancelled wait never lets more through
+// than the limit. Errors are otherwise those of [Limiter.AllowN].
+func (l *Limiter) Wait(ctx context.Context, key string, n int, limits ...Limit) (Result, error) {
+	p, err := l.plans.get(limits)
+	if err != nil {
+		return Result{}, err
+	}
+	maxWait := p.maxW
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return Result{}, context.DeadlineExceeded
+		}
+		maxWait = min(maxWait, int64(left/time.Microsecond))
+	}
+	res, d, err := l.decide(ctx, key, p, n, maxWait)
+	if err != nil || !res.Allowed || d.wait == 0 {
+		return res, err
+	}
+	t := time.NewTimer(time.Duration(d.wait) * time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return res, nil
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+}
+
+// decide validates a request and decides it: from the deny cache, the
+// store, or, when the store is unavailable, under the failure policy.
+func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWait int64) (Result, decision, error) {
+	if key == "" {
+		return Result{}, decision{}, fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
+	}
+	if n < 1 {
+		return Result{}, decision{}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
+	}
+	if int64(n) > p.minB {
+		return Result{}, decision{}, fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, p.minB)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, decision{}, err
+	}
+	now := l.now()
+	cost := int64(n)
+
+	if l.store == nil {
+		d := l.local.decide(p.fp, key, now, p.ticks, cost, maxWait, l.penalty)
+		return l.done(d, p, SourceStore, false)
+	}
+
+	if l.denies != nil && cost == 1 && maxWait == 0 {
+		if dn, ok := l.denies.get(p.fp, key, now); ok {
+			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
+			return l.done(d, p, SourceDenyCache, false)
+		}
+	}
+
+	var storeErr error
+	if r := l.brk.route(now); r != viaLocal {
+		c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty}
+		d, err := l.callStore(ctx, &c)
+		if err == nil {
+			if l.brk.success(r) {
+				l.recovered(now)
+			}
+			if d.allowed {
+				l.local.charge(p.fp, key, now, p.local, cost)
+			} else if l.denies != nil && cost == 1 && maxWait == 0 {
+				l.denies.put(p.fp, key, now, denial{until: now + d.retry, reset: now + d.reset, locked: d.locked, index: d.index})
+			}
+			return l.done(d, p, SourceStore, false)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			// The caller gave up; that says nothing about the store.
+			l.brk.abandon(r, now)
+			return Result{}, decision{}, cerr
+		}
+		storeErr = err
+		if l.brk.failure(r, now) {
+			l.degrade(now, err)
+		}
+	}
+	return l.fallback(key, p, now, cost, maxWait, storeErr)
+}
+
+// callStore asks the store within the limiter's time budget.
+func (l *Limiter) callStore(ctx context.Context, c *call) (decision, error) {
+	sctx := ctx
+	if l.timeout > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.timeout {
+			var cancel context.CancelFunc
+			sctx, cancel = context.WithTimeout(ctx, l.timeout)
+			defer cancel()
+		}
+	}
+	var start time.Time
+	if l.obs != nil {
+		start = time.Now()
+	}
+	d, err := l.store.decide(sctx, c)
+	if l.obs != nil && ctx.Err() == nil {
+		l.obs.ObserveStore(time.Since(start), err)
+	}
+	return d, err
+}
+
+// fallback decides without the store, under the failure policy.
+func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause error) (Result, decision, error) {
+	l.degraded.Add(1)
+	switch l.policy {
+	case FailOpen:
+		return l.done(decision{allowed: true, remaining: -1}, p, SourceFailOpen, true)
+	case FailClosed:
+		if l.obs != nil {
+			l.obs.ObserveDecision(Result{}, SourceFailClosed)
+		}
+		if cause == nil {
+			cause = errors.New("circuit open after repeated store failures")
+		}
+		return Result{}, decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	d := l.local.decide(p.fp, key, now, p.local, cost, maxWait, l.penalty)
+	return l.done(d, p, SourceFallback, true)
+}
+
+// done turns a decision into a Result and reports it.
+func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
+	res := d.result(p)
+	res.Degraded = degraded
+	if d.remaining < 0 { // fail-open: nothing was counted
+		res.Remaining = res.Limit.Burst
+	}
+	if l.obs != nil {
+		l.obs.ObserveDecision(res, src)
+	}
+	return res, d, nil
+}
+
+func (l *Limiter) log() *slog.Logger {
+	if l.logger != nil {
+		return l.logger
+	}
+	return slog.Default()
+}
+
+// degrade records the start of an outage.
+func (l *Limiter) degrade(now int64, err error) {
+	if !l.outageStart.CompareAndSwap(0, now) {
+		return
+	}
+	l.degraded.Store(0)
+	attrs := []any{"policy", l.policy.String(), "error", err}
+	if l.warnFallback {
+		attrs = append(attrs, "warning", "the fallback enforces every limit in full on each replica; size it with core.WithFallbackReplicas")
+	}
+	l.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
+	if l.obs != nil {
+		l.obs.ObserveDegraded(err)
+	}
+}
+
+// recovered records the end of an outage.
+func (l *Limiter) recovered(now int64) {
+	start := l.outageStart.Swap(0)
+	if start == 0 {
+		return
+	}
+	outage := time.Duration(now-start) * time.Microsecond
+	l.log().Info("sluice: store recovered", "outage", outage, "degraded_decisions", l.degraded.Load())
+	if l.obs != nil {
+		l.obs.ObserveRecovered(outage)
+	}
+}

@@ -1,0 +1,221 @@
+package core
+
+import (
+	"strings"
+	"sync"
+)
+
+// localKey names one bucket in local memory: the plan's fingerprint and the
+// caller's key. Looking it up never allocates; inserting copies the key,
+// because some frameworks (fiber) reuse the memory behind request strings.
+type localKey struct {
+	fp  string
+	key string
+}
+
+const numShards = 64
+
+// shardedMap is a bounded map split into shards, each with its own mutex,
+// so that concurrent requests on different keys rarely contend. When a shard
+// is full, an insert evicts lazily: it samples a few entries and drops the
+// one that matters least (see evictable). There is no background sweeper.
+//
+// Locks are held only for map and arithmetic work, never across I/O.
+type shardedMap[V any] struct {
+	shards   [numShards]shard[V]
+	perShard int
+	// weight ranks entries for eviction at time now: lower goes first;
+	// a weight <= 0 means the entry carries no information (a full
+	// bucket, an expired denial) and is dropped at once.
+	weight func(v *V, now int64) int64
+}
+
+type shard[V any] struct {
+	mu sync.Mutex
+	m  map[localKey]*V
+}
+
+func newShardedMap[V any](capacity int, weight func(*V, int64) int64) *shardedMap[V] {
+	s := &shardedMap[V]{perShard: max(1, capacity/numShards), weight: weight}
+	for i := range s.shards {
+		s.shards[i].m = make(map[localKey]*V)
+	}
+	return s
+}
+
+func (s *shardedMap[V]) shard(k localKey) *shard[V] {
+	h := uint32(2166136261)
+	for i := 0; i < len(k.key); i++ {
+		h ^= uint32(k.key[i])
+		h *= 16777619
+	}
+	for i := 0; i < len(k.fp); i++ {
+		h ^= uint32(k.fp[i])
+		h *= 16777619
+	}
+	return &s.shards[h%numShards]
+}
+
+// with runs f on k's entry under its shard's lock, creating the entry if
+// create is set. f receives nil when the entry is absent and create is not
+// set. It returns f's result.
+func with[V, R any](s *shardedMap[V], k localKey, now int64, create bool, f func(*V) R) R {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	v := sh.m[k]
+	if v == nil && create {
+		if len(sh.m) >= s.perShard {
+			s.evict(sh, now)
+		}
+		v = new(V)
+		sh.m[localKey{fp: k.fp, key: strings.Clone(k.key)}] = v
+	}
+	return f(v)
+}
+
+// evictSample is how many entries an insert into a full shard looks at.
+const evictSample = 8
+
+// evict drops from a full shard the sampled entry of lowest weight. Go's map
+// iteration starts at a random position, so the sample is spread over the
+// shard.
+func (s *shardedMap[V]) evict(sh *shard[V], now int64) {
+	var victim localKey
+	best := int64(-1)
+	n := 0
+	for k, v := range sh.m {
+		w := s.weight(v, now)
+		if w <= 0 {
+			delete(sh.m, k)
+			return
+		}
+		if best < 0 || w < best {
+			victim, best = k, w
+		}
+		if n++; n == evictSample {
+			break
+		}
+	}
+	delete(sh.m, victim)
+}
+
+// len counts entries; for tests and metrics.
+func (s *shardedMap[V]) len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// localEntry is a bucket held in memory, with room for two limits inline.
+type localEntry struct {
+	b   bucket
+	buf [2]tat
+}
+
+// weight of a local bucket for eviction: how long until it is full and
+// unlocked again. A full bucket is the same as a missing one and goes first;
+// limited and locked buckets go last.
+func (e *localEntry) weight(now int64) int64 {
+	if !e.b.set {
+		return 0
+	}
+	w := e.b.lock - now
+	for i := range e.b.tats {
+		w = max(w, e.b.tats[i].us-now)
+	}
+	return w
+}
+
+// localStore keeps buckets in process memory, bounded by entry count. It
+// runs the same arithmetic as the Redis script (gcra.go).
+type localStore struct {
+	m *shardedMap[localEntry]
+}
+
+func newLocalStore(capacity int) *localStore {
+	return &localStore{m: newShardedMap(capacity, (*localEntry).weight)}
+}
+
+// decide applies one request to key's bucket under ticks at now.
+func (s *localStore) decide(fp, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
+	return with(s.m, localKey{fp, key}, now, true, func(e *localEntry) decision {
+		if !e.b.set && e.b.tats == nil {
+			e.b.tats = e.buf[:0]
+		}
+		d, _ := decide(&e.b, now, ticks, cost, maxWait, penalty)
+		return d
+	})
+}
+
+// charge records, without ever refusing, that cost tokens were spent on key
+// elsewhere (in Redis), so that a switch to the local store starts from the
+// key's recent use instead of a full bucket. The debt is capped at one full
+// bucket.
+func (s *localStore) charge(fp, key string, now int64, ticks []tickLimit, cost int64) {
+	with(s.m, localKey{fp, key}, now, true, func(e *localEntry) struct{} {
+		b := &e.b
+		if !b.set {
+			b.tats = e.buf[:0]
+			for range ticks {
+				b.tats = append(b.tats, tat{us: now})
+			}
+			b.set = true
+		}
+		for i, t := range ticks {
+			d := max(0, (b.tats[i].us-now)*t.r+b.tats[i].frac)
+			d = min(d+cost*t.p, t.capacity())
+			b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+		}
+		return struct{}{}
+	})
+}
+
+// denial is what the deny cache remembers of a key Redis denied.
+type denial struct {
+	until  int64 // local microsecond before which a unit request cannot pass
+	reset  int64 // local microsecond the bucket is full again
+	locked bool
+	index  int
+}
+
+// denyCache remembers, per key and plan, until when Redis will deny it, so
+// that a flood on one key costs Redis about one call per refill instead of
+// one per request.
+type denyCache struct {
+	m *shardedMap[denial]
+}
+
+func newDenyCache(capacity int) *denyCache {
+	return &denyCache{m: newShardedMap(capacity, func(d *denial, now int64) int64 { return d.until - now })}
+}
+
+// get returns the cached denial of key at now, if one still holds.
+func (c *denyCache) get(fp, key string, now int64) (denial, bool) {
+	k := localKey{fp, key}
+	sh := c.m.shard(k)
+	sh.mu.Lock()
+	d := sh.m[k]
+	if d == nil {
+		sh.mu.Unlock()
+		return denial{}, false
+	}
+	if now >= d.until {
+		delete(sh.m, k)
+		sh.mu.Unlock()
+		return denial{}, false
+	}
+	out := *d
+	sh.mu.Unlock()
+	return out, true
+}
+
+// put remembers a denial.
+func (c *denyCache) put(fp, key string, now int64, d denial) {
+	with(c.m, localKey{fp, key}, now, true, func(v *denial) struct{} { *v = d; return struct{}{} })
+}

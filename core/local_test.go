@@ -1,0 +1,64 @@
+package core
+
+import (
+	"strconv"
+	"testing"
+)
+
+func TestLocalStoreBounded(t *testing.T) {
+	const capacity = 10_000
+	s := newLocalStore(capacity)
+	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
+	now := int64(1_000_000_000)
+	for i := range 200_000 {
+		s.decide(p.fp, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+	}
+	if n := s.m.len(); n > capacity {
+		t.Fatalf("%d entries after 200000 keys, capacity %d", n, capacity)
+	}
+}
+
+// TestLocalEvictionKeepsLimitedKeys floods a full store with new keys whose
+// buckets are nearly full: the keys that are out of tokens stay, so a flood
+// of new keys cannot reset an abuser's bucket.
+func TestLocalEvictionKeepsLimitedKeys(t *testing.T) {
+	const capacity = 64 * 16
+	s := newLocalStore(capacity)
+	p, _ := newPlan([]Limit{PerHour(3)}, nil)
+	now := int64(1_000_000_000)
+	var limited []string
+	for i := range capacity / 8 {
+		k := "abuser" + strconv.Itoa(i)
+		for range 3 {
+			s.decide(p.fp, k, now, p.ticks, 1, 0, 0)
+		}
+		limited = append(limited, k)
+	}
+	for i := range 20 * capacity {
+		s.decide(p.fp, "flood"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+	}
+	kept := 0
+	for _, k := range limited {
+		if d := s.decide(p.fp, k, now, p.ticks, 1, 0, 0); !d.allowed {
+			kept++
+		}
+	}
+	t.Logf("%d of %d limited keys still limited after a flood of %d new keys", kept, len(limited), 20*capacity)
+	if kept < len(limited)*9/10 {
+		t.Fatalf("only %d of %d limited keys survived the flood", kept, len(limited))
+	}
+}
+
+func TestLocalDecideNoAlloc(t *testing.T) {
+	s := newLocalStore(1000)
+	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)
+	now := int64(1_000_000_000)
+	s.decide(p.fp, "known", now, p.ticks, 1, 0, 0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		now++
+		s.decide(p.fp, "known", now, p.ticks, 1, 0, 0)
+	})
+	if allocs != 0 {
+		t.Fatalf("local decision on a known key: %v allocs, want 0", allocs)
+	}
+}

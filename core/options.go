@@ -1,0 +1,175 @@
+package core
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// FailurePolicy says how a limiter decides while its store is unavailable.
+type FailurePolicy int8
+
+const (
+	// FallbackLocal decides with per-replica buckets in process memory,
+	// sized by [WithFallbackReplicas] or [WithFallbackLimit]. Results are
+	// marked Degraded. This is the default: traffic stays limited, at
+	// about the global rate if the fallback is sized for the replica count.
+	FallbackLocal FailurePolicy = iota
+	// FailOpen admits every request, marked Degraded. Choose it only when
+	// availability matters more than protection.
+	FailOpen
+	// FailClosed refuses every request with an error wrapping
+	// [ErrUnavailable] (middleware answers 503). Choose it when an
+	// unlimited request is worse than a refused one.
+	FailClosed
+)
+
+// String returns "fallback_local", "fail_open" or "fail_closed".
+func (p FailurePolicy) String() string {
+	switch p {
+	case FallbackLocal:
+		return "fallback_local"
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int8(p))
+}
+
+// Option configures a [Limiter].
+type Option func(*options)
+
+type options struct {
+	prefix      string
+	penalty     time.Duration
+	policy      FailurePolicy
+	timeout     time.Duration
+	replicas    int
+	fallback    func(Limit) Limit
+	capacity    int
+	denyCache   bool
+	observer    Observer
+	logger      *slog.Logger
+	failures    int
+	probeEvery  time.Duration
+	replicasSet bool
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:     "sluice:",
+		timeout:    50 * time.Millisecond,
+		replicas:   1,
+		capacity:   100_000,
+		denyCache:  true,
+		failures:   3,
+		probeEvery: 250 * time.Millisecond,
+	}
+}
+
+func (o *options) validate() error {
+	if err := validatePrefix(o.prefix); err != nil {
+		return err
+	}
+	switch {
+	case o.penalty < 0:
+		return fmt.Errorf("core: WithPenalty: negative duration %s", o.penalty)
+	case o.policy < FallbackLocal || o.policy > FailClosed:
+		return fmt.Errorf("core: WithFailurePolicy: unknown policy %d", o.policy)
+	case o.timeout < 0:
+		return fmt.Errorf("core: WithTimeout: negative duration %s", o.timeout)
+	case o.replicas < 1 || o.replicas > 100_000:
+		return fmt.Errorf("core: WithFallbackReplicas: %d replicas, want 1 to 100000", o.replicas)
+	case o.capacity < numShards:
+		return fmt.Errorf("core: WithLocalCapacity: %d entries, want at least %d", o.capacity, numShards)
+	}
+	return nil
+}
+
+// WithPrefix sets the prefix of every Redis key the limiter writes. It may
+// not contain braces, since the library owns the key's hash tag, and is at
+// most 64 bytes.
+//
+// Default: "sluice:".
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithPenalty makes a denial lock its key for d: until the lock ends every
+// request on the key is denied, on every replica, with RetryAfter set to the
+// time left. Requests during the lock do not extend it. Zero disables the
+// lock.
+//
+// Default: 0 (no lock).
+func WithPenalty(d time.Duration) Option { return func(o *options) { o.penalty = d } }
+
+// WithFailurePolicy sets how the limiter decides while Redis is unavailable.
+//
+// Default: [FallbackLocal].
+func WithFailurePolicy(p FailurePolicy) Option { return func(o *options) { o.policy = p } }
+
+// WithTimeout sets the time budget of one Redis call. A caller whose own
+// context ends sooner keeps its shorter deadline. When Redis does not answer
+// within the budget, the decision follows the failure policy, so a dead or
+// hung Redis costs each request at most this long, and nothing at all once
+// the circuit breaker has opened. Zero leaves only the caller's deadline and
+// the client's own timeouts.
+//
+// Default: 50ms.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithFallbackReplicas sizes the local fallback for a service of n
+// replicas: each replica enforces 1/n of every limit (Rate per n*Period, and
+// Burst/n rounded up), so that together they admit about the global limit
+// while Redis is down, if the load balancer spreads traffic evenly. A
+// replica that receives more than its share of a key's traffic denies
+// earlier than Redis would have; set n lower to trade protection for
+// fewer false denials. It replaces [WithFallbackLimit].
+//
+// Default: 1 (each replica enforces the whole limit, so n replicas admit up
+// to n times the limit during an outage; the limiter logs a warning when it
+// first falls back with this default).
+func WithFallbackReplicas(n int) Option {
+	return func(o *options) { o.replicas, o.fallback, o.replicasSet = n, nil, true }
+}
+
+// WithFallbackLimit sets the local fallback's limit for each global limit,
+// for example an absolute per-replica limit. f must be safe for concurrent
+// use and return a valid limit; it is called once per distinct limit. It
+// replaces [WithFallbackReplicas].
+//
+// Default: see [WithFallbackReplicas].
+func WithFallbackLimit(f func(global Limit) Limit) Option {
+	return func(o *options) { o.fallback, o.replicasSet = f, f != nil }
+}
+
+// WithLocalCapacity bounds the number of keys held in process memory, in the
+// fallback buckets and in the deny cache each (and in the store of a
+// [NewMemory] limiter). When full, inserting a key evicts a full bucket or an
+// expired denial if it finds one among a few sampled, else the sampled entry
+// closest to being full; limited and locked keys go last. Each entry costs
+// roughly 150 bytes plus its key.
+//
+// Default: 100000.
+func WithLocalCapacity(n int) Option { return func(o *options) { o.capacity = n } }
+
+// WithDenyCache turns the local deny cache on or off. When Redis denies a
+// key until time t, the limiter denies that key's requests locally until t,
+// with the exact RetryAfter, without asking Redis: a flood on one key then
+// costs Redis about one call per refill. The cache never denies what Redis
+// would admit: it is consulted only for single-token requests without a
+// wait, and counts from the moment the request was sent.
+//
+// Default: on.
+func WithDenyCache(on bool) Option { return func(o *options) { o.denyCache = on } }
+
+// WithObserver sets the observer told of every decision and of the store's
+// health (see [Observer]).
+//
+// Default: none.
+func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// WithLogger sets the logger for state transitions (store unavailable, store
+// recovered). The limiter never logs per request.
+//
+// Default: slog.Default() at the time of the transition.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

@@ -1,0 +1,107 @@
+package core
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// plan is a validated set of limits decided together on one key: the tick
+// form of each limit, the fingerprint that names their shared bucket, and the
+// script arguments, computed once and reused by every decision.
+type plan struct {
+	limits []Limit
+	ticks  []tickLimit
+	local  []tickLimit // the local fallback's limits
+	minB   int64       // the smallest Burst: no single request may cost more
+	fp     string      // fingerprint, part of the Redis key
+	args   []any       // per-limit script arguments: nlimits, then r, p, b for each
+	maxW   int64       // longest exact reservation in microseconds
+}
+
+// newPlan compiles limits; fallback, if not nil, maps each limit to the
+// local fallback's limit, which otherwise is the limit itself.
+func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("%w: no limit given", ErrInvalidLimit)
+	}
+	if len(limits) > maxLimits {
+		return nil, fmt.Errorf("%w: %d limits on one key, at most %d", ErrInvalidLimit, len(limits), maxLimits)
+	}
+	p := &plan{limits: append([]Limit(nil), limits...), ticks: make([]tickLimit, len(limits))}
+	p.args = append(p.args, strconv.Itoa(len(limits)))
+	p.maxW = maxExact
+	h := sha256.New()
+	for i, l := range limits {
+		t, err := compileLimit(l)
+		if err != nil {
+			return nil, err
+		}
+		p.ticks[i] = t
+		if i == 0 || t.b < p.minB {
+			p.minB = t.b
+		}
+		p.maxW = min(p.maxW, t.maxWaitMicros())
+		p.args = append(p.args, strconv.FormatInt(t.r, 10), strconv.FormatInt(t.p, 10), strconv.FormatInt(t.b, 10))
+		// The fingerprint covers what decides the bucket: the exact rate
+		// (not its reduced form, so 1/s and 60/min stay apart as users
+		// expect), the burst and the name.
+		fmt.Fprintf(h, "%d/%d/%d/%q;", l.Rate, l.Period, l.Burst, l.Name)
+	}
+	p.fp = hex.EncodeToString(h.Sum(nil)[:6])
+	p.local = p.ticks
+	if fallback != nil {
+		p.local = make([]tickLimit, len(limits))
+		for i, l := range limits {
+			t, err := compileLimit(fallback(l))
+			if err != nil {
+				return nil, fmt.Errorf("fallback limit for %s: %w", l, err)
+			}
+			p.local[i] = t
+		}
+	}
+	return p, nil
+}
+
+// maxLimits bounds how many limits one decision may check together.
+const maxLimits = 8
+
+// planCache remembers compiled plans so that calls which pass their limits
+// each time do not recompile them. It is bounded: past maxPlans distinct
+// limit sets, plans are compiled per call and not kept.
+type planCache struct {
+	fallback func(Limit) Limit
+	mu       sync.RWMutex
+	plans    map[Limit]*plan // single-limit plans, the common case
+}
+
+const maxPlans = 4096
+
+func (c *planCache) get(limits []Limit) (*plan, error) {
+	if len(limits) != 1 {
+		// Several limits on a key are usually fixed per middleware, which
+		// compiles its plan once; direct callers pay the compilation.
+		return newPlan(limits, c.fallback)
+	}
+	c.mu.RLock()
+	p := c.plans[limits[0]]
+	c.mu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := newPlan(limits, c.fallback)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.plans == nil {
+		c.plans = make(map[Limit]*plan)
+	}
+	if len(c.plans) < maxPlans {
+		c.plans[limits[0]] = p
+	}
+	c.mu.Unlock()
+	return p, nil
+}

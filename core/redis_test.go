@@ -1,0 +1,502 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/redistest"
+)
+
+// timeLines are the script's clock. The differential test against a real
+// Redis replaces them with an instant passed as the last argument, so the
+// script's arithmetic can be compared with the model step by step on a
+// virtual clock. A real Redis expires keys on its own clock, which here runs
+// faster than the virtual one between close steps, so the variant also
+// stretches every expiry by an hour; expiries are compared exactly on
+// miniredis, whose expiry clock the test drives. Everything else in the
+// script is run as shipped.
+const (
+	timeLines  = "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	expiryLine = "'PX', ceildiv(ttl, 1000))"
+)
+
+var injectedTimeScript = func() *redis.Script {
+	if !strings.Contains(bucketLua, timeLines) || !strings.Contains(bucketLua, expiryLine) {
+		panic("bucket.lua no longer reads TIME or sets PX as the test expects")
+	}
+	src := strings.Replace(bucketLua, timeLines, "local now = tonumber(ARGV[#ARGV])\n", 1)
+	src = strings.Replace(src, expiryLine, "'PX', ceildiv(ttl, 1000) + 3600000)", 1)
+	return redis.NewScript(src)
+}()
+
+// diffPlans are the limit sets the differential test draws from: whole and
+// fractional emission intervals, several limits on one key, a slow bucket.
+var diffPlans = [][]Limit{
+	{PerSecond(5)},
+	{{Rate: 7, Period: 1500 * time.Millisecond, Burst: 4}},
+	{PerSecond(10).WithBurst(3), PerMinute(40)},
+	{PerHour(100)},
+	{{Rate: 1000, Period: time.Second, Burst: 50}},
+	{{Rate: 3, Period: time.Second, Burst: 1}, {Rate: 11, Period: 7 * time.Second, Burst: 6}},
+}
+
+type diffStep struct {
+	dt                     int64 // microseconds since the previous step
+	key, plan              int
+	cost, maxWait, penalty int64
+}
+
+func genSteps(r *rand.Rand, n int) []diffStep {
+	steps := make([]diffStep, n)
+	for i := range steps {
+		s := &steps[i]
+		switch x := r.IntN(100); {
+		case x < 30:
+		case x < 50:
+			s.dt = r.Int64N(1000)
+		case x < 80:
+			s.dt = r.Int64N(300_000)
+		case x < 95:
+			s.dt = r.Int64N(5_000_000)
+		default:
+			s.dt = r.Int64N(2 * 3600_000_000)
+		}
+		s.key = r.IntN(3)
+		s.plan = r.IntN(len(diffPlans))
+		s.cost = 1
+		if r.IntN(4) == 0 {
+			s.cost = 1 + r.Int64N(3)
+		}
+		if r.IntN(5) == 0 {
+			s.maxWait = r.Int64N(2_000_000)
+		}
+		if r.IntN(10) == 0 {
+			s.penalty = 1 + r.Int64N(3_000_000)
+		}
+	}
+	return steps
+}
+
+// decideFunc decides one call at virtual time now (microseconds).
+type decideFunc func(ctx context.Context, c *call, now int64) (decision, error)
+
+// TestDifferential runs random sequences against the reference model and a
+// store, and requires identical decisions (and, on miniredis, identical
+// expiries) at every step.
+func TestDifferential(t *testing.T) {
+	const seqs, perSeq = 10, 1000
+	plans := make([]*plan, len(diffPlans))
+	for i, ls := range diffPlans {
+		p, err := newPlan(ls, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[i] = p
+	}
+	const base = 1_800_000_000_000_000 // a 2027 instant, in microseconds
+
+	t.Run("miniredis", func(t *testing.T) {
+		m := redistest.Miniredis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		s := &redisStore{rdb: rdb}
+		var last int64
+		runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
+			// Drive both of miniredis's clocks: TIME reads SetTime,
+			// expiry follows FastForward.
+			m.SetTime(time.UnixMicro(now))
+			if last != 0 {
+				m.FastForward(time.Duration(now-last) * time.Microsecond)
+			}
+			last = now
+			return s.decide(ctx, c)
+		}, func(rkey string) (time.Duration, bool) {
+			if !m.Exists(rkey) {
+				return 0, false
+			}
+			return m.TTL(rkey), true
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		rdb := redistest.NewClient(t, redistest.Addr(t))
+		runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
+			args := c.appendArgs(nil)
+			args = append(args, now)
+			vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.rkey}, args...).Int64Slice()
+			if err != nil {
+				return decision{}, err
+			}
+			return parseReply(vals, c.plan)
+		}, nil)
+	})
+}
+
+func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, run decideFunc, ttl func(string) (time.Duration, bool)) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("sluicetest:%d:", time.Now().UnixNano())
+	total := 0
+	for seq := range seqs {
+		seed := uint64(seq) + 1
+		r := rand.New(rand.NewPCG(seed, 42))
+		model := map[string]*bucket{}
+		now := base + int64(seq)*10*3600_000_000
+		for i, s := range genSteps(r, perSeq) {
+			now += s.dt
+			p := plans[s.plan]
+			cost := min(s.cost, p.minB)
+			c := call{
+				key:     fmt.Sprintf("k%d", s.key),
+				plan:    p,
+				cost:    cost,
+				maxWait: s.maxWait,
+				penalty: s.penalty,
+			}
+			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.fp, c.key)
+			b := model[c.rkey]
+			if b == nil {
+				b = &bucket{}
+				model[c.rkey] = b
+			}
+			want, wrote := decide(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
+			got, err := run(ctx, &c, now)
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, i, err)
+			}
+			if got != want {
+				t.Fatalf("seed %d step %d (%+v, limits %v): store = %+v, model = %+v", seed, i, s, p.limits, got, want)
+			}
+			if ttl != nil && wrote {
+				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.ticks), 1000)) * time.Millisecond
+				if got, ok := ttl(c.rkey); !ok || got != wantTTL {
+					t.Fatalf("seed %d step %d: TTL = %v (exists %v), want %v", seed, i, got, ok, wantTTL)
+				}
+			}
+			total++
+		}
+	}
+	t.Logf("%d sequences, %d decisions identical to the model", seqs, total)
+}
+
+// newRedisLimiter returns a limiter on a fresh client to addr with a prefix
+// private to the test.
+func newRedisLimiter(t *testing.T, addr string, opts ...Option) *Limiter {
+	t.Helper()
+	rdb := redistest.NewClient(t, addr)
+	opts = append([]Option{WithPrefix(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()))}, opts...)
+	lim, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+// TestConcurrentExact hammers one key from 4 limiter instances with 32
+// goroutines each against a real Redis: admissions stay within one token of
+// the ideal burst + rate*elapsed and reach at least 99% of it.
+func TestConcurrentExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s load test")
+	}
+	addr := redistest.Addr(t)
+	limit := Limit{Rate: 2000, Period: time.Second, Burst: 100}
+	prefix := WithPrefix(fmt.Sprintf("sluicetest:conc:%d:", time.Now().UnixNano()))
+	var lims [4]*Limiter
+	for i := range lims {
+		lims[i] = newRedisLimiter(t, addr, prefix)
+	}
+	var admitted, offered, errs atomic.Int64
+	ctx := context.Background()
+	// Dial every pooled connection and load the script first, so the
+	// measured window holds decisions, not connection setup.
+	var warm sync.WaitGroup
+	for i := range 4 * 32 {
+		warm.Add(1)
+		go func(lim *Limiter) {
+			defer warm.Done()
+			if _, err := lim.Allow(ctx, "warm", limit); err != nil {
+				errs.Add(1)
+			}
+		}(lims[i%4])
+	}
+	warm.Wait()
+	start := time.Now()
+	stop := start.Add(3 * time.Second)
+	var wg sync.WaitGroup
+	var lastMu sync.Mutex
+	var last time.Time
+	for i := range 4 * 32 {
+		wg.Add(1)
+		go func(lim *Limiter) {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				res, err := lim.Allow(ctx, "hot", limit)
+				offered.Add(1)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+			lastMu.Lock()
+			if now := time.Now(); now.After(last) {
+				last = now
+			}
+			lastMu.Unlock()
+		}(lims[i%4])
+	}
+	wg.Wait()
+	elapsed := last.Sub(start)
+	ideal := float64(limit.Burst) + float64(limit.Rate)*elapsed.Seconds()
+	got := float64(admitted.Load())
+	t.Logf("offered %d, admitted %d, ideal %.1f over %v (%.3f of ideal)", offered.Load(), admitted.Load(), ideal, elapsed, got/ideal)
+	if errs.Load() != 0 {
+		t.Fatalf("%d errors", errs.Load())
+	}
+	if got > ideal+1 {
+		t.Fatalf("admitted %v > ideal %.1f + 1", got, ideal)
+	}
+	if got < 0.99*ideal {
+		t.Fatalf("admitted %v < 99%% of ideal %.1f", got, ideal)
+	}
+}
+
+// TestNoStarvation sends one request a millisecond at a 500/s limit for 2 s:
+// a refill that drops fractions (floor(delta*rate)) admits about a third of
+// this; the exact bucket admits burst + 500*t.
+func TestNoStarvation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2 s load test")
+	}
+	lim := newRedisLimiter(t, redistest.Addr(t))
+	limit := PerSecond(500)
+	ctx := context.Background()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var admitted int
+	var first, last time.Time
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
+		res, err := lim.Allow(ctx, "steady", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		if res.Allowed {
+			admitted++
+		}
+	}
+	el := last.Sub(first)
+	ideal := float64(limit.Burst) + 500*el.Seconds()
+	t.Logf("admitted %d, ideal %.1f over %v (%.3f)", admitted, ideal, el, float64(admitted)/ideal)
+	if float64(admitted) > ideal+1 || float64(admitted) < 0.99*ideal {
+		t.Fatalf("admitted %d, want within [99%%, +1] of %.1f", admitted, ideal)
+	}
+}
+
+// TestSlowBucketRefill empties a 100-per-hour bucket and lets it idle two
+// minutes: it has refilled 3 tokens, not been reset to 100 by an expiry.
+func TestSlowBucketRefill(t *testing.T) {
+	m := redistest.Miniredis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	lim, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	lim.now = func() int64 { return now.UnixMicro() } // the deny cache's clock
+	ctx := context.Background()
+	limit := PerHour(100)
+	for i := range 100 {
+		if res, err := lim.Allow(ctx, "slow", limit); err != nil || !res.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, res, err)
+		}
+	}
+	if res, _ := lim.Allow(ctx, "slow", limit); res.Allowed {
+		t.Fatal("101st request admitted")
+	}
+	advance(m, &now, 2*time.Minute)
+	admitted := 0
+	for range 100 {
+		if res, err := lim.Allow(ctx, "slow", limit); err != nil {
+			t.Fatal(err)
+		} else if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("after 2 idle minutes %d requests admitted, want 3", admitted)
+	}
+}
+
+func advance(m *miniredis.Miniredis, now *time.Time, d time.Duration) {
+	*now = now.Add(d)
+	m.SetTime(*now)
+	m.FastForward(d)
+}
+
+// TestOneCommandPerDecision counts the commands a private Redis executes:
+// one EVALSHA per decision, and inside it only TIME, GET and SET.
+func TestOneCommandPerDecision(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := newRedisLimiter(t, srv.Addr())
+	ctx := context.Background()
+	limit := PerSecond(1000)
+	// The first call may load the script (EVALSHA, NOSCRIPT, EVAL).
+	if _, err := lim.Allow(ctx, "warm", limit); err != nil {
+		t.Fatal(err)
+	}
+	admin := redistest.NewClient(t, srv.Addr())
+	before, err := redistest.CommandCalls(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	for i := range n {
+		if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%7), limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := redistest.CommandCalls(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := map[string]int64{}
+	for cmd, c := range after {
+		if d := c - before[cmd]; d != 0 && cmd != "info" {
+			delta[cmd] = d
+		}
+	}
+	t.Logf("command deltas for %d decisions: %v", n, delta)
+	if delta["evalsha"] != n {
+		t.Fatalf("evalsha calls = %d, want %d", delta["evalsha"], n)
+	}
+	for cmd, d := range delta {
+		switch cmd {
+		case "evalsha", "time", "get", "set":
+			if d > n {
+				t.Fatalf("%s calls = %d, more than one per decision", cmd, d)
+			}
+		default:
+			t.Fatalf("unexpected command %s (%d calls)", cmd, d)
+		}
+	}
+}
+
+// TestScriptReloadAfterFlush shows the NOSCRIPT fallback: after SCRIPT FLUSH
+// (as after a restart) the next decision still succeeds.
+func TestScriptReloadAfterFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := newRedisLimiter(t, srv.Addr())
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "k", PerSecond(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.NewClient(t, srv.Addr()).ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := lim.Allow(ctx, "k", PerSecond(1))
+	if err != nil || res.Allowed {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v; want a denial", res, err)
+	}
+}
+
+// TestStoredKeys checks the layout on a real Redis: bounded names, the
+// library's hash tag first, TTL never constant and never missing.
+func TestStoredKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := newRedisLimiter(t, srv.Addr(), WithPrefix("p:"))
+	rdb := redistest.NewClient(t, srv.Addr())
+	ctx := context.Background()
+	keys := []string{"plain", "{tag}", "}{", "", strings.Repeat("x", 100_000), "\x00\xff"}
+	for _, k := range keys {
+		_, err := lim.Allow(ctx, k, PerMinute(60))
+		if k == "" {
+			if err == nil {
+				t.Fatal("empty key accepted")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Allow(%.10q) = %v", k, err)
+		}
+	}
+	names, err := rdb.Keys(ctx, "p:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(keys)-1 {
+		t.Fatalf("stored %d keys, want %d", len(names), len(keys)-1)
+	}
+	for _, n := range names {
+		if len(n) > 2+6+12+1+maxVerbatimKey {
+			t.Fatalf("stored name of %d bytes", len(n))
+		}
+		ttl, err := rdb.PTTL(ctx, n).Result()
+		if err != nil || ttl <= 0 || ttl > time.Second {
+			t.Fatalf("PTTL(%.30q) = %v, %v; want (0, 1s] (one token of 60/min)", n, ttl, err)
+		}
+	}
+}
+
+func TestValidation(t *testing.T) {
+	m := redistest.Miniredis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	var nilClient *redis.Client
+	if _, err := New(nilClient); err == nil {
+		t.Fatal("New(typed nil) succeeded")
+	}
+	if _, err := New(nil); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	if _, err := New(rdb, WithPrefix("a{b}")); err == nil {
+		t.Fatal("brace prefix accepted")
+	}
+	if _, err := New(rdb, WithPenalty(-time.Second)); err == nil {
+		t.Fatal("negative penalty accepted")
+	}
+	lim, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		key    string
+		n      int
+		limits []Limit
+		want   string
+	}{
+		{"no limits", "k", 1, nil, "no limit"},
+		{"empty key", "", 1, []Limit{PerSecond(1)}, "empty key"},
+		{"zero cost", "k", 0, []Limit{PerSecond(1)}, "cost must be at least 1"},
+		{"cost over burst", "k", 11, []Limit{PerSecond(10)}, "exceeds Burst 10"},
+		{"cost over the smaller burst", "k", 5, []Limit{PerSecond(10), PerMinute(4)}, "exceeds Burst 4"},
+		{"zero burst", "k", 1, []Limit{{Rate: 1, Period: time.Second}}, "Burst must be at least 1"},
+		{"zero period", "k", 1, []Limit{{Rate: 1, Burst: 1}}, "Period must be at least 1µs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := lim.AllowN(ctx, tt.key, tt.n, tt.limits...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("AllowN(%q, %d, %v) = %v, want error containing %q", tt.key, tt.n, tt.limits, err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,39 @@
+package core
+
+import "time"
+
+// Result is the outcome of one decision. Denial is a normal outcome: a denied
+// request comes back with Allowed false and a nil error.
+type Result struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Remaining is how many more unit requests the tightest limit would
+	// admit right now, after this decision.
+	Remaining int
+	// RetryAfter is, for a denied request, how long until the same request
+	// could be admitted (or until the penalty lock ends, if that is later).
+	// Zero when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until every bucket of the key is full again.
+	ResetAfter time.Duration
+	// Limit is the limit that decided: the one that denied, or else the one
+	// with the fewest tokens left. Headers describe this limit.
+	Limit Limit
+	// Locked reports that the key is under a penalty lock (see
+	// [WithPenalty]), including the denial that set it.
+	Locked bool
+	// Degraded reports that the decision was made locally because the store
+	// was unavailable (see [FailurePolicy]).
+	Degraded bool
+}
+
+func (d decision) result(p *plan) Result {
+	return Result{
+		Allowed:    d.allowed,
+		Remaining:  int(d.remaining),
+		RetryAfter: time.Duration(d.retry) * time.Microsecond,
+		ResetAfter: time.Duration(d.reset) * time.Microsecond,
+		Limit:      p.limits[d.index],
+		Locked:     d.locked,
+	}
+}

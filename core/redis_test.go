@@ -187,11 +187,15 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 }
 
 // newRedisLimiter returns a limiter on a fresh client to addr with a prefix
-// private to the test.
+// private to the test and a time budget far above any scheduling delay:
+// these tests are about Redis's answers, not about degradation.
 func newRedisLimiter(t *testing.T, addr string, opts ...Option) *Limiter {
 	t.Helper()
 	rdb := redistest.NewClient(t, addr)
-	opts = append([]Option{WithPrefix(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()))}, opts...)
+	opts = append([]Option{
+		WithPrefix(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())),
+		WithTimeout(10 * time.Second),
+	}, opts...)
 	lim, err := New(rdb, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +244,7 @@ func TestConcurrentExact(t *testing.T) {
 			for time.Now().Before(stop) {
 				res, err := lim.Allow(ctx, "hot", limit)
 				offered.Add(1)
-				if err != nil {
+				if err != nil || res.Degraded {
 					errs.Add(1)
 					continue
 				}
@@ -261,7 +265,7 @@ func TestConcurrentExact(t *testing.T) {
 	got := float64(admitted.Load())
 	t.Logf("offered %d, admitted %d, ideal %.1f over %v (%.3f of ideal)", offered.Load(), admitted.Load(), ideal, elapsed, got/ideal)
 	if errs.Load() != 0 {
-		t.Fatalf("%d errors", errs.Load())
+		t.Fatalf("%d errors or degraded decisions", errs.Load())
 	}
 	if got > ideal+1 {
 		t.Fatalf("admitted %v > ideal %.1f + 1", got, ideal)
@@ -273,7 +277,9 @@ func TestConcurrentExact(t *testing.T) {
 
 // TestNoStarvation sends one request a millisecond at a 500/s limit for 2 s:
 // a refill that drops fractions (floor(delta*rate)) admits about a third of
-// this; the exact bucket admits burst + 500*t.
+// this; the exact bucket admits burst + 500*t. On a machine too loaded to
+// offer that many, the bound is the other guarantee: a client slower than
+// the rate is never denied.
 func TestNoStarvation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2 s load test")
@@ -283,13 +289,14 @@ func TestNoStarvation(t *testing.T) {
 	ctx := context.Background()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	var admitted int
+	var admitted, offered int
 	var first, last time.Time
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
 		res, err := lim.Allow(ctx, "steady", limit)
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || res.Degraded {
+			t.Fatalf("Allow = %+v, %v", res, err)
 		}
+		offered++
 		now := time.Now()
 		if first.IsZero() {
 			first = now
@@ -301,9 +308,10 @@ func TestNoStarvation(t *testing.T) {
 	}
 	el := last.Sub(first)
 	ideal := float64(limit.Burst) + 500*el.Seconds()
-	t.Logf("admitted %d, ideal %.1f over %v (%.3f)", admitted, ideal, el, float64(admitted)/ideal)
-	if float64(admitted) > ideal+1 || float64(admitted) < 0.99*ideal {
-		t.Fatalf("admitted %d, want within [99%%, +1] of %.1f", admitted, ideal)
+	floor := 0.99 * min(ideal, float64(offered))
+	t.Logf("offered %d, admitted %d, ideal %.1f over %v (%.3f)", offered, admitted, ideal, el, float64(admitted)/ideal)
+	if float64(admitted) > ideal+1 || float64(admitted) < floor {
+		t.Fatalf("admitted %d of %d, want within [%.1f, ideal %.1f + 1]", admitted, offered, floor, ideal)
 	}
 }
 

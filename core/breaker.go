@@ -81,3 +81,6 @@ func (b *breaker) abandon(r route, now int64) {
 		b.state.Store((now-b.cooldown)<<2 | modeOpen)
 	}
 }
+
+// isOpen reports whether requests are routed away from the store.
+func (b *breaker) isOpen() bool { return b.state.Load()&3 != modeClosed }

@@ -6,7 +6,8 @@
 --          ticks, capacity b events).
 -- Stored   "lock tat1 frac1 tat2 frac2 ...": integers, microseconds and ticks.
 -- Reply    per key: allowed, remaining, retry_us, reset_us, wait_us, index,
---          locked. Integers only.
+--          locked, next_us (until a unit request could be admitted after
+--          this decision). Integers only.
 --
 -- Numbers are doubles here; every value stays an integer below 2^53 (the
 -- limits are validated for it), and idiv corrects the rounding of a/b.
@@ -23,6 +24,11 @@ end
 
 local function ceildiv(a, b)
   return idiv(a + b - 1, b)
+end
+
+-- unitwait is how long, with debt d ticks, a unit request waits.
+local function unitwait(d, r, p, b)
+  return math.max(0, ceildiv(d + p - b * p, r))
 end
 
 local t = redis.call('TIME')
@@ -85,7 +91,7 @@ for k = 1, #KEYS do
   end
 
   local locked = set and now < lock
-  local allowed, remaining, reset, idx, lk = 0, -1, 0, 0, 0
+  local allowed, remaining, reset, idx, lk, nxt = 0, -1, 0, 0, 0, 0
   local write = false
   if locked or denied then
     for i = 1, n do
@@ -95,16 +101,19 @@ for k = 1, #KEYS do
         if not denied then idx = i - 1 end
       end
       reset = math.max(reset, ceildiv(d[i], r[i]))
+      nxt = math.max(nxt, unitwait(d[i], r[i], p[i], b[i]))
     end
     if denied then idx = ridx end
     if locked then
       lk = 1
       remaining = 0
       retry = math.max(retry, lock - now)
+      nxt = math.max(nxt, lock - now)
     elseif penalty > 0 then
       lk = 1
       remaining = 0
       retry = math.max(retry, penalty)
+      nxt = math.max(nxt, penalty)
       if not set then
         for i = 1, n do
           tu[i], tf[i] = now, 0
@@ -124,6 +133,7 @@ for k = 1, #KEYS do
         remaining, idx = rem, i - 1
       end
       reset = math.max(reset, ceildiv(d2, r[i]))
+      nxt = math.max(nxt, unitwait(d2, r[i], p[i], b[i]))
     end
     lock = 0
     write = true
@@ -149,6 +159,7 @@ for k = 1, #KEYS do
   out[#out + 1] = wait
   out[#out + 1] = idx
   out[#out + 1] = lk
+  out[#out + 1] = nxt
 end
 
 return out

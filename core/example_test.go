@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	"go.uber.org/goleak"
 )
 
 // exampleRedis is an in-process Redis for the examples, with a frozen clock
@@ -25,11 +26,18 @@ func TestMain(m *testing.M) {
 	exampleRedis.SetTime(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
 	code := m.Run()
 	exampleRedis.Close()
+	// The limiter starts no goroutines; every test closes what it opens.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lim, err := core.New(rdb)
 	if err != nil {
@@ -41,17 +49,17 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Println(res.Allowed, res.Remaining, res.RetryAfter)
+		fmt.Println(res.Allowed, res.Remaining, res.RetryAfter.Round(100*time.Millisecond))
 	}
 	// Output:
 	// true 2 0s
 	// true 1 0s
 	// true 0 0s
-	// false 0 333.334ms
+	// false 0 300ms
 }
 
 func ExampleLimiter_AllowN() {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lim, _ := core.New(rdb)
 	ctx := context.Background()
@@ -72,7 +80,7 @@ func ExampleLimiter_AllowN() {
 }
 
 func ExampleWithPenalty() {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// A denial locks the key for a minute on every replica.
 	lim, _ := core.New(rdb, core.WithPenalty(time.Minute))
@@ -88,7 +96,7 @@ func ExampleWithPenalty() {
 }
 
 func ExampleLimiter_Wait() {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lim, _ := core.New(rdb)
 	limit := core.PerSecond(20).WithBurst(1) // one every 50ms

@@ -19,7 +19,13 @@ type decision struct {
 	retry     int64 // until the same request could be admitted (denied only)
 	reset     int64 // until every bucket is full again
 	wait      int64 // how long an admitted reservation must wait
+	next      int64 // until a unit request could be admitted, after this decision
 	index     int   // the limit that decided (tightest)
+}
+
+// unitWait is how long, with debt d ticks, a unit request waits under t.
+func unitWait(d int64, t tickLimit) int64 {
+	return max(0, ceilDiv(d+t.p-t.capacity(), t.r))
 }
 
 // tat is one limit's theoretical arrival time.
@@ -83,6 +89,7 @@ func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int6
 				}
 			}
 			out.reset = max(out.reset, ceilDiv(d[i], t.r))
+			out.next = max(out.next, unitWait(d[i], t))
 		}
 		if denied {
 			out.index = retryIdx
@@ -92,6 +99,7 @@ func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int6
 			out.locked = true
 			out.remaining = 0
 			out.retry = max(retry, b.lock-now)
+			out.next = max(out.next, b.lock-now)
 			return out, false
 		}
 		if penalty <= 0 {
@@ -102,6 +110,7 @@ func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int6
 		out.locked = true
 		out.remaining = 0
 		out.retry = max(retry, penalty)
+		out.next = max(out.next, penalty)
 		if !b.set {
 			b.tats = b.tats[:0]
 			for range ticks {
@@ -126,6 +135,7 @@ func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int6
 			out.remaining, out.index = rem, i
 		}
 		out.reset = max(out.reset, ceilDiv(d2, t.r))
+		out.next = max(out.next, unitWait(d2, t))
 	}
 	b.lock = 0
 	b.set = true

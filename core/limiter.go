@@ -51,15 +51,23 @@ type Limiter struct {
 // New does no network I/O. It returns an error, never a panic, for a nil
 // client or an invalid option.
 //
-// For the limiter's client, set MaxRetries to -1: go-redis retries a command
-// whose reply was lost, and a retried decision charges its bucket twice (the
-// request may then be denied early; it is never admitted twice).
+// The client must honour the limiter's time budget (see [WithTimeout]): New
+// returns an error for a *redis.Client, *redis.ClusterClient or *redis.Ring
+// that ignores context deadlines (ContextTimeoutEnabled false, the go-redis
+// default) while its own read or write timeout exceeds the budget.
+//
+// For the limiter's client, set MaxRetries to -1 as well: go-redis retries a
+// command whose reply was lost, and a retried decision charges its bucket
+// twice (the request may then be denied early; it is never admitted twice).
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: nil Redis client")
 	}
 	l, err := newLimiter(opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkClient(rdb, l.timeout); err != nil {
 		return nil, err
 	}
 	l.store = &redisStore{rdb: rdb}
@@ -176,6 +184,11 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int, limits ...Limit) 
 	if err != nil {
 		return Result{}, err
 	}
+	return l.wait(ctx, key, p, n)
+}
+
+// wait is Wait with a compiled plan.
+func (l *Limiter) wait(ctx context.Context, key string, p *plan, n int) (Result, error) {
 	maxWait := p.maxW
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
@@ -222,9 +235,23 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 	}
 
 	if l.denies != nil && cost == 1 && maxWait == 0 {
-		if dn, ok := l.denies.get(p.fp, key, now); ok {
+		dn, st, ch := l.denies.check(p.fp, key, now)
+		if st == denyWait {
+			// Another request is asking Redis about this key; its
+			// answer is ours too, unless it leaves the key open.
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return Result{}, decision{}, ctx.Err()
+			}
+			dn, st, ch = l.denies.check(p.fp, key, now)
+		}
+		switch st {
+		case denyHit:
 			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
 			return l.done(d, p, SourceDenyCache, false)
+		case denyProbe:
+			defer l.denies.release(p.fp, key, ch)
 		}
 	}
 
@@ -238,12 +265,17 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 			}
 			if d.allowed {
 				l.local.charge(p.fp, key, now, p.local, cost)
-			} else if l.denies != nil && cost == 1 && maxWait == 0 {
-				l.denies.put(p.fp, key, now, denial{until: now + d.retry, reset: now + d.reset, locked: d.locked, index: d.index})
+			}
+			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0) {
+				// Redis said when a unit request can next pass. Counted
+				// from when this request was sent, that never outlasts
+				// Redis's own answer. With a penalty lock, only denials
+				// are cached: the first denial must reach Redis to lock.
+				l.denies.put(p.fp, key, now, denial{until: now + d.next, reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
 			}
 			return l.done(d, p, SourceStore, false)
 		}
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := callerGone(ctx); cerr != nil {
 			// The caller gave up; that says nothing about the store.
 			l.brk.abandon(r, now)
 			return Result{}, decision{}, cerr
@@ -254,6 +286,19 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 		}
 	}
 	return l.fallback(key, p, now, cost, maxWait, storeErr)
+}
+
+// callerGone returns the caller's context error, also when its deadline has
+// passed but its timer has not fired yet: the socket deadline go-redis sets
+// from it can fire first.
+func callerGone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // callStore asks the store within the limiter's time budget.
@@ -271,7 +316,7 @@ func (l *Limiter) callStore(ctx context.Context, c *call) (decision, error) {
 		start = time.Now()
 	}
 	d, err := l.store.decide(sctx, c)
-	if l.obs != nil && ctx.Err() == nil {
+	if l.obs != nil && callerGone(ctx) == nil {
 		l.obs.ObserveStore(time.Since(start), err)
 	}
 	return d, err

@@ -176,46 +176,84 @@ func (s *localStore) charge(fp, key string, now int64, ticks []tickLimit, cost i
 	})
 }
 
-// denial is what the deny cache remembers of a key Redis denied.
+// denial is what the deny cache remembers of a key.
 type denial struct {
 	until  int64 // local microsecond before which a unit request cannot pass
 	reset  int64 // local microsecond the bucket is full again
 	locked bool
 	index  int
+	// probe is open while one request, after until, asks Redis for the
+	// key's new state; requests arriving meanwhile wait for its answer
+	// instead of all asking at once.
+	probe chan struct{}
 }
 
-// denyCache remembers, per key and plan, until when Redis will deny it, so
-// that a flood on one key costs Redis about one call per refill instead of
-// one per request.
+// denyCache remembers, per key and plan, until when Redis will deny a unit
+// request on the key, so that a flood on one key costs Redis about one call
+// per refill instead of one per request.
 type denyCache struct {
 	m *shardedMap[denial]
 }
 
 func newDenyCache(capacity int) *denyCache {
-	return &denyCache{m: newShardedMap(capacity, func(d *denial, now int64) int64 { return d.until - now })}
+	return &denyCache{m: newShardedMap(capacity, func(d *denial, now int64) int64 {
+		if d.probe != nil {
+			return 1 << 62 // a request is waiting on it
+		}
+		return d.until - now
+	})}
 }
 
-// get returns the cached denial of key at now, if one still holds.
-func (c *denyCache) get(fp, key string, now int64) (denial, bool) {
+// denyState is what the deny cache says of a key.
+type denyState int8
+
+const (
+	denyMiss  denyState = iota // nothing known: ask Redis
+	denyHit                    // denied until the entry's until
+	denyProbe                  // expired: the caller asks Redis and must call release
+	denyWait                   // expired, another request is asking: wait on the channel
+)
+
+// check looks key up at now.
+func (c *denyCache) check(fp, key string, now int64) (denial, denyState, chan struct{}) {
 	k := localKey{fp, key}
 	sh := c.m.shard(k)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	d := sh.m[k]
-	if d == nil {
-		sh.mu.Unlock()
-		return denial{}, false
+	switch {
+	case d == nil:
+		return denial{}, denyMiss, nil
+	case now < d.until:
+		return *d, denyHit, nil
+	case d.probe != nil:
+		return denial{}, denyWait, d.probe
 	}
-	if now >= d.until {
-		delete(sh.m, k)
-		sh.mu.Unlock()
-		return denial{}, false
-	}
-	out := *d
-	sh.mu.Unlock()
-	return out, true
+	d.probe = make(chan struct{})
+	return denial{}, denyProbe, d.probe
 }
 
-// put remembers a denial.
+// put remembers what Redis said of key, waking any requests waiting on a
+// probe.
 func (c *denyCache) put(fp, key string, now int64, d denial) {
-	with(c.m, localKey{fp, key}, now, true, func(v *denial) struct{} { *v = d; return struct{}{} })
+	with(c.m, localKey{fp, key}, now, true, func(v *denial) struct{} {
+		if v.probe != nil {
+			close(v.probe)
+		}
+		*v = d
+		return struct{}{}
+	})
+}
+
+// release ends probe ch on key if it is still open, waking its waiters,
+// who then ask Redis themselves.
+func (c *denyCache) release(fp, key string, ch chan struct{}) {
+	k := localKey{fp, key}
+	sh := c.m.shard(k)
+	sh.mu.Lock()
+	if d := sh.m[k]; d != nil && d.probe == ch {
+		close(ch)
+		d.probe = nil
+	}
+	sh.mu.Unlock()
 }

@@ -64,7 +64,7 @@ func defaultOptions() options {
 		capacity:   100_000,
 		denyCache:  true,
 		failures:   3,
-		probeEvery: 250 * time.Millisecond,
+		probeEvery: 100 * time.Millisecond,
 	}
 }
 

@@ -19,6 +19,8 @@ type plan struct {
 	fp     string      // fingerprint, part of the Redis key
 	args   []any       // per-limit script arguments: nlimits, then r, p, b for each
 	maxW   int64       // longest exact reservation in microseconds
+
+	policyField string // the RateLimit-Policy header value
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -51,6 +53,7 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 		fmt.Fprintf(h, "%d/%d/%d/%q;", l.Rate, l.Period, l.Burst, l.Name)
 	}
 	p.fp = hex.EncodeToString(h.Sum(nil)[:6])
+	p.policyField = policyFieldOf(limits)
 	p.local = p.ticks
 	if fallback != nil {
 		p.local = make([]tickLimit, len(limits))
@@ -73,6 +76,7 @@ const maxLimits = 8
 // limit sets, plans are compiled per call and not kept.
 type planCache struct {
 	fallback func(Limit) Limit
+	extra    []Limit // limits added to every plan (a middleware's WithLimits)
 	mu       sync.RWMutex
 	plans    map[Limit]*plan // single-limit plans, the common case
 }
@@ -83,14 +87,20 @@ func (c *planCache) get(limits []Limit) (*plan, error) {
 	if len(limits) != 1 {
 		// Several limits on a key are usually fixed per middleware, which
 		// compiles its plan once; direct callers pay the compilation.
-		return newPlan(limits, c.fallback)
+		return newPlan(append(limits[:len(limits):len(limits)], c.extra...), c.fallback)
 	}
+	return c.getOne(limits[0])
+}
+
+// getOne returns the plan of l together with the cache's extra limits.
+func (c *planCache) getOne(l Limit) (*plan, error) {
 	c.mu.RLock()
-	p := c.plans[limits[0]]
+	p := c.plans[l]
 	c.mu.RUnlock()
 	if p != nil {
 		return p, nil
 	}
+	limits := append([]Limit{l}, c.extra...)
 	p, err := newPlan(limits, c.fallback)
 	if err != nil {
 		return nil, err
@@ -100,7 +110,7 @@ func (c *planCache) get(limits []Limit) (*plan, error) {
 		c.plans = make(map[Limit]*plan)
 	}
 	if len(c.plans) < maxPlans {
-		c.plans[limits[0]] = p
+		c.plans[l] = p
 	}
 	c.mu.Unlock()
 	return p, nil

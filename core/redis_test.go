@@ -319,7 +319,7 @@ func TestNoStarvation(t *testing.T) {
 // minutes: it has refilled 3 tokens, not been reset to 100 by an expiry.
 func TestSlowBucketRefill(t *testing.T) {
 	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	lim, err := New(rdb)
 	if err != nil {
@@ -464,7 +464,7 @@ func TestStoredKeys(t *testing.T) {
 
 func TestValidation(t *testing.T) {
 	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	var nilClient *redis.Client
 	if _, err := New(nilClient); err == nil {

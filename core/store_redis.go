@@ -17,7 +17,7 @@ var bucketLua string
 var bucketScript = redis.NewScript(bucketLua)
 
 // replyWidth is the number of integers the script returns per key.
-const replyWidth = 7
+const replyWidth = 8
 
 // call is one decision asked of a store.
 type call struct {
@@ -62,8 +62,9 @@ func parseReply(v []int64, p *plan) (decision, error) {
 		wait:      v[4],
 		index:     int(v[5]),
 		locked:    v[6] == 1,
+		next:      v[7],
 	}
-	if v[0]|v[6] > 1 || v[0] < 0 || v[6] < 0 || d.remaining < 0 || d.retry < 0 || d.reset < 0 || d.wait < 0 ||
+	if v[0]|v[6] > 1 || v[0] < 0 || v[6] < 0 || d.remaining < 0 || d.retry < 0 || d.reset < 0 || d.wait < 0 || d.next < 0 ||
 		d.index < 0 || d.index >= len(p.limits) || (d.allowed && d.retry != 0) || (!d.allowed && d.retry == 0) {
 		return decision{}, fmt.Errorf("core: unexpected script reply %v", v)
 	}

@@ -34,8 +34,10 @@ func Addr(tb testing.TB) string {
 // no network I/O and never fails.
 //
 // The client is tuned for tests, so that an outage shows up at once and
-// deterministically: dial, read and write timeouts of 1s, one dial attempt
-// per connection, no command retries (MaxRetries -1), and no maintenance
+// deterministically: dial, read and write timeouts of 1s, context deadlines
+// honoured (ContextTimeoutEnabled, which core.New requires of a client
+// whose own timeouts exceed the limiter's budget), one dial attempt per
+// connection, no command retries (MaxRetries -1), and no maintenance
 // notifications handshake. The pool keeps go-redis's defaults. Build a
 // client by hand with redis.NewClient for other settings.
 //
@@ -49,6 +51,9 @@ func NewClient(tb testing.TB, addr string) *redis.Client {
 		WriteTimeout:  time.Second,
 		DialerRetries: 1,
 		MaxRetries:    -1,
+		// Honour context deadlines, as sluice's limiter requires of its
+		// client (core.New checks it).
+		ContextTimeoutEnabled: true,
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
 		},

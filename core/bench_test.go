@@ -1,0 +1,101 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/redistest"
+)
+
+// BenchmarkLocalDecide is the local store's decision on a known key: the
+// cost of every decision while Redis is down, and of the in-memory mode.
+func BenchmarkLocalDecide(b *testing.B) {
+	s := newLocalStore(100_000)
+	p, _ := newPlan([]Limit{PerSecond(1 << 30)}, nil)
+	now := int64(1_000_000_000)
+	s.decide(p.fp, "known", now, p.ticks, 1, 0, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		now++
+		s.decide(p.fp, "known", now, p.ticks, 1, 0, 0)
+	}
+}
+
+// BenchmarkDegradedAllow is a whole Allow call while the breaker is open:
+// plan lookup, breaker check and the fallback bucket, on a known key.
+func BenchmarkDegradedAllow(b *testing.B) {
+	m := redistest.Miniredis(b)
+	m.SetError("LOADING")
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	b.Cleanup(func() { rdb.Close() })
+	lim, err := New(rdb, WithLogger(slog.New(slog.DiscardHandler)), WithDenyCache(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := PerSecond(1 << 30)
+	for range 10 { // open the breaker
+		lim.Allow(ctx, "known", limit)
+	}
+	if !lim.brk.isOpen() {
+		b.Fatal("breaker did not open")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := lim.Allow(ctx, "known", limit)
+		if err != nil || !res.Degraded {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkMemoryAllow is Allow on an in-memory limiter, known key.
+func BenchmarkMemoryAllow(b *testing.B) {
+	lim, _ := NewMemory()
+	ctx := context.Background()
+	limit := PerSecond(1 << 30)
+	b.ReportAllocs()
+	for b.Loop() {
+		lim.Allow(ctx, "known", limit)
+	}
+}
+
+// BenchmarkDenyCacheHit is a denial answered by the deny cache.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	m := redistest.Miniredis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { rdb.Close() })
+	lim, _ := New(rdb)
+	ctx := context.Background()
+	limit := PerHour(1)
+	lim.Allow(ctx, "abuser", limit)
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, _ := lim.Allow(ctx, "abuser", limit); res.Allowed {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+// BenchmarkRedisAllow is one decision on a real Redis, for comparison.
+func BenchmarkRedisAllow(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redistest.NewClient(b, srv.Addr())
+	lim, err := New(rdb, WithDenyCache(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	limit := PerSecond(1 << 30)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		if _, err := lim.Allow(ctx, "k"+strconv.Itoa(i&1023), limit); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

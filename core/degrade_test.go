@@ -1,0 +1,596 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/redistest"
+)
+
+// recorder is an Observer that counts what it is told.
+type recorder struct {
+	mu        sync.Mutex
+	bySource  map[Source]int
+	allowed   int
+	storeErrs int
+	degraded  []time.Time
+	recovered []time.Time
+	outages   []time.Duration
+}
+
+func newRecorder() *recorder { return &recorder{bySource: map[Source]int{}} }
+
+func (r *recorder) ObserveDecision(res Result, src Source) {
+	r.mu.Lock()
+	r.bySource[src]++
+	if res.Allowed {
+		r.allowed++
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) ObserveStore(_ time.Duration, err error) {
+	if err != nil {
+		r.mu.Lock()
+		r.storeErrs++
+		r.mu.Unlock()
+	}
+}
+
+func (r *recorder) ObserveDegraded(error) {
+	r.mu.Lock()
+	r.degraded = append(r.degraded, time.Now())
+	r.mu.Unlock()
+}
+
+func (r *recorder) ObserveRecovered(d time.Duration) {
+	r.mu.Lock()
+	r.recovered = append(r.recovered, time.Now())
+	r.outages = append(r.outages, d)
+	r.mu.Unlock()
+}
+
+// outageClient is a go-redis client as production should configure it for
+// the limiter: context deadlines honoured (the limiter's budget), no retries
+// (a retried decision charges twice), a short dial.
+func outageClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialTimeout:           200 * time.Millisecond,
+		DialerRetries:         1,
+		PoolTimeout:           200 * time.Millisecond,
+	})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// TestKillAndRestart SIGKILLs a real redis-server under load from 64
+// goroutines, keeps going for 2 s, restarts it on the same port and keeps
+// going: no caller sees an error, the local fallback holds the limit during
+// the outage, and decisions are back on Redis soon after the restart.
+//
+// How soon is bounded by go-redis: after PoolSize failed dials its pool
+// stops dialing and re-dials once a second from a goroutine of its own, so
+// the client itself is back up to 1 s after Redis; the limiter's probe (every
+// 100 ms) adds at most that much.
+func TestKillAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage test")
+	}
+	srv := redistest.Start(t)
+	rec := newRecorder()
+	var logs syncBuffer
+	lim, err := New(outageClient(t, srv.Addr()),
+		WithTimeout(100*time.Millisecond),
+		WithObserver(rec),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := Limit{Rate: 500, Period: time.Second, Burst: 50}
+	ctx := context.Background()
+
+	var (
+		phase                      atomic.Int32 // 0 healthy, 1 down, 2 restarted
+		errs, admittedDown, offers atomic.Int64
+		firstBack                  atomic.Int64 // unix µs of the first store decision after restart
+		stop                       = make(chan struct{})
+		wg                         sync.WaitGroup
+	)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				ph := phase.Load()
+				res, err := lim.Allow(ctx, "shared", limit)
+				offers.Add(1)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				switch {
+				case ph == 1 && res.Allowed && res.Degraded:
+					admittedDown.Add(1)
+				case ph == 2 && !res.Degraded:
+					firstBack.CompareAndSwap(0, time.Now().UnixMicro())
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	<-tick.C
+	srv.Kill()
+	downAt := time.Now()
+	phase.Store(1)
+	<-tick.C
+	<-tick.C
+	phase.Store(2)
+	srv.Restart()
+	restartedAt := time.Now()
+	down := restartedAt.Sub(downAt)
+	<-tick.C
+	<-tick.C
+	close(stop)
+	wg.Wait()
+
+	t.Logf("%d decisions; %d admitted by the fallback in %v of outage (ideal at most %.0f); back on Redis %v after the restart",
+		offers.Load(), admittedDown.Load(), down, float64(limit.Burst)+float64(limit.Rate)*down.Seconds(),
+		time.Duration(firstBack.Load()-restartedAt.UnixMicro())*time.Microsecond)
+	if errs.Load() != 0 {
+		t.Fatalf("%d errors reached callers", errs.Load())
+	}
+	// The fallback (one replica: the whole limit) holds the limit: at most
+	// a burst plus the rate over the outage.
+	if max := float64(limit.Burst) + float64(limit.Rate)*down.Seconds() + 1; float64(admittedDown.Load()) > max {
+		t.Fatalf("fallback admitted %d during %v, more than %.0f", admittedDown.Load(), down, max)
+	}
+	if firstBack.Load() == 0 {
+		t.Fatal("no decision came from Redis after the restart")
+	}
+	if back := time.Duration(firstBack.Load()-restartedAt.UnixMicro()) * time.Microsecond; back > 1500*time.Millisecond {
+		t.Fatalf("back on Redis %v after the restart, want within go-redis's 1s re-dial plus the 100ms probe (1.5s with margin)", back)
+	}
+	if n := strings.Count(logs.String(), "store unavailable"); n != 1 {
+		t.Fatalf("logged the outage %d times, want once:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "store recovered"); n != 1 {
+		t.Fatalf("logged the recovery %d times, want once:\n%s", n, logs.String())
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.degraded) != 1 || len(rec.recovered) != 1 {
+		t.Fatalf("observer saw %d outages and %d recoveries, want 1 and 1", len(rec.degraded), len(rec.recovered))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSlowRedis puts a fault proxy that delays every reply by 300 ms between
+// the limiter and Redis: every decision returns within the 50 ms budget plus
+// a margin, the breaker opens, and no goroutines pile up.
+func TestSlowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	rec := newRecorder()
+	rdb := outageClient(t, proxy.Addr())
+	lim, err := New(rdb, WithTimeout(50*time.Millisecond), WithObserver(rec), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if res, err := lim.Allow(ctx, "k", PerSecond(100)); err != nil || res.Degraded {
+		t.Fatalf("healthy Allow = %+v, %v", res, err)
+	}
+	before := runtime.NumGoroutine()
+	proxy.SetDelay(300 * time.Millisecond)
+	var slowest atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				start := time.Now()
+				res, err := lim.Allow(ctx, "k", PerSecond(100))
+				el := time.Since(start)
+				if err != nil || !res.Degraded {
+					t.Errorf("slow Allow = %+v, %v; want a degraded decision", res, err)
+					return
+				}
+				for {
+					cur := slowest.Load()
+					if int64(el) <= cur || slowest.CompareAndSwap(cur, int64(el)) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	during := runtime.NumGoroutine()
+	rec.mu.Lock()
+	opened, paid := len(rec.degraded), rec.storeErrs
+	rec.mu.Unlock()
+	t.Logf("slowest decision %v; %d of 640 decisions paid the budget; goroutines %d before, %d after",
+		time.Duration(slowest.Load()), paid, before, during)
+	if time.Duration(slowest.Load()) > 50*time.Millisecond+150*time.Millisecond {
+		t.Fatalf("a decision took %v, budget 50ms", time.Duration(slowest.Load()))
+	}
+	if opened != 1 {
+		t.Fatalf("breaker opened %d times, want 1", opened)
+	}
+	if paid > 100 {
+		t.Fatalf("%d decisions waited for the slow Redis; the breaker should spare most", paid)
+	}
+	// The proxy runs two goroutines per connection, and go-redis replaces
+	// each connection that timed out; the limiter itself starts none.
+	if during > before+2*32+8 {
+		t.Fatalf("goroutines grew from %d to %d", before, during)
+	}
+}
+
+// fakeScripter answers every script call with a fixed reply or error.
+type fakeScripter struct {
+	val any
+	err error
+}
+
+func (f fakeScripter) cmd(ctx context.Context) *redis.Cmd {
+	return redis.NewCmdResult(f.val, f.err)
+}
+func (f fakeScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+func (f fakeScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+func (f fakeScripter) EvalRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+func (f fakeScripter) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.cmd(ctx)
+}
+func (f fakeScripter) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
+	return redis.NewBoolSliceResult(nil, f.err)
+}
+func (f fakeScripter) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
+	return redis.NewStringResult("", f.err)
+}
+
+// TestErrorClasses sends every kind of store failure through each failure
+// policy: never an error under FallbackLocal or FailOpen, always
+// ErrUnavailable under FailClosed, never reported as a denial.
+func TestErrorClasses(t *testing.T) {
+	replies := []string{
+		"LOADING Redis is loading the dataset in memory",
+		"READONLY You can't write against a read only replica.",
+		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+		"CLUSTERDOWN The cluster is down",
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"OOM command not allowed when used memory > 'maxmemory'.",
+		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
+		"NOSCRIPT No matching script. Please use EVAL.",
+		"ERR unexpected",
+	}
+	type setup func(t *testing.T) redis.Scripter
+	cases := map[string]setup{}
+	for _, msg := range replies {
+		cases[strings.Fields(msg)[0]] = func(t *testing.T) redis.Scripter {
+			m := redistest.Miniredis(t)
+			m.SetError(msg)
+			return outageClient(t, m.Addr())
+		}
+	}
+	cases["refused"] = func(t *testing.T) redis.Scripter {
+		m := redistest.Miniredis(t)
+		addr := m.Addr()
+		m.Close()
+		return outageClient(t, addr)
+	}
+	cases["timeout"] = func(t *testing.T) redis.Scripter {
+		p := redistest.NewProxy(t, redistest.Miniredis(t).Addr())
+		p.SetBlackhole(true)
+		return outageClient(t, p.Addr())
+	}
+	cases["pool exhausted"] = func(t *testing.T) redis.Scripter {
+		m := redistest.Miniredis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 1, PoolTimeout: time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rdb.Close() })
+		conn := rdb.Conn() // holds the only connection
+		if err := conn.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return rdb
+	}
+	cases["unexpected reply"] = func(t *testing.T) redis.Scripter {
+		return fakeScripter{val: []any{int64(1), "two"}}
+	}
+	cases["reply out of range"] = func(t *testing.T) redis.Scripter {
+		return fakeScripter{val: []any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(7), int64(0), int64(0)}}
+	}
+	for name, mk := range cases {
+		for _, pol := range []FailurePolicy{FallbackLocal, FailOpen, FailClosed} {
+			t.Run(name+"/"+pol.String(), func(t *testing.T) {
+				lim, err := New(mk(t), WithFailurePolicy(pol), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 5 {
+					res, err := lim.Allow(context.Background(), "k", PerMinute(3))
+					switch pol {
+					case FailClosed:
+						if !errors.Is(err, ErrUnavailable) {
+							t.Fatalf("request %d: Allow = %+v, %v; want ErrUnavailable", i, res, err)
+						}
+					case FailOpen:
+						if err != nil || !res.Allowed || !res.Degraded {
+							t.Fatalf("request %d: Allow = %+v, %v; want a degraded admission", i, res, err)
+						}
+					default:
+						want := i < 3 // the fallback's own bucket of 3
+						if err != nil || res.Allowed != want || !res.Degraded {
+							t.Fatalf("request %d: Allow = %+v, %v; want allowed=%v, degraded", i, res, err, want)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCallerCancelDoesNotTrip shows that callers who give up on a slow Redis
+// are not counted as store failures.
+func TestCallerCancelDoesNotTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	proxy.SetDelay(200 * time.Millisecond)
+	rec := newRecorder()
+	lim, err := New(outageClient(t, proxy.Addr()), WithTimeout(time.Second), WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err := lim.Allow(ctx, "k", PerSecond(1))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Allow with a 10ms caller deadline = %v, want the caller's error", err)
+		}
+	}
+	if s := lim.brk.state.Load(); s&3 != modeClosed {
+		t.Fatalf("breaker mode %d after caller cancellations, want closed", s&3)
+	}
+	if len(rec.degraded) != 0 || rec.storeErrs != 0 {
+		t.Fatalf("observer saw %d outages and %d store errors, want none", len(rec.degraded), rec.storeErrs)
+	}
+}
+
+// TestFlood offers one key 100 times its limit for 3 s: thanks to the deny
+// cache, Redis executes about one call per admission, not one per request.
+func TestFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s load test")
+	}
+	srv := redistest.Start(t)
+	lim := newRedisLimiter(t, srv.Addr())
+	admin := redistest.NewClient(t, srv.Addr())
+	ctx := context.Background()
+	limit := Limit{Rate: 100, Period: time.Second, Burst: 10}
+	if _, err := lim.Allow(ctx, "warm", limit); err != nil {
+		t.Fatal(err)
+	}
+	before, err := redistest.CommandCalls(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offered, admitted, errs atomic.Int64
+	stop := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Millisecond) // 10 goroutines: 10,000/s, 100x the limit
+			defer tick.Stop()
+			for ; time.Now().Before(stop); <-tick.C {
+				res, err := lim.Allow(ctx, "flood", limit)
+				offered.Add(1)
+				if err != nil || res.Degraded {
+					errs.Add(1)
+				} else if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after, err := redistest.CommandCalls(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := after["evalsha"] - before["evalsha"]
+	t.Logf("offered %d, admitted %d, Redis script calls %d (%.2f per admission, %.1f%% of offered)",
+		offered.Load(), admitted.Load(), calls, float64(calls)/float64(admitted.Load()), 100*float64(calls)/float64(offered.Load()))
+	if errs.Load() != 0 {
+		t.Fatalf("%d errors or degraded decisions", errs.Load())
+	}
+	if calls > 3*admitted.Load()+64 {
+		t.Fatalf("%d Redis calls for %d admissions", calls, admitted.Load())
+	}
+}
+
+// TestDenyCacheNeverOverDenies runs random traffic through a limiter with a
+// deny cache on a virtual clock and checks every local denial against the
+// reference model: Redis would have denied it too.
+func TestDenyCacheNeverOverDenies(t *testing.T) {
+	m := redistest.Miniredis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	lim, err := New(rdb, WithObserver(newRecorder()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	lim.now = func() int64 { return now.UnixMicro() }
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 7))
+	models := map[string]*bucket{}
+	cached := 0
+	for i := range 20_000 {
+		if dt := time.Duration(r.Int64N(40_000)) * time.Microsecond; r.IntN(3) > 0 {
+			advance(m, &now, dt)
+		}
+		ls := diffPlans[r.IntN(len(diffPlans))]
+		p, err := lim.plans.get(ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("k%d", r.IntN(3))
+		n := 1
+		if r.IntN(5) == 0 {
+			n = int(min(2, p.minB))
+		}
+		if hit := peekDenial(lim.denies, p.fp, key, lim.now()); hit && n == 1 {
+			cached++
+			b := models[p.fp+key]
+			if b == nil {
+				t.Fatalf("step %d: deny cache holds %s without a Redis decision", i, key)
+			}
+			copyB := bucket{lock: b.lock, tats: append([]tat(nil), b.tats...), set: b.set}
+			if d, _ := decide(&copyB, now.UnixMicro(), p.ticks, 1, 0, 0); d.allowed {
+				t.Fatalf("step %d: the deny cache denies %s under %v, but Redis would admit it", i, key, ls)
+			}
+		}
+		res, err := lim.AllowN(ctx, key, n, ls...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := models[p.fp+key]
+		if b == nil {
+			b = &bucket{}
+			models[p.fp+key] = b
+		}
+		want, _ := decide(b, now.UnixMicro(), p.ticks, int64(n), 0, 0)
+		if res.Allowed != want.allowed {
+			t.Fatalf("step %d: limiter allowed=%v, model %v", i, res.Allowed, want.allowed)
+		}
+	}
+	t.Logf("%d of 20000 decisions came from the deny cache, each checked against the model", cached)
+	if cached == 0 {
+		t.Fatal("the deny cache was never used")
+	}
+}
+
+// TestMemoryLimiter runs the in-memory mode through the same API.
+func TestMemoryLimiter(t *testing.T) {
+	lim, err := NewMemory(WithPenalty(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000_000)
+	lim.now = func() int64 { return now }
+	ctx := context.Background()
+	for i, want := range []bool{true, true, false, false} {
+		res, err := lim.Allow(ctx, "k", PerSecond(2))
+		if err != nil || res.Allowed != want || res.Degraded {
+			t.Fatalf("request %d: %+v, %v; want allowed=%v", i, res, err, want)
+		}
+	}
+	now += 30_000_000 // inside the one-minute lock
+	if res, _ := lim.Allow(ctx, "k", PerSecond(2)); res.Allowed || !res.Locked {
+		t.Fatalf("during the lock: %+v", res)
+	}
+	now += 31_000_000
+	if res, _ := lim.Allow(ctx, "k", PerSecond(2)); !res.Allowed {
+		t.Fatalf("after the lock: %+v", res)
+	}
+}
+
+// TestFallbackShare shows WithFallbackReplicas: with 3 replicas each
+// replica's fallback admits a third of the burst and of the rate.
+func TestFallbackShare(t *testing.T) {
+	m := redistest.Miniredis(t)
+	m.SetError("LOADING")
+	lim, err := New(outageClient(t, m.Addr()), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000_000)
+	lim.now = func() int64 { return now }
+	admitted := 0
+	for range 100 {
+		if res, err := lim.Allow(context.Background(), "k", PerMinute(600)); err != nil {
+			t.Fatal(err)
+		} else if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("admitted %d of 100 at once, want 100 (fallback burst 200)", admitted)
+	}
+	for range 150 {
+		lim.Allow(context.Background(), "k", PerMinute(600))
+	}
+	now += 60_000_000 // one minute refills 600/3 = 200 tokens
+	admitted = 0
+	for range 300 {
+		if res, _ := lim.Allow(context.Background(), "k", PerMinute(600)); res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 200 {
+		t.Fatalf("after a minute the fallback admitted %d, want 200 (a third of 600)", admitted)
+	}
+}
+
+// peekDenial reports whether the deny cache would deny key at now, without
+// starting a probe.
+func peekDenial(c *denyCache, fp, key string, now int64) bool {
+	k := localKey{fp, key}
+	sh := c.m.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	d := sh.m[k]
+	return d != nil && now < d.until
+}

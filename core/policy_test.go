@@ -1,0 +1,178 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// fakeReq is a keyfunc.Request for policy tests.
+type fakeReq struct {
+	headers map[string]string
+	route   string
+}
+
+func (r fakeReq) Header(name string) string { return r.headers[name] }
+func (r fakeReq) RemoteAddr() string        { return "192.0.2.1:1234" }
+func (r fakeReq) Method() string            { return "GET" }
+func (r fakeReq) Route() string             { return r.route }
+func (r fakeReq) Value(any) any             { return nil }
+
+func headersOf(v Verdict) map[string]string {
+	h := map[string]string{}
+	v.Headers(func(k, val string) { h[k] = val })
+	return h
+}
+
+func newTestPolicy(t *testing.T, limit Limit, key keyfunc.Func, opts ...PolicyOption) (*Policy, *int64) {
+	t.Helper()
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000_000)
+	lim.now = func() int64 { return now }
+	p, err := NewPolicy(lim, limit, key, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, &now
+}
+
+func TestPolicyHeaders(t *testing.T) {
+	limit := Limit{Name: "api", Rate: 2, Period: 3 * time.Second, Burst: 2}
+	tests := []struct {
+		name  string
+		style HeaderStyle
+		want  []map[string]string // per request: allowed, allowed, denied
+	}{
+		{"legacy", HeadersLegacy, []map[string]string{
+			{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "2"},
+			{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "3"},
+			{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "3", "Retry-After": "2"},
+		}},
+		{"ietf", HeadersIETF, []map[string]string{
+			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=1;t=2`},
+			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=0;t=3`},
+			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=0;t=2`, "Retry-After": "2"},
+		}},
+		{"none", HeadersNone, []map[string]string{{}, {}, {"Retry-After": "2"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newTestPolicy(t, limit, keyfunc.Static("x"), WithHeaders(tt.style))
+			for i, want := range tt.want {
+				v := p.Decide(context.Background(), fakeReq{})
+				if got := headersOf(v); !maps.Equal(got, want) {
+					t.Fatalf("request %d: headers %v, want %v", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPolicyVerdicts(t *testing.T) {
+	ctx := context.Background()
+	t.Run("deny body and status", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"))
+		p.Decide(ctx, fakeReq{})
+		v := p.Decide(ctx, fakeReq{})
+		ct, body := v.Body()
+		if v.Action != Deny || v.Status != 429 || ct != "text/plain; charset=utf-8" || string(body) != "Too Many Requests\n" {
+			t.Fatalf("Decide = %+v, body %q %q", v, ct, body)
+		}
+	})
+	t.Run("problem json", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithProblemJSON(true))
+		p.Decide(ctx, fakeReq{})
+		v := p.Decide(ctx, fakeReq{})
+		ct, body := v.Body()
+		want := `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry after 60 s."}`
+		if ct != "application/problem+json" || string(body) != want {
+			t.Fatalf("Body() = %q, %s", ct, body)
+		}
+	})
+	t.Run("missing key is 400, never a pass", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Tenant("X-Tenant"))
+		v := p.Decide(ctx, fakeReq{})
+		if v.Action != Fail || v.Status != 400 || !errors.Is(v.Err, keyfunc.ErrNoKey) {
+			t.Fatalf("Decide = %+v", v)
+		}
+		if _, body := v.Body(); strings.Contains(string(body), "X-Tenant") {
+			t.Fatalf("body leaks the error: %s", body)
+		}
+	})
+	t.Run("cost above burst is 500", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(2), keyfunc.Static("x"), WithCost(func(keyfunc.Request) int { return 3 }))
+		if v := p.Decide(ctx, fakeReq{}); v.Action != Fail || v.Status != 500 || !errors.Is(v.Err, ErrInvalidLimit) {
+			t.Fatalf("Decide = %+v", v)
+		}
+	})
+	t.Run("skip", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithSkip(func(r keyfunc.Request) bool { return r.Route() == "/healthz" }))
+		for range 3 {
+			v := p.Decide(ctx, fakeReq{route: "/healthz"})
+			if v.Action != Continue || len(headersOf(v)) != 0 {
+				t.Fatalf("skipped Decide = %+v", v)
+			}
+		}
+	})
+	t.Run("dry run", func(t *testing.T) {
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithDryRun(true))
+		p.Decide(ctx, fakeReq{})
+		v := p.Decide(ctx, fakeReq{})
+		if v.Action != Continue || v.Result.Allowed || headersOf(v)["X-RateLimit-Remaining"] != "0" {
+			t.Fatalf("dry-run Decide = %+v", v)
+		}
+	})
+	t.Run("limit per request with extra limit", func(t *testing.T) {
+		plans := map[string]Limit{"free": PerMinute(1), "pro": PerMinute(3)}
+		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Tenant("X-Tenant"),
+			WithLimitFunc(func(r keyfunc.Request) (Limit, error) {
+				l, ok := plans[r.Header("X-Plan")]
+				if !ok {
+					return Limit{}, keyfunc.ErrNoKey
+				}
+				return l, nil
+			}),
+			WithLimits(PerHour(100)))
+		count := func(tenant, plan string) int {
+			n := 0
+			for range 5 {
+				if v := p.Decide(ctx, fakeReq{headers: map[string]string{"X-Tenant": tenant, "X-Plan": plan}}); v.Action == Continue {
+					n++
+				}
+			}
+			return n
+		}
+		if got := count("a", "free"); got != 1 {
+			t.Fatalf("free plan admitted %d, want 1", got)
+		}
+		if got := count("b", "pro"); got != 3 {
+			t.Fatalf("pro plan admitted %d, want 3", got)
+		}
+		if v := p.Decide(ctx, fakeReq{headers: map[string]string{"X-Tenant": "c", "X-Plan": "gold"}}); v.Status != 400 {
+			t.Fatalf("unknown plan: %+v", v)
+		}
+	})
+	t.Run("invalid setup", func(t *testing.T) {
+		lim, _ := NewMemory()
+		if _, err := NewPolicy(nil, PerMinute(1), keyfunc.IP()); err == nil {
+			t.Fatal("nil limiter accepted")
+		}
+		if _, err := NewPolicy(lim, PerMinute(1), nil); err == nil {
+			t.Fatal("nil key accepted")
+		}
+		if _, err := NewPolicy(lim, Limit{}, keyfunc.IP()); !errors.Is(err, ErrInvalidLimit) {
+			t.Fatalf("zero limit: %v", err)
+		}
+		if _, err := NewPolicy(lim, PerMinute(1), keyfunc.IP(), WithWait(-time.Second)); err == nil {
+			t.Fatal("negative wait accepted")
+		}
+	})
+}

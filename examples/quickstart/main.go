@@ -37,7 +37,9 @@ func main() {
 
 	var replicas []*core.Limiter
 	for range 3 {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		// ContextTimeoutEnabled lets the limiter's 50ms budget reach the
+		// socket; MaxRetries -1 keeps a lost reply from charging twice.
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 		defer rdb.Close()
 		lim, err := core.New(rdb)
 		if err != nil {

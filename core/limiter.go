@@ -28,6 +28,7 @@ type Limiter struct {
 	penalty      int64 // microseconds
 	timeout      time.Duration
 	policy       FailurePolicy
+	inflight     int // round trips before decisions are batched; 0 disables batching
 	plans        planCache
 	local        *localStore
 	denies       *denyCache // nil when disabled
@@ -70,7 +71,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if err := checkClient(rdb, l.timeout); err != nil {
 		return nil, err
 	}
-	l.store = &redisStore{rdb: rdb}
+	l.store = newRedisStore(rdb, l.timeout, l.inflight)
 	return l, nil
 }
 
@@ -101,6 +102,7 @@ func newLimiter(opts []Option) (*Limiter, error) {
 		penalty:      micros(o.penalty),
 		timeout:      o.timeout,
 		policy:       o.policy,
+		inflight:     o.inflight,
 		local:        newLocalStore(o.capacity),
 		obs:          o.observer,
 		logger:       o.logger,

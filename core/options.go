@@ -54,6 +54,7 @@ type options struct {
 	failures    int
 	probeEvery  time.Duration
 	replicasSet bool
+	inflight    int
 }
 
 func defaultOptions() options {
@@ -65,6 +66,7 @@ func defaultOptions() options {
 		denyCache:  true,
 		failures:   3,
 		probeEvery: 100 * time.Millisecond,
+		inflight:   4,
 	}
 }
 
@@ -81,6 +83,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("core: WithTimeout: negative duration %s", o.timeout)
 	case o.replicas < 1 || o.replicas > 100_000:
 		return fmt.Errorf("core: WithFallbackReplicas: %d replicas, want 1 to 100000", o.replicas)
+	case o.inflight < 0:
+		return fmt.Errorf("core: WithBatching: %d round trips, want 0 or more", o.inflight)
 	case o.capacity < numShards:
 		return fmt.Errorf("core: WithLocalCapacity: %d entries, want at least %d", o.capacity, numShards)
 	}
@@ -173,3 +177,15 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 //
 // Default: slog.Default() at the time of the transition.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithBatching sets how many Redis round trips may be under way at once
+// before concurrent decisions are coalesced: while that many are in flight,
+// further decisions queue and are sent together, in one script call, when
+// one returns. An idle limiter therefore adds no latency, and a busy one
+// spends one Redis command on many decisions. Zero sends every decision on
+// its own. Batching applies to *redis.Client clients (single node and
+// Sentinel failover clients); Cluster and Ring clients send one script call
+// per decision.
+//
+// Default: 4.
+func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }

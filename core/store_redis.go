@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,21 +36,26 @@ func (c *call) appendArgs(args []any) []any {
 	return append(args, c.plan.args...)
 }
 
-// redisStore decides in Redis through the bucket script.
+// redisStore decides in Redis through the bucket script, batching
+// concurrent decisions where the client allows it.
 type redisStore struct {
-	rdb redis.Scripter
+	rdb   redis.Scripter
+	batch *batcher // nil: one script call per decision
+}
+
+func newRedisStore(rdb redis.Scripter, timeout time.Duration, inflight int) *redisStore {
+	s := &redisStore{rdb: rdb}
+	if _, ok := rdb.(*redis.Client); ok && inflight > 0 {
+		s.batch = &batcher{rdb: rdb, timeout: timeout, maxInflight: inflight, maxBatch: 256}
+	}
+	return s
 }
 
 func (s *redisStore) decide(ctx context.Context, c *call) (decision, error) {
-	args := c.appendArgs(make([]any, 0, 3+len(c.plan.args)))
-	vals, err := bucketScript.Run(ctx, s.rdb, []string{c.rkey}, args...).Int64Slice()
-	if err != nil {
-		return decision{}, err
+	if s.batch != nil {
+		return s.batch.decide(ctx, c)
 	}
-	if len(vals) != replyWidth {
-		return decision{}, fmt.Errorf("core: unexpected script reply of %d values, want %d", len(vals), replyWidth)
-	}
-	return parseReply(vals, c.plan)
+	return decideOne(ctx, s.rdb, c)
 }
 
 // parseReply checks and decodes one key's reply.

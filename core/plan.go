@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -20,7 +21,9 @@ type plan struct {
 	args   []any       // per-limit script arguments: nlimits, then r, p, b for each
 	maxW   int64       // longest exact reservation in microseconds
 
-	policyField string // the RateLimit-Policy header value
+	policyField string   // the RateLimit-Policy header value
+	burstField  []string // X-RateLimit-Limit per limit
+	items       []string // each limit's RateLimit item name
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -54,6 +57,10 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 	}
 	p.fp = hex.EncodeToString(h.Sum(nil)[:6])
 	p.policyField = policyFieldOf(limits)
+	for _, l := range limits {
+		p.burstField = append(p.burstField, strconv.Itoa(l.Burst))
+		p.items = append(p.items, limitItem(l))
+	}
 	p.local = p.ticks
 	if fallback != nil {
 		p.local = make([]tickLimit, len(limits))
@@ -100,6 +107,8 @@ func (c *planCache) getOne(l Limit) (*plan, error) {
 	if p != nil {
 		return p, nil
 	}
+	// The limit may come from request memory (a fiber header): keep a copy.
+	l.Name = strings.Clone(l.Name)
 	limits := append([]Limit{l}, c.extra...)
 	p, err := newPlan(limits, c.fallback)
 	if err != nil {

@@ -247,30 +247,89 @@ func (p *Policy) fail(err error) Verdict {
 	return v
 }
 
-// Headers calls set for each response field the verdict carries: the
-// rate-limit fields of the policy's style for decided requests, and
-// Retry-After (delta seconds, rounded up, never earlier than the real wait)
-// on a Deny.
-func (v *Verdict) Headers(set func(name, value string)) {
+// Header fields a verdict may carry, in the spelling used on the wire
+// (names) and in Go's canonical form (canonical), which http.Header keys use.
+const (
+	fRetryAfter = iota
+	fLimit
+	fRemaining
+	fReset
+	fPolicy
+	fRateLimit
+	numFields
+)
+
+var (
+	names     = [numFields]string{"Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
+	canonical = [numFields]string{"Retry-After", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
+)
+
+// fields computes the verdict's header fields into vals, "" for absent ones.
+func (v *Verdict) fields(vals *[numFields]string) {
 	if !v.decided {
 		return
 	}
 	res := &v.Result
+	idx := 0
+	for i, l := range v.plan.limits {
+		if l == res.Limit {
+			idx = i
+			break
+		}
+	}
 	if v.Action == Deny {
-		set("Retry-After", strconv.FormatInt(ceilSeconds(res.RetryAfter), 10))
+		vals[fRetryAfter] = strconv.FormatInt(ceilSeconds(res.RetryAfter), 10)
 	}
 	if v.style == HeadersLegacy || v.style == HeadersBoth {
-		set("X-RateLimit-Limit", strconv.Itoa(res.Limit.Burst))
-		set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
-		set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(res.ResetAfter), 10))
+		vals[fLimit] = v.plan.burstField[idx]
+		vals[fRemaining] = strconv.Itoa(res.Remaining)
+		vals[fReset] = strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
 	}
 	if v.style == HeadersIETF || v.style == HeadersBoth {
-		set("RateLimit-Policy", v.plan.policyField)
+		vals[fPolicy] = v.plan.policyField
 		t := res.ResetAfter
 		if !res.Allowed {
 			t = res.RetryAfter
 		}
-		set("RateLimit", limitItem(res.Limit)+";r="+strconv.Itoa(res.Remaining)+";t="+strconv.FormatInt(ceilSeconds(t), 10))
+		vals[fRateLimit] = v.plan.items[idx] + ";r=" + strconv.Itoa(res.Remaining) + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)
+	}
+}
+
+// Headers calls set for each response field the verdict carries: the
+// rate-limit fields of the policy's style for decided requests, and
+// Retry-After (delta seconds, rounded up, never earlier than the real wait)
+// on a Deny. Names are spelled as on the wire ("X-RateLimit-Limit").
+func (v *Verdict) Headers(set func(name, value string)) {
+	var vals [numFields]string
+	v.fields(&vals)
+	for i, val := range vals {
+		if val != "" {
+			set(names[i], val)
+		}
+	}
+}
+
+// WriteHeaders sets the same fields as [Verdict.Headers] in h, an
+// http.Header, under Go's canonical names and with one allocation for all
+// their value slices.
+func (v *Verdict) WriteHeaders(h map[string][]string) {
+	var vals [numFields]string
+	v.fields(&vals)
+	n := 0
+	for _, val := range vals {
+		if val != "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	backing := make([]string, 0, n)
+	for i, val := range vals {
+		if val != "" {
+			backing = append(backing, val)
+			h[canonical[i]] = backing[len(backing)-1 : len(backing) : len(backing)]
+		}
 	}
 }
 

@@ -1,0 +1,267 @@
+package adaptertest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// OK is the body, sent as plain text with status 200, of every route
+// handler a [Build] registers.
+const OK = "ok"
+
+// DefaultRemoteAddr is the peer address of a [Request] that names none.
+const DefaultRemoteAddr = "192.0.2.10:40000"
+
+// Build turns app into the framework's router, in memory, and returns how
+// to send it requests. It reports setup failures with tb.Fatal.
+type Build func(tb testing.TB, app App) Serve
+
+// Serve sends one request through the router and returns its answer. It is
+// called from the test's goroutine, one request at a time.
+type Serve func(Request) Response
+
+// App is a router to build: one limiter shared by every middleware, an
+// optional app-wide middleware, and routes.
+type App struct {
+	// Limiter is the engine every middleware of the app uses.
+	Limiter *core.Limiter
+	// Use, when not nil, is registered for the whole app the framework's
+	// usual way (for example gin's Engine.Use, or wrapping a ServeMux).
+	Use *Middleware
+	// Routes are the app's routes, each answering [OK].
+	Routes []Route
+}
+
+// Route is one route of an [App].
+type Route struct {
+	// Method is the route's method, such as "GET".
+	Method string
+	// Pattern is the route's path pattern in net/http syntax without the
+	// method, with named parameters in braces: "/items/{id}".
+	Pattern string
+	// Middleware, when not nil, limits this route only.
+	Middleware *Middleware
+}
+
+// ColonPattern returns the route's pattern with parameters written as
+// ":name", as gin, echo and fiber spell them: "/items/{id}" becomes
+// "/items/:id".
+func (r Route) ColonPattern() string {
+	var b strings.Builder
+	for p := r.Pattern; p != ""; {
+		i := strings.IndexByte(p, '{')
+		j := strings.IndexByte(p, '}')
+		if i < 0 || j < i {
+			b.WriteString(p)
+			break
+		}
+		b.WriteString(p[:i])
+		b.WriteByte(':')
+		b.WriteString(p[i+1 : j])
+		p = p[j+1:]
+	}
+	return b.String()
+}
+
+// Middleware describes one rate-limiting middleware in neutral terms. Limit
+// and Key are the adapter's New arguments; every other field maps to the
+// adapter option of the same name, and its zero value means "do not pass
+// the option".
+type Middleware struct {
+	Limit core.Limit
+	Key   keyfunc.Func
+
+	Skip        func(Call) bool
+	Cost        func(Call) int
+	LimitFunc   func(Call) (core.Limit, error)
+	Limits      []core.Limit
+	Headers     core.HeaderStyle
+	DryRun      bool
+	Wait        time.Duration
+	ProblemJSON bool
+
+	// Deny, when not nil, is the deny handler: the builder's native deny
+	// handler writes the Reply it returns for the handler's core.Result.
+	Deny func(core.Result) Reply
+	// Error, when not nil, is the error handler: the builder's native error
+	// handler writes the Reply it returns for the handler's error.
+	Error func(error) Reply
+}
+
+// Call is what the neutral option functions of a [Middleware] see of a
+// request. The builder fills it from the framework's native request, so
+// that the options exercise the adapter's native types.
+type Call struct {
+	Method string
+	// Path is the URL path as received, such as "/items/7".
+	Path string
+	// Header returns the named request header field, "" when absent.
+	Header func(name string) string
+}
+
+// Reply is an answer written by a neutral deny or error handler.
+type Reply struct {
+	Status      int
+	ContentType string
+	Body        string
+}
+
+// Request is one request a scenario sends.
+type Request struct {
+	// Method defaults to "GET".
+	Method string
+	// Path is the request target, such as "/items/7".
+	Path   string
+	Header http.Header
+	// RemoteAddr is the connection's peer, "host:port"; it defaults to
+	// DefaultRemoteAddr.
+	RemoteAddr string
+	// Context is the request's context, which the adapter must pass to the
+	// policy; nil means context.Background().
+	Context context.Context
+}
+
+// Response is the answer to a [Request].
+type Response struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// ServeHTTP returns a Serve that sends requests through h with
+// net/http/httptest, for frameworks built on net/http.
+func ServeHTTP(h http.Handler) Serve {
+	return func(r Request) Response {
+		ctx := r.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		req := httptest.NewRequestWithContext(ctx, r.Method, r.Path, nil)
+		req.RemoteAddr = r.RemoteAddr
+		for name, vals := range r.Header {
+			req.Header[http.CanonicalHeaderKey(name)] = vals
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return Response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.String()}
+	}
+}
+
+// Scenario is one conformance case: an app on a fresh limiter, and the
+// requests sent to it in order with the answer each must get.
+type Scenario struct {
+	Name string
+	// Limiter makes the scenario's limiter.
+	Limiter func(testing.TB) *core.Limiter
+	Use     *Middleware
+	Routes  []Route
+	Steps   []Step
+}
+
+// Step is one request and the answer it must get.
+type Step struct {
+	Request Request
+	// HangUp makes the client give up as soon as the request is sent: its
+	// context is cancelled concurrently, while the middleware may already
+	// be waiting (see Middleware.Wait).
+	HangUp bool
+	Want   Want
+}
+
+// Want is what a response must be. Zero fields are not checked, except
+// that no response may ever carry an error's text.
+type Want struct {
+	Status int
+	// Header lists fields and their exact values.
+	Header map[string]string
+	// Absent lists fields that must not be set.
+	Absent []string
+	// ContentType is the exact Content-Type.
+	ContentType string
+	// Body is the exact body.
+	Body string
+}
+
+// Run runs every scenario of [Scenarios] as a subtest of t against the
+// adapter that build makes.
+func Run(t *testing.T, build Build) {
+	t.Helper()
+	for _, sc := range Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			app := App{Limiter: sc.Limiter(t), Use: sc.Use, Routes: sc.Routes}
+			serve := build(t, app)
+			for i, st := range sc.Steps {
+				check(t, i+1, st, do(serve, st))
+			}
+		})
+	}
+}
+
+// do sends st's request with its defaults filled in.
+func do(serve Serve, st Step) Response {
+	r := st.Request
+	if r.Method == "" {
+		r.Method = http.MethodGet
+	}
+	if r.RemoteAddr == "" {
+		r.RemoteAddr = DefaultRemoteAddr
+	}
+	if r.Context == nil {
+		r.Context = context.Background()
+	}
+	if st.HangUp {
+		ctx, cancel := context.WithCancel(r.Context)
+		defer cancel()
+		r.Context = ctx
+		go cancel()
+	}
+	return serve(r)
+}
+
+// errorTexts are the beginnings of sluice's error messages, which must
+// never reach a client.
+var errorTexts = []string{"core:", "keyfunc:", "sluice:"}
+
+func check(t *testing.T, step int, st Step, got Response) {
+	t.Helper()
+	method := st.Request.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	req := fmt.Sprintf("step %d: %s %s", step, method, st.Request.Path)
+	w := st.Want
+	if w.Status != 0 && got.Status != w.Status {
+		t.Errorf("%s: status = %d, want %d (body %q)", req, got.Status, w.Status, got.Body)
+	}
+	for name, want := range w.Header {
+		if v := got.Header.Get(name); v != want {
+			t.Errorf("%s: header %s = %q, want %q", req, name, v, want)
+		}
+	}
+	for _, name := range w.Absent {
+		if v := got.Header.Values(name); len(v) != 0 {
+			t.Errorf("%s: header %s = %q, want it absent", req, name, v)
+		}
+	}
+	if w.ContentType != "" {
+		if v := got.Header.Get("Content-Type"); v != w.ContentType {
+			t.Errorf("%s: Content-Type = %q, want %q", req, v, w.ContentType)
+		}
+	}
+	if w.Body != "" && got.Body != w.Body {
+		t.Errorf("%s: body = %q, want %q", req, got.Body, w.Body)
+	}
+	for _, s := range errorTexts {
+		if strings.Contains(got.Body, s) {
+			t.Errorf("%s: body = %q, which shows an error's text", req, got.Body)
+		}
+	}
+}

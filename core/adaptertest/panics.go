@@ -1,0 +1,56 @@
+package adaptertest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// RunPanics checks that an adapter's constructor panics on each programming
+// mistake it must catch at setup: a nil limiter, a nil key function, an
+// invalid limit or extra limit, a negative wait and an unknown header
+// style. The panic message must begin with pkg and ": ", and for an invalid
+// limit the panic value must be an error wrapping [core.ErrInvalidLimit].
+//
+// mk builds the adapter's middleware for m on lim, as a [Build] does.
+func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middleware)) {
+	t.Helper()
+	lim := Memory(t)
+	ok := core.PerSecond(10)
+	for _, tc := range []struct {
+		name    string
+		lim     *core.Limiter
+		m       Middleware
+		invalid bool // the panic wraps core.ErrInvalidLimit
+	}{
+		{name: "nil limiter", m: Middleware{Limit: ok, Key: keyfunc.IP()}},
+		{name: "nil key", lim: lim, m: Middleware{Limit: ok}},
+		{name: "zero limit", lim: lim, m: Middleware{Key: keyfunc.IP()}, invalid: true},
+		{name: "invalid limit", lim: lim, m: Middleware{Limit: core.PerSecond(0), Key: keyfunc.IP()}, invalid: true},
+		{name: "invalid extra limit", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Limits: []core.Limit{{Rate: 1}}}, invalid: true},
+		{name: "negative wait", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Wait: -time.Second}},
+		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: core.HeadersNone + 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				v := recover()
+				if v == nil {
+					t.Fatalf("New(%s) did not panic", tc.name)
+				}
+				if msg := fmt.Sprint(v); !strings.HasPrefix(msg, pkg+": ") {
+					t.Errorf("New(%s) panicked with %q, want a message beginning %q", tc.name, msg, pkg+": ")
+				}
+				if err, _ := v.(error); tc.invalid && !errors.Is(err, core.ErrInvalidLimit) {
+					t.Errorf("New(%s) panicked with %#v, want an error wrapping core.ErrInvalidLimit", tc.name, v)
+				}
+			}()
+			m := tc.m
+			mk(tc.lim, &m)
+		})
+	}
+}

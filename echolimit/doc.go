@@ -1,0 +1,70 @@
+// Package echolimit is sluice's rate-limiting middleware for echo
+// (github.com/labstack/echo/v4). It supports echo v4 only; echo's main
+// branch is now v5, which will get an adapter package of its own.
+//
+// [New] returns an echo.MiddlewareFunc that limits requests by a key under
+// a [core.Limit], on a [core.Limiter] that any number of middlewares share:
+//
+//	lim, err := core.New(rdb)
+//	// ...
+//	e := echo.New()
+//	e.Use(echolimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant")))
+//	e.GET("/search", search, echolimit.New(lim, core.PerSecond(5), keyfunc.IP()))
+//
+// The limiting itself (skip, key, limit choice, cost, decision or wait,
+// dry run, header values) is [core.Policy]'s; this package only adapts echo
+// to it.
+//
+// # Answers
+//
+// An admitted request gets the rate-limit fields (X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset by default; see [WithHeaders])
+// and goes on to the next handler. A denied one gets the same fields,
+// Retry-After, and 429 Too Many Requests with the status text as a plain-text
+// body, written directly, unless [WithDenyHandler] says otherwise.
+//
+// A request that cannot be decided makes the middleware return an
+// *echo.HTTPError, unless [WithErrorHandler] says otherwise: 400 Bad Request
+// when it has no key (a missing tenant header, say: it is never let through
+// unlimited), 503 Service Unavailable when the store is down under
+// [core.FailClosed] or the client gave up while waiting, and 500 Internal
+// Server Error otherwise. Its message is the status text and its Internal
+// field the cause, so the app's HTTPErrorHandler answers it; echo's default
+// one writes {"message":"Bad Request"}, and adds the cause's text only in
+// echo's Debug mode. With [WithProblemJSON], which echo's error handler
+// cannot render, failures are answered directly with problem details
+// instead.
+//
+// # Client addresses and proxies
+//
+// [keyfunc.IP] keys requests by the connection's peer address
+// (http.Request.RemoteAddr) and reads no forwarding header unless trusted
+// proxies are named with [keyfunc.TrustProxies]. This package never uses
+// echo.Context.RealIP, which without an IPExtractor believes
+// X-Forwarded-For and X-Real-IP from any peer, so that any client could
+// choose its own key.
+//
+// # Route keys
+//
+// [keyfunc.Route] reads echo.Context.Path, the matched route's pattern, such
+// as "/items/:id". Middleware added with Echo.Use, with a group or on a
+// route runs after routing, so route keys work in all three; middleware
+// added with Echo.Pre runs before routing, where the path is still "" and a
+// route key fails with [keyfunc.ErrNoKey] (answered 400). For a request that
+// matches no route, echo reports the closest registered pattern or "".
+//
+// # Request-scoped values
+//
+// [keyfunc.User] and [keyfunc.TenantValue] find values stored with
+// echo.Context.Set under a string key, then values in the request's context.
+//
+// # Cost
+//
+// echo.Context is an interface, so its keyfunc view takes two words and
+// costs one small allocation per request, unlike the other adapters.
+//
+// # Request context
+//
+// The request's context flows into the limiter: a client that hangs up
+// ends its wait (see [WithWait]) and its Redis call.
+package echolimit

@@ -1,0 +1,62 @@
+package echolimit
+
+import (
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// New returns echo middleware that limits requests by key under limit, on
+// lim. One Limiter serves any number of middlewares; each names its own
+// limit and key function. The middleware is safe for concurrent use.
+//
+// Each request is run through a [core.Policy] with the request's context:
+// admitted requests get the rate-limit fields and go on to the next
+// handler; denied ones get the fields, Retry-After and the deny handler
+// (see [WithDenyHandler]); requests that cannot be decided get the error
+// handler (see [WithErrorHandler]). See the package documentation for the
+// default answers.
+//
+// New panics, with a message that begins "echolimit: ", when lim or key is
+// nil, when limit or a limit from [WithLimits] is invalid (the panic value
+// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
+// when [WithHeaders] names an unknown style, or when an option is nil.
+func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) echo.MiddlewareFunc {
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("echolimit: option %d is nil", i))
+		}
+		opt(&o)
+	}
+	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	if err != nil {
+		panic(fmt.Errorf("echolimit: %w", err))
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			v := p.Decide(c.Request().Context(), request{c})
+			switch v.Action {
+			case core.Continue:
+				v.WriteHeaders(c.Response().Header())
+				return next(c)
+			case core.Deny:
+				v.WriteHeaders(c.Response().Header())
+				if o.deny != nil {
+					return o.deny(c, v.Result)
+				}
+			default:
+				if o.onError != nil {
+					return o.onError(c, v.Err)
+				}
+				if !o.problem {
+					return echo.NewHTTPError(v.Status).SetInternal(v.Err)
+				}
+			}
+			ct, body := v.Body()
+			return c.Blob(v.Status, ct, body)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package echolimit
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, build)
+}
+
+func TestNewPanics(t *testing.T) {
+	adaptertest.RunPanics(t, "echolimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
+}
+
+// build serves app with an echo instance: app.Use through Echo.Use, route
+// middlewares as the route's own.
+func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
+	e := echo.New()
+	if app.Use != nil {
+		e.Use(middleware(app.Limiter, app.Use))
+	}
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, adaptertest.OK) }
+	for _, rt := range app.Routes {
+		var mws []echo.MiddlewareFunc
+		if rt.Middleware != nil {
+			mws = append(mws, middleware(app.Limiter, rt.Middleware))
+		}
+		e.Add(rt.Method, rt.ColonPattern(), ok, mws...)
+	}
+	return adaptertest.ServeHTTP(e)
+}
+
+// middleware translates a neutral middleware into New and its options.
+func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFunc {
+	call := func(c echo.Context) adaptertest.Call {
+		return adaptertest.Call{Method: c.Request().Method, Path: c.Request().URL.Path, Header: c.Request().Header.Get}
+	}
+	reply := func(c echo.Context, rep adaptertest.Reply) error {
+		return c.Blob(rep.Status, rep.ContentType, []byte(rep.Body))
+	}
+	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Skip != nil {
+		opts = append(opts, WithSkip(func(c echo.Context) bool { return m.Skip(call(c)) }))
+	}
+	if m.Cost != nil {
+		opts = append(opts, WithCost(func(c echo.Context) int { return m.Cost(call(c)) }))
+	}
+	if m.LimitFunc != nil {
+		opts = append(opts, WithLimitFunc(func(c echo.Context) (core.Limit, error) { return m.LimitFunc(call(c)) }))
+	}
+	if m.Deny != nil {
+		opts = append(opts, WithDenyHandler(func(c echo.Context, res core.Result) error { return reply(c, m.Deny(res)) }))
+	}
+	if m.Error != nil {
+		opts = append(opts, WithErrorHandler(func(c echo.Context, err error) error { return reply(c, m.Error(err)) }))
+	}
+	return New(lim, m.Limit, m.Key, opts...)
+}
+
+type ctxKey struct{}
+
+// TestRequest also pins the known cost of the echo view: boxing a two-word
+// struct that holds an interface.
+func TestRequest(t *testing.T) {
+	ran := false
+	e := echo.New()
+	e.GET("/items/:id", func(c echo.Context) error {
+		ran = true
+		c.Set("user", "from echo")
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), ctxKey{}, "from context")))
+		adaptertest.CheckView(t, request{c}, adaptertest.View{
+			RemoteAddr: "203.0.113.7:1234",
+			Route:      "/items/:id",
+			Values:     map[any]any{"user": "from echo", ctxKey{}: "from context", "missing": nil},
+		})
+		if calls, addr := adaptertest.ViewAllocs(func() keyfunc.Request { return request{c} }); calls > 1 || addr > 1 {
+			t.Errorf("keyfunc.Request view of echo.Context: %v and %v allocations, want at most 1", calls, addr)
+		}
+		return nil
+	})
+	adaptertest.ServeHTTP(e)(adaptertest.ViewRequest())
+	if !ran {
+		t.Fatal("the route did not run")
+	}
+}
+
+func bench(b *testing.B, mws ...echo.MiddlewareFunc) {
+	e := echo.New()
+	e.GET("/items/:id", func(c echo.Context) error { return c.NoContent(http.StatusOK) }, mws...)
+	adaptertest.BenchHTTP(b, e)
+}
+
+func BenchmarkBare(b *testing.B) { bench(b) }
+
+func BenchmarkMiddleware(b *testing.B) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP()))
+}

@@ -1,0 +1,63 @@
+package fiberlimit
+
+import (
+	"fmt"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// New returns fiber middleware that limits requests by key under limit, on
+// lim. One Limiter serves any number of middlewares; each names its own
+// limit and key function. The middleware is safe for concurrent use.
+//
+// Each request is run through a [core.Policy] with the context's user
+// context (fiber.Ctx.UserContext): admitted requests get the rate-limit
+// fields and go on to the next handler; denied ones get the fields,
+// Retry-After and the deny handler (see [WithDenyHandler]); requests that
+// cannot be decided get the error handler (see [WithErrorHandler]). See the
+// package documentation for the default answers.
+//
+// New panics, with a message that begins "fiberlimit: ", when lim or key is
+// nil, when limit or a limit from [WithLimits] is invalid (the panic value
+// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
+// when [WithHeaders] names an unknown style, or when an option is nil.
+func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) fiber.Handler {
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("fiberlimit: option %d is nil", i))
+		}
+		opt(&o)
+	}
+	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	if err != nil {
+		panic(fmt.Errorf("fiberlimit: %w", err))
+	}
+	return func(c *fiber.Ctx) error {
+		v := p.Decide(c.UserContext(), request{c})
+		switch v.Action {
+		case core.Continue:
+			v.Headers(c.Set)
+			return c.Next()
+		case core.Deny:
+			v.Headers(c.Set)
+			if o.deny != nil {
+				return o.deny(c, v.Result)
+			}
+		default:
+			if o.onError != nil {
+				return o.onError(c, v.Err)
+			}
+			if !o.problem {
+				// Not wrapped: fiber's default error handler writes the
+				// error's whole text.
+				return fiber.NewError(v.Status)
+			}
+		}
+		ct, body := v.Body()
+		c.Set(fiber.HeaderContentType, ct)
+		return c.Status(v.Status).Send(body)
+	}
+}

@@ -1,0 +1,245 @@
+package fiberlimit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/valyala/fasthttp"
+)
+
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, build)
+}
+
+func TestNewPanics(t *testing.T) {
+	adaptertest.RunPanics(t, "fiberlimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
+}
+
+// userContext is the fasthttp user value under which serve hands the test
+// request's context to the app.
+type userContext struct{}
+
+// build serves app with a fiber app: app.Use through App.Use, route
+// middlewares in their route's handlers.
+//
+// Requests go straight to the app's fasthttp handler on a RequestCtx made
+// with Init, which sets the peer address; App.Test would report 0.0.0.0 for
+// every request. fiber v2 has no request context of its own, so a first
+// handler sets the user context from the test request, as an app's timeout
+// middleware would.
+func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	f.Use(func(c *fiber.Ctx) error {
+		if ctx, ok := c.Context().UserValue(userContext{}).(context.Context); ok {
+			c.SetUserContext(ctx)
+		}
+		return c.Next()
+	})
+	if app.Use != nil {
+		f.Use(middleware(app.Limiter, app.Use))
+	}
+	ok := func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+		return c.SendString(adaptertest.OK)
+	}
+	for _, rt := range app.Routes {
+		handlers := []fiber.Handler{ok}
+		if rt.Middleware != nil {
+			handlers = []fiber.Handler{middleware(app.Limiter, rt.Middleware), ok}
+		}
+		f.Add(rt.Method, rt.ColonPattern(), handlers...)
+	}
+	h := f.Handler()
+	return func(r adaptertest.Request) adaptertest.Response {
+		fctx := newCtx(tb, r.Method, r.Path, r.RemoteAddr, r.Header)
+		fctx.SetUserValue(userContext{}, r.Context)
+		h(fctx)
+		res := adaptertest.Response{Status: fctx.Response.StatusCode(), Header: http.Header{}, Body: string(fctx.Response.Body())}
+		fctx.Response.Header.VisitAll(func(k, v []byte) { res.Header.Add(string(k), string(v)) })
+		return res
+	}
+}
+
+// newCtx returns a fasthttp request context for a request from peer.
+func newCtx(tb testing.TB, method, path, peer string, header http.Header) *fasthttp.RequestCtx {
+	tb.Helper()
+	addr, err := netip.ParseAddrPort(peer)
+	if err != nil {
+		tb.Fatalf("netip.ParseAddrPort(%q) = %v", peer, err)
+	}
+	var req fasthttp.Request
+	req.Header.SetMethod(method)
+	req.SetRequestURI(path)
+	for name, vals := range header {
+		for _, v := range vals {
+			req.Header.Add(name, v)
+		}
+	}
+	fctx := new(fasthttp.RequestCtx)
+	fctx.Init(&req, net.TCPAddrFromAddrPort(addr), nil)
+	return fctx
+}
+
+// middleware translates a neutral middleware into New and its options.
+func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
+	call := func(c *fiber.Ctx) adaptertest.Call {
+		return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+	}
+	reply := func(c *fiber.Ctx, rep adaptertest.Reply) error {
+		c.Set(fiber.HeaderContentType, rep.ContentType)
+		return c.Status(rep.Status).SendString(rep.Body)
+	}
+	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Skip != nil {
+		opts = append(opts, WithSkip(func(c *fiber.Ctx) bool { return m.Skip(call(c)) }))
+	}
+	if m.Cost != nil {
+		opts = append(opts, WithCost(func(c *fiber.Ctx) int { return m.Cost(call(c)) }))
+	}
+	if m.LimitFunc != nil {
+		opts = append(opts, WithLimitFunc(func(c *fiber.Ctx) (core.Limit, error) { return m.LimitFunc(call(c)) }))
+	}
+	if m.Deny != nil {
+		opts = append(opts, WithDenyHandler(func(c *fiber.Ctx, res core.Result) error { return reply(c, m.Deny(res)) }))
+	}
+	if m.Error != nil {
+		opts = append(opts, WithErrorHandler(func(c *fiber.Ctx, err error) error { return reply(c, m.Error(err)) }))
+	}
+	return New(lim, m.Limit, m.Key, opts...)
+}
+
+type ctxKey struct{}
+
+// inHandler runs check in a Use handler (use is true) and then in the route
+// handler of "/items/:id", for the request vr.
+func inHandler(t *testing.T, vr adaptertest.Request, check func(c *fiber.Ctx, use bool)) {
+	t.Helper()
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	ran := 0
+	f.Use(func(c *fiber.Ctx) error {
+		c.Locals("user", "from locals")
+		c.SetUserContext(context.WithValue(context.Background(), ctxKey{}, "from user context"))
+		check(c, true)
+		ran++
+		return c.Next()
+	})
+	f.Get("/items/:id", func(c *fiber.Ctx) error {
+		check(c, false)
+		ran++
+		return nil
+	})
+	f.Handler()(newCtx(t, vr.Method, vr.Path, vr.RemoteAddr, vr.Header))
+	if ran != 2 {
+		t.Fatalf("%d of 2 handlers ran", ran)
+	}
+}
+
+func TestRequest(t *testing.T) {
+	inHandler(t, adaptertest.ViewRequest(), func(c *fiber.Ctx, use bool) {
+		want := adaptertest.View{
+			RemoteAddr: "203.0.113.7",
+			Route:      "/items/:id",
+			Values:     map[any]any{"user": "from locals", ctxKey{}: "from user context", "missing": nil},
+		}
+		if use {
+			want.Route = "" // see TestRequestRoute
+		}
+		adaptertest.CheckView(t, request{c}, want)
+		if use {
+			return
+		}
+		// fasthttp holds the peer as a net.Addr: its text costs one
+		// allocation.
+		if calls, addr := adaptertest.ViewAllocs(func() keyfunc.Request { return request{c} }); calls != 0 || addr > 1 {
+			t.Errorf("keyfunc.Request view of *fiber.Ctx: %v allocations, want 0, and %v for RemoteAddr, want at most 1", calls, addr)
+		}
+	})
+}
+
+func TestRequestRemoteAddr(t *testing.T) {
+	for _, tc := range []struct{ peer, want string }{
+		{"203.0.113.7:1234", "203.0.113.7"},
+		{"[::ffff:203.0.113.7]:1234", "203.0.113.7"},
+		{"[2001:db8::1]:1234", "2001:db8::1"},
+	} {
+		vr := adaptertest.ViewRequest()
+		vr.RemoteAddr = tc.peer
+		inHandler(t, vr, func(c *fiber.Ctx, _ bool) {
+			if got := (request{c}).RemoteAddr(); got != tc.want {
+				t.Errorf("peer %s: RemoteAddr() = %q, want %q", tc.peer, got, tc.want)
+			}
+		})
+	}
+}
+
+func bench(b *testing.B, handlers ...fiber.Handler) {
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	f.Get("/items/:id", handlers...)
+	h := f.Handler()
+	fctx := newCtx(b, "GET", "/items/7", "203.0.113.7:1234", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		h(fctx)
+		fctx.Response.Reset()
+	}
+}
+
+func hello(c *fiber.Ctx) error { return c.SendStatus(http.StatusOK) }
+
+func BenchmarkBare(b *testing.B) { bench(b, hello) }
+
+func BenchmarkMiddleware(b *testing.B) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP()), hello)
+}
+
+func TestRequestRoute(t *testing.T) {
+	ok := func(c *fiber.Ctx) error { return c.SendStatus(http.StatusOK) }
+	for _, tc := range []struct {
+		name, path, want string
+		register         func(f *fiber.App, mw fiber.Handler)
+	}{
+		{"App.Use", "/items/7", "", func(f *fiber.App, mw fiber.Handler) {
+			f.Use(mw)
+			f.Get("/items/:id", ok)
+		}},
+		{"on the route", "/items/7", "/items/:id", func(f *fiber.App, mw fiber.Handler) {
+			f.Get("/items/:id", mw, ok)
+		}},
+		{"static route", "/HealthZ/", "/healthz", func(f *fiber.App, mw fiber.Handler) {
+			f.Get("/healthz", mw, ok)
+		}},
+		{"wildcard route", "/static/a/b", "/static/*", func(f *fiber.App, mw fiber.Handler) {
+			f.Get("/static/*", mw, ok)
+		}},
+		{"group handler", "/api/items", "", func(f *fiber.App, mw fiber.Handler) {
+			f.Group("/api", mw).Get("/items", ok)
+		}},
+		{"route in a group", "/api/items", "/api/items", func(f *fiber.App, mw fiber.Handler) {
+			f.Group("/api").Get("/items", mw, ok)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fiber.New(fiber.Config{DisableStartupMessage: true})
+			got := "(not run)"
+			tc.register(f, func(c *fiber.Ctx) error {
+				got = request{c}.Route()
+				return c.Next()
+			})
+			f.Handler()(newCtx(t, "GET", tc.path, "203.0.113.7:1234", nil))
+			if got != tc.want {
+				t.Errorf("Route() for GET %s = %q, want %q", tc.path, got, tc.want)
+			}
+		})
+	}
+}

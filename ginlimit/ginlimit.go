@@ -1,0 +1,64 @@
+package ginlimit
+
+import (
+	"fmt"
+
+	"github.com/gin-gonic/gin"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// New returns gin middleware that limits requests by key under limit, on
+// lim. One Limiter serves any number of middlewares; each names its own
+// limit and key function. The middleware is safe for concurrent use.
+//
+// Each request is run through a [core.Policy] with the request's context:
+// admitted requests get the rate-limit fields and go on down the chain;
+// denied ones get the fields, Retry-After and the deny handler (see
+// [WithDenyHandler]); requests that cannot be decided get the error handler
+// (see [WithErrorHandler]). Both abort the chain. See the package
+// documentation for the default answers.
+//
+// New panics, with a message that begins "ginlimit: ", when lim or key is
+// nil, when limit or a limit from [WithLimits] is invalid (the panic value
+// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
+// when [WithHeaders] names an unknown style, or when an option is nil.
+func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) gin.HandlerFunc {
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("ginlimit: option %d is nil", i))
+		}
+		opt(&o)
+	}
+	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	if err != nil {
+		panic(fmt.Errorf("ginlimit: %w", err))
+	}
+	return func(c *gin.Context) {
+		v := p.Decide(c.Request.Context(), request{c})
+		switch v.Action {
+		case core.Continue:
+			v.WriteHeaders(c.Writer.Header())
+			c.Next()
+			return
+		case core.Deny:
+			v.WriteHeaders(c.Writer.Header())
+			if o.deny != nil {
+				o.deny(c, v.Result)
+				c.Abort()
+				return
+			}
+		default:
+			if o.onError != nil {
+				o.onError(c, v.Err)
+				c.Abort()
+				return
+			}
+			_ = c.Error(v.Err)
+		}
+		ct, body := v.Body()
+		c.Abort()
+		c.Data(v.Status, ct, body)
+	}
+}

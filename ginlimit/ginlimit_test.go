@@ -1,0 +1,105 @@
+package ginlimit
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, build)
+}
+
+func TestNewPanics(t *testing.T) {
+	adaptertest.RunPanics(t, "ginlimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
+}
+
+// build serves app with a gin engine: app.Use through Engine.Use, route
+// middlewares in their route's chain.
+func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
+	r := gin.New()
+	if app.Use != nil {
+		r.Use(middleware(app.Limiter, app.Use))
+	}
+	ok := func(c *gin.Context) { c.String(http.StatusOK, adaptertest.OK) }
+	for _, rt := range app.Routes {
+		chain := []gin.HandlerFunc{ok}
+		if rt.Middleware != nil {
+			chain = []gin.HandlerFunc{middleware(app.Limiter, rt.Middleware), ok}
+		}
+		r.Handle(rt.Method, rt.ColonPattern(), chain...)
+	}
+	return adaptertest.ServeHTTP(r)
+}
+
+// middleware translates a neutral middleware into New and its options.
+func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
+	call := func(c *gin.Context) adaptertest.Call {
+		return adaptertest.Call{Method: c.Request.Method, Path: c.Request.URL.Path, Header: c.GetHeader}
+	}
+	reply := func(c *gin.Context, rep adaptertest.Reply) { c.Data(rep.Status, rep.ContentType, []byte(rep.Body)) }
+	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Skip != nil {
+		opts = append(opts, WithSkip(func(c *gin.Context) bool { return m.Skip(call(c)) }))
+	}
+	if m.Cost != nil {
+		opts = append(opts, WithCost(func(c *gin.Context) int { return m.Cost(call(c)) }))
+	}
+	if m.LimitFunc != nil {
+		opts = append(opts, WithLimitFunc(func(c *gin.Context) (core.Limit, error) { return m.LimitFunc(call(c)) }))
+	}
+	if m.Deny != nil {
+		opts = append(opts, WithDenyHandler(func(c *gin.Context, res core.Result) { reply(c, m.Deny(res)) }))
+	}
+	if m.Error != nil {
+		opts = append(opts, WithErrorHandler(func(c *gin.Context, err error) { reply(c, m.Error(err)) }))
+	}
+	return New(lim, m.Limit, m.Key, opts...)
+}
+
+type ctxKey struct{}
+
+func TestRequest(t *testing.T) {
+	ran := false
+	r := gin.New()
+	r.GET("/items/:id", func(c *gin.Context) {
+		ran = true
+		c.Set("user", "from gin")
+		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), ctxKey{}, "from context"))
+		adaptertest.CheckView(t, request{c}, adaptertest.View{
+			RemoteAddr: "203.0.113.7:1234",
+			Route:      "/items/:id",
+			Values:     map[any]any{"user": "from gin", ctxKey{}: "from context", "missing": nil},
+		})
+		if calls, addr := adaptertest.ViewAllocs(func() keyfunc.Request { return request{c} }); calls+addr != 0 {
+			t.Errorf("keyfunc.Request view of *gin.Context: %v+%v allocations, want 0", calls, addr)
+		}
+	})
+	adaptertest.ServeHTTP(r)(adaptertest.ViewRequest())
+	if !ran {
+		t.Fatal("the route did not run")
+	}
+}
+
+func bench(b *testing.B, chain ...gin.HandlerFunc) {
+	r := gin.New()
+	r.GET("/items/:id", chain...)
+	adaptertest.BenchHTTP(b, r)
+}
+
+func hello(c *gin.Context) { c.Status(http.StatusOK) }
+
+func BenchmarkBare(b *testing.B) { bench(b, hello) }
+
+func BenchmarkMiddleware(b *testing.B) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP()), hello)
+}

@@ -1,0 +1,57 @@
+// Package httplimit is sluice's rate-limiting middleware for net/http.
+//
+// [New] returns a func(http.Handler) http.Handler that limits requests by a
+// key under a [core.Limit], on a [core.Limiter] that any number of
+// middlewares share:
+//
+//	lim, err := core.New(rdb)
+//	// ...
+//	mux := http.NewServeMux()
+//	mux.Handle("GET /search", httplimit.New(lim, core.PerSecond(5), keyfunc.IP())(search))
+//	http.ListenAndServe(addr, httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant"))(mux))
+//
+// The limiting itself (skip, key, limit choice, cost, decision or wait,
+// dry run, header values) is [core.Policy]'s; this package only adapts
+// net/http to it.
+//
+// # Answers
+//
+// An admitted request gets the rate-limit fields (X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset by default; see [WithHeaders])
+// and goes on to the next handler. A denied one gets the same fields,
+// Retry-After, and 429 Too Many Requests with the status text as a plain-text
+// body, unless [WithDenyHandler] says otherwise. A request that cannot be
+// decided is answered 400 Bad Request when it has no key (a missing tenant
+// header, say: it is never let through unlimited), 503 Service Unavailable
+// when the store is down under [core.FailClosed] or the client gave up while
+// waiting, and 500 Internal Server Error otherwise, unless
+// [WithErrorHandler] says otherwise. Bodies are the status text, or problem
+// details with [WithProblemJSON]; an error's text never reaches the client.
+//
+// # Client addresses and proxies
+//
+// [keyfunc.IP] keys requests by the connection's peer address
+// (Request.RemoteAddr) and reads no forwarding header unless trusted
+// proxies are named with [keyfunc.TrustProxies]. Middleware that rewrites
+// RemoteAddr from request headers before this one (chi's RealIP, for one)
+// lets every client choose its own key.
+//
+// # Route keys
+//
+// [keyfunc.Route] reads Request.Pattern, which http.ServeMux (Go 1.22 and
+// later) sets to the matched pattern, such as "GET /items/{id}", before it
+// calls the route's handler. Wrap the handlers you register for a route key
+// to work:
+//
+//	mux.Handle("GET /items/{id}", httplimit.New(lim, limit, keyfunc.Route())(items))
+//
+// A middleware that wraps the whole mux runs before the mux has matched
+// anything: the pattern is still unknown there, so a route key fails with
+// [keyfunc.ErrNoKey] and the request is answered 400. Routers that do not
+// set Request.Pattern behave the same way.
+//
+// # Request context
+//
+// The request's context flows into the limiter: a client that hangs up
+// ends its wait (see [WithWait]) and its Redis call.
+package httplimit

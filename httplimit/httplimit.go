@@ -1,0 +1,71 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// New returns middleware that limits requests by key under limit, on lim.
+// One Limiter serves any number of middlewares; each names its own limit
+// and key function. The middleware is safe for concurrent use.
+//
+// Each request is run through a [core.Policy] with the request's context:
+// admitted requests get the rate-limit fields and go on to the next
+// handler; denied ones get the fields, Retry-After and the deny handler
+// (see [WithDenyHandler]); requests that cannot be decided get the error
+// handler (see [WithErrorHandler]). See the package documentation for the
+// default answers.
+//
+// New panics, with a message that begins "httplimit: ", when lim or key is
+// nil, when limit or a limit from [WithLimits] is invalid (the panic value
+// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
+// when [WithHeaders] names an unknown style, or when an option is nil.
+func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("httplimit: option %d is nil", i))
+		}
+		opt(&o)
+	}
+	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	if err != nil {
+		panic(fmt.Errorf("httplimit: %w", err))
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v := p.Decide(r.Context(), request{r})
+			switch v.Action {
+			case core.Continue:
+				v.WriteHeaders(w.Header())
+				next.ServeHTTP(w, r)
+			case core.Deny:
+				v.WriteHeaders(w.Header())
+				if o.deny != nil {
+					o.deny(w, r, v.Result)
+					return
+				}
+				write(w, &v)
+			default:
+				if o.onError != nil {
+					o.onError(w, r, v.Err)
+					return
+				}
+				write(w, &v)
+			}
+		})
+	}
+}
+
+// write sends the verdict's default answer, as http.Error does.
+func write(w http.ResponseWriter, v *core.Verdict) {
+	ct, body := v.Body()
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(v.Status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,111 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, build)
+}
+
+func TestNewPanics(t *testing.T) {
+	adaptertest.RunPanics(t, "httplimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
+}
+
+// build serves app with a ServeMux: app.Use wraps the whole mux, route
+// middlewares wrap their route's handler.
+func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(adaptertest.OK))
+	})
+	mux := http.NewServeMux()
+	for _, rt := range app.Routes {
+		var h http.Handler = ok
+		if rt.Middleware != nil {
+			h = middleware(app.Limiter, rt.Middleware)(h)
+		}
+		mux.Handle(rt.Method+" "+rt.Pattern, h)
+	}
+	var root http.Handler = mux
+	if app.Use != nil {
+		root = middleware(app.Limiter, app.Use)(mux)
+	}
+	return adaptertest.ServeHTTP(root)
+}
+
+// middleware translates a neutral middleware into New and its options.
+func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler) http.Handler {
+	call := func(r *http.Request) adaptertest.Call {
+		return adaptertest.Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Get}
+	}
+	reply := func(w http.ResponseWriter, rep adaptertest.Reply) {
+		w.Header().Set("Content-Type", rep.ContentType)
+		w.WriteHeader(rep.Status)
+		_, _ = w.Write([]byte(rep.Body))
+	}
+	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Skip != nil {
+		opts = append(opts, WithSkip(func(r *http.Request) bool { return m.Skip(call(r)) }))
+	}
+	if m.Cost != nil {
+		opts = append(opts, WithCost(func(r *http.Request) int { return m.Cost(call(r)) }))
+	}
+	if m.LimitFunc != nil {
+		opts = append(opts, WithLimitFunc(func(r *http.Request) (core.Limit, error) { return m.LimitFunc(call(r)) }))
+	}
+	if m.Deny != nil {
+		opts = append(opts, WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res core.Result) { reply(w, m.Deny(res)) }))
+	}
+	if m.Error != nil {
+		opts = append(opts, WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) { reply(w, m.Error(err)) }))
+	}
+	return New(lim, m.Limit, m.Key, opts...)
+}
+
+type ctxKey struct{}
+
+func TestRequest(t *testing.T) {
+	ran := false
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(_ http.ResponseWriter, r *http.Request) {
+		ran = true
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, "from context"))
+		adaptertest.CheckView(t, request{r}, adaptertest.View{
+			RemoteAddr: "203.0.113.7:1234",
+			Route:      "GET /items/{id}",
+			Values:     map[any]any{ctxKey{}: "from context", "missing": nil},
+		})
+		if calls, addr := adaptertest.ViewAllocs(func() keyfunc.Request { return request{r} }); calls+addr != 0 {
+			t.Errorf("keyfunc.Request view of *http.Request: %v+%v allocations, want 0", calls, addr)
+		}
+	})
+	adaptertest.ServeHTTP(mux)(adaptertest.ViewRequest())
+	if !ran {
+		t.Fatal("the route did not run")
+	}
+}
+
+func bench(b *testing.B, h http.Handler) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /items/{id}", h)
+	adaptertest.BenchHTTP(b, mux)
+}
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+
+func BenchmarkBare(b *testing.B) { bench(b, hello) }
+
+func BenchmarkMiddleware(b *testing.B) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP())(hello))
+}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -138,10 +139,12 @@ func TestBatchCancelWhileQueued(t *testing.T) {
 			switch {
 			case err == nil:
 				answered.Add(1)
-			case cctx.Err() != nil:
+			case i%2 == 1 && errors.Is(err, context.DeadlineExceeded):
+				// The caller's own deadline (reported as soon as it
+				// has passed, even before its timer fires).
 				canceled.Add(1)
 			default:
-				t.Errorf("Allow = %v", err)
+				t.Errorf("caller %d: Allow = %v", i, err)
 			}
 		}()
 	}

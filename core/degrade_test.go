@@ -491,7 +491,7 @@ func TestDenyCacheNeverOverDenies(t *testing.T) {
 		if r.IntN(5) == 0 {
 			n = int(min(2, p.minB))
 		}
-		if hit := peekDenial(lim.denies, p.fp, key, lim.now()); hit && n == 1 {
+		if hit := peekDenial(lim.denies, p.id, key, lim.now()); hit && n == 1 {
 			cached++
 			b := models[p.fp+key]
 			if b == nil {
@@ -586,8 +586,8 @@ func TestFallbackShare(t *testing.T) {
 
 // peekDenial reports whether the deny cache would deny key at now, without
 // starting a probe.
-func peekDenial(c *denyCache, fp, key string, now int64) bool {
-	k := localKey{fp, key}
+func peekDenial(c *denyCache, id uint64, key string, now int64) bool {
+	k := localKey{id, key}
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -232,12 +232,12 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 	cost := int64(n)
 
 	if l.store == nil {
-		d := l.local.decide(p.fp, key, now, p.ticks, cost, maxWait, l.penalty)
+		d := l.local.decide(p.id, key, now, p.ticks, cost, maxWait, l.penalty)
 		return l.done(d, p, SourceStore, false)
 	}
 
 	if l.denies != nil && cost == 1 && maxWait == 0 {
-		dn, st, ch := l.denies.check(p.fp, key, now)
+		dn, st, ch := l.denies.check(p.id, key, now)
 		if st == denyWait {
 			// Another request is asking Redis about this key; its
 			// answer is ours too, unless it leaves the key open.
@@ -246,14 +246,17 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 			case <-ctx.Done():
 				return Result{}, decision{}, ctx.Err()
 			}
-			dn, st, ch = l.denies.check(p.fp, key, now)
+			// Time has passed while waiting: judge the answer at the
+			// present, or a stale clock would deny what Redis admits.
+			now = l.now()
+			dn, st, ch = l.denies.check(p.id, key, now)
 		}
 		switch st {
 		case denyHit:
 			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
 			return l.done(d, p, SourceDenyCache, false)
 		case denyProbe:
-			defer l.denies.release(p.fp, key, ch)
+			defer l.denies.release(p.id, key, ch)
 		}
 	}
 
@@ -266,14 +269,14 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 				l.recovered(now)
 			}
 			if d.allowed {
-				l.local.charge(p.fp, key, now, p.local, cost)
+				l.local.charge(p.id, key, now, p.local, cost)
 			}
 			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0) {
 				// Redis said when a unit request can next pass. Counted
 				// from when this request was sent, that never outlasts
 				// Redis's own answer. With a penalty lock, only denials
 				// are cached: the first denial must reach Redis to lock.
-				l.denies.put(p.fp, key, now, denial{until: now + d.next, reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
+				l.denies.put(p.id, key, now, denial{until: now + d.next, reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
 			}
 			return l.done(d, p, SourceStore, false)
 		}
@@ -339,7 +342,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 		}
 		return Result{}, decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
-	d := l.local.decide(p.fp, key, now, p.local, cost, maxWait, l.penalty)
+	d := l.local.decide(p.id, key, now, p.local, cost, maxWait, l.penalty)
 	return l.done(d, p, SourceFallback, true)
 }
 

@@ -1,17 +1,21 @@
 package core
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 )
 
-// localKey names one bucket in local memory: the plan's fingerprint and the
-// caller's key. Looking it up never allocates; inserting copies the key,
-// because some frameworks (fiber) reuse the memory behind request strings.
+// localKey names one bucket in local memory: the plan's 64-bit fingerprint
+// and the caller's key. Looking it up never allocates; inserting copies the
+// key, because some frameworks (fiber) reuse the memory behind request
+// strings.
 type localKey struct {
-	fp  string
+	id  uint64
 	key string
 }
+
+var shardSeed = maphash.MakeSeed()
 
 const numShards = 64
 
@@ -44,34 +48,21 @@ func newShardedMap[V any](capacity int, weight func(*V, int64) int64) *shardedMa
 }
 
 func (s *shardedMap[V]) shard(k localKey) *shard[V] {
-	h := uint32(2166136261)
-	for i := 0; i < len(k.key); i++ {
-		h ^= uint32(k.key[i])
-		h *= 16777619
-	}
-	for i := 0; i < len(k.fp); i++ {
-		h ^= uint32(k.fp[i])
-		h *= 16777619
-	}
-	return &s.shards[h%numShards]
+	return &s.shards[(maphash.String(shardSeed, k.key)^k.id)%numShards]
 }
 
-// with runs f on k's entry under its shard's lock, creating the entry if
-// create is set. f receives nil when the entry is absent and create is not
-// set. It returns f's result.
-func with[V, R any](s *shardedMap[V], k localKey, now int64, create bool, f func(*V) R) R {
-	sh := s.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+// entry returns k's entry, inserting a zero one if create is set (else it
+// may return nil). The caller holds sh.mu.
+func (s *shardedMap[V]) entry(sh *shard[V], k localKey, now int64, create bool) *V {
 	v := sh.m[k]
 	if v == nil && create {
 		if len(sh.m) >= s.perShard {
 			s.evict(sh, now)
 		}
 		v = new(V)
-		sh.m[localKey{fp: k.fp, key: strings.Clone(k.key)}] = v
+		sh.m[localKey{id: k.id, key: strings.Clone(k.key)}] = v
 	}
-	return f(v)
+	return v
 }
 
 // evictSample is how many entries an insert into a full shard looks at.
@@ -143,37 +134,42 @@ func newLocalStore(capacity int) *localStore {
 }
 
 // decide applies one request to key's bucket under ticks at now.
-func (s *localStore) decide(fp, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
-	return with(s.m, localKey{fp, key}, now, true, func(e *localEntry) decision {
-		if !e.b.set && e.b.tats == nil {
-			e.b.tats = e.buf[:0]
-		}
-		d, _ := decide(&e.b, now, ticks, cost, maxWait, penalty)
-		return d
-	})
+func (s *localStore) decide(id uint64, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
+	k := localKey{id, key}
+	sh := s.m.shard(k)
+	sh.mu.Lock()
+	e := s.m.entry(sh, k, now, true)
+	if !e.b.set && e.b.tats == nil {
+		e.b.tats = e.buf[:0]
+	}
+	d, _ := decide(&e.b, now, ticks, cost, maxWait, penalty)
+	sh.mu.Unlock()
+	return d
 }
 
 // charge records, without ever refusing, that cost tokens were spent on key
 // elsewhere (in Redis), so that a switch to the local store starts from the
 // key's recent use instead of a full bucket. The debt is capped at one full
 // bucket.
-func (s *localStore) charge(fp, key string, now int64, ticks []tickLimit, cost int64) {
-	with(s.m, localKey{fp, key}, now, true, func(e *localEntry) struct{} {
-		b := &e.b
-		if !b.set {
-			b.tats = e.buf[:0]
-			for range ticks {
-				b.tats = append(b.tats, tat{us: now})
-			}
-			b.set = true
+func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit, cost int64) {
+	k := localKey{id, key}
+	sh := s.m.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.m.entry(sh, k, now, true)
+	b := &e.b
+	if !b.set {
+		b.tats = e.buf[:0]
+		for range ticks {
+			b.tats = append(b.tats, tat{us: now})
 		}
-		for i, t := range ticks {
-			d := max(0, (b.tats[i].us-now)*t.r+b.tats[i].frac)
-			d = min(d+cost*t.p, t.capacity())
-			b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
-		}
-		return struct{}{}
-	})
+		b.set = true
+	}
+	for i, t := range ticks {
+		d := max(0, (b.tats[i].us-now)*t.r+b.tats[i].frac)
+		d = min(d+cost*t.p, t.capacity())
+		b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+	}
 }
 
 // denial is what the deny cache remembers of a key.
@@ -215,8 +211,8 @@ const (
 )
 
 // check looks key up at now.
-func (c *denyCache) check(fp, key string, now int64) (denial, denyState, chan struct{}) {
-	k := localKey{fp, key}
+func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, chan struct{}) {
+	k := localKey{id, key}
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -235,20 +231,22 @@ func (c *denyCache) check(fp, key string, now int64) (denial, denyState, chan st
 
 // put remembers what Redis said of key, waking any requests waiting on a
 // probe.
-func (c *denyCache) put(fp, key string, now int64, d denial) {
-	with(c.m, localKey{fp, key}, now, true, func(v *denial) struct{} {
-		if v.probe != nil {
-			close(v.probe)
-		}
-		*v = d
-		return struct{}{}
-	})
+func (c *denyCache) put(id uint64, key string, now int64, d denial) {
+	k := localKey{id, key}
+	sh := c.m.shard(k)
+	sh.mu.Lock()
+	v := c.m.entry(sh, k, now, true)
+	if v.probe != nil {
+		close(v.probe)
+	}
+	*v = d
+	sh.mu.Unlock()
 }
 
 // release ends probe ch on key if it is still open, waking its waiters,
 // who then ask Redis themselves.
-func (c *denyCache) release(fp, key string, ch chan struct{}) {
-	k := localKey{fp, key}
+func (c *denyCache) release(id uint64, key string, ch chan struct{}) {
+	k := localKey{id, key}
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	if d := sh.m[k]; d != nil && d.probe == ch {

@@ -2,11 +2,13 @@ package core
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // plan is a validated set of limits decided together on one key: the tick
@@ -18,6 +20,7 @@ type plan struct {
 	local  []tickLimit // the local fallback's limits
 	minB   int64       // the smallest Burst: no single request may cost more
 	fp     string      // fingerprint, part of the Redis key
+	id     uint64      // fingerprint for local maps
 	args   []any       // per-limit script arguments: nlimits, then r, p, b for each
 	maxW   int64       // longest exact reservation in microseconds
 
@@ -55,7 +58,9 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 		// expect), the burst and the name.
 		fmt.Fprintf(h, "%d/%d/%d/%q;", l.Rate, l.Period, l.Burst, l.Name)
 	}
-	p.fp = hex.EncodeToString(h.Sum(nil)[:6])
+	sum := h.Sum(nil)
+	p.fp = hex.EncodeToString(sum[:6])
+	p.id = binary.LittleEndian.Uint64(sum[8:16])
 	p.policyField = policyFieldOf(limits)
 	for _, l := range limits {
 		p.burstField = append(p.burstField, strconv.Itoa(l.Burst))
@@ -83,7 +88,8 @@ const maxLimits = 8
 // limit sets, plans are compiled per call and not kept.
 type planCache struct {
 	fallback func(Limit) Limit
-	extra    []Limit // limits added to every plan (a middleware's WithLimits)
+	extra    []Limit              // limits added to every plan (a middleware's WithLimits)
+	last     atomic.Pointer[plan] // the plan used last: a lock-free hit
 	mu       sync.RWMutex
 	plans    map[Limit]*plan // single-limit plans, the common case
 }
@@ -101,6 +107,18 @@ func (c *planCache) get(limits []Limit) (*plan, error) {
 
 // getOne returns the plan of l together with the cache's extra limits.
 func (c *planCache) getOne(l Limit) (*plan, error) {
+	if p := c.last.Load(); p != nil && p.limits[0] == l {
+		return p, nil
+	}
+	p, err := c.lookup(l)
+	if err == nil {
+		c.last.Store(p)
+	}
+	return p, err
+}
+
+// lookup finds or compiles l's plan in the map.
+func (c *planCache) lookup(l Limit) (*plan, error) {
 	c.mu.RLock()
 	p := c.plans[l]
 	c.mu.RUnlock()

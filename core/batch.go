@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,15 @@ import (
 // deciding every queued key in order, and wakes the others with their
 // answers. No goroutine is started: the callers themselves do the work.
 //
-// A batch may only name keys one script can touch: on a single Redis
-// server (or a Sentinel-managed one) that is any key. Cluster and Ring
-// clients are not batched.
+// A batch may only name keys one script can touch. On a single Redis server
+// (or a Sentinel-managed one) that is any key, so a batch is one script
+// call. On Cluster and Ring clients, a batch is split by hash tag (the
+// library's {tag}, so one slot and one shard each) into one script call per
+// tag, all sent in one pipeline.
 type batcher struct {
 	rdb         redis.Scripter
-	timeout     time.Duration // budget of a batch's round trip
+	pipe        func() redis.Pipeliner // non-nil: group by tag, pipeline the groups
+	timeout     time.Duration          // budget of a batch's round trip
 	maxInflight int
 	maxBatch    int
 
@@ -128,26 +132,81 @@ func (b *batcher) send(batch []*pending) {
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)
 		defer cancel()
 	}
-	keys := make([]string, len(batch))
+	if b.pipe != nil {
+		b.sendGrouped(ctx, batch)
+	} else {
+		keys, args := batchArgs(batch)
+		vals, err := bucketScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		deliver(batch, vals, err)
+	}
+	for _, p := range batch[1:] {
+		p.done <- struct{}{}
+	}
+}
+
+// batchArgs lists the keys and script arguments of members, in order.
+func batchArgs(members []*pending) ([]string, []any) {
+	keys := make([]string, len(members))
 	var args []any
-	for i, p := range batch {
+	for i, p := range members {
 		keys[i] = p.c.rkey
 		args = p.c.appendArgs(args)
 	}
-	vals, err := bucketScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
-	if err == nil && len(vals) != replyWidth*len(batch) {
-		err = fmt.Errorf("core: unexpected script reply of %d values for %d keys", len(vals), len(batch))
+	return keys, args
+}
+
+// deliver decodes one script reply for members, or gives them its error.
+func deliver(members []*pending, vals []int64, err error) {
+	if err == nil && len(vals) != replyWidth*len(members) {
+		err = fmt.Errorf("core: unexpected script reply of %d values for %d keys", len(vals), len(members))
 	}
-	for i, p := range batch {
+	for i, p := range members {
 		if err != nil {
 			p.err = err
-		} else {
-			p.d, p.err = parseReply(vals[i*replyWidth:(i+1)*replyWidth], p.c.plan)
+			continue
 		}
-		if i > 0 {
-			p.done <- struct{}{}
+		p.d, p.err = parseReply(vals[i*replyWidth:(i+1)*replyWidth], p.c.plan)
+	}
+}
+
+// sendGrouped decides a batch on a Cluster or Ring client: one script call
+// per hash tag, keeping each tag's members in order, all in one pipeline.
+func (b *batcher) sendGrouped(ctx context.Context, batch []*pending) {
+	var order []string
+	groups := map[string][]*pending{}
+	for _, p := range batch {
+		t := hashTag(p.c.rkey)
+		if _, ok := groups[t]; !ok {
+			order = append(order, t)
+		}
+		groups[t] = append(groups[t], p)
+	}
+	pipe := b.pipe()
+	cmds := make([]*redis.Cmd, len(order))
+	for i, t := range order {
+		keys, args := batchArgs(groups[t])
+		cmds[i] = bucketScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	for i, t := range order {
+		members := groups[t]
+		vals, err := cmds[i].Int64Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			keys, args := batchArgs(members)
+			vals, err = bucketScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		}
+		deliver(members, vals, err)
+	}
+}
+
+// hashTag returns the {tag} section of a stored key name.
+func hashTag(rkey string) string {
+	if i := strings.IndexByte(rkey, '{'); i >= 0 {
+		if j := strings.IndexByte(rkey[i:], '}'); j > 0 {
+			return rkey[i+1 : i+j]
 		}
 	}
+	return rkey
 }
 
 // decideOne decides one call in its own script call.

@@ -10,28 +10,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/redistest"
 )
 
 // TestBatchScriptMatchesModel sends random batches, duplicate keys
-// included, as single script calls at one virtual instant and compares every
-// answer with the model applied in order.
+// included, at one virtual instant and compares every answer with the model
+// applied in order: as single script calls on one server, and grouped by
+// hash tag into a pipeline on a two-shard Ring.
 func TestBatchScriptMatchesModel(t *testing.T) {
-	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	t.Run("single", func(t *testing.T) {
+		m := redistest.Miniredis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		batchAgainstModel(t, &batcher{rdb: rdb}, func(now time.Time, d time.Duration) { m.SetTime(now); m.FastForward(d) })
+	})
+	t.Run("ring", func(t *testing.T) {
+		m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
+		t.Cleanup(func() { ring.Close() })
+		batchAgainstModel(t, &batcher{rdb: ring, pipe: ring.Pipeline}, func(now time.Time, d time.Duration) {
+			for _, m := range []*miniredis.Miniredis{m1, m2} {
+				m.SetTime(now)
+				m.FastForward(d)
+			}
+		})
+	})
+}
+
+func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.Duration)) {
+	t.Helper()
 	plans := make([]*plan, len(diffPlans))
 	for i, ls := range diffPlans {
 		plans[i], _ = newPlan(ls, nil)
 	}
 	r := rand.New(rand.NewPCG(3, 3))
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.SetTime(now)
+	setTime(now, 0)
 	model := map[string]*bucket{}
 	decisions := 0
 	for range 300 {
-		advance(m, &now, time.Duration(r.Int64N(400_000))*time.Microsecond)
+		dt := time.Duration(r.Int64N(400_000)) * time.Microsecond
+		now = now.Add(dt)
+		setTime(now, dt)
 		n := 1 + r.IntN(20)
 		batch := make([]*pending, n)
 		for i := range batch {
@@ -43,7 +65,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 			}
 			batch[i] = &pending{c: c, done: make(chan struct{}, 1)}
 		}
-		(&batcher{rdb: rdb}).send(batch)
+		bt.send(batch)
 		for i, p := range batch {
 			if p.err != nil {
 				t.Fatal(p.err)

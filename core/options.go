@@ -183,9 +183,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // further decisions queue and are sent together, in one script call, when
 // one returns. An idle limiter therefore adds no latency, and a busy one
 // spends one Redis command on many decisions. Zero sends every decision on
-// its own. Batching applies to *redis.Client clients (single node and
-// Sentinel failover clients); Cluster and Ring clients send one script call
-// per decision.
+// its own. On a single node or Sentinel failover client (*redis.Client) a
+// batch is one script call; on *redis.ClusterClient and *redis.Ring it is
+// one script call per hash tag (so per slot), all in one pipeline. Other
+// Scripter implementations are not batched.
 //
 // Default: 4.
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }

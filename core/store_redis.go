@@ -45,9 +45,20 @@ type redisStore struct {
 
 func newRedisStore(rdb redis.Scripter, timeout time.Duration, inflight int) *redisStore {
 	s := &redisStore{rdb: rdb}
-	if _, ok := rdb.(*redis.Client); ok && inflight > 0 {
-		s.batch = &batcher{rdb: rdb, timeout: timeout, maxInflight: inflight, maxBatch: 256}
+	if inflight <= 0 {
+		return s
 	}
+	b := &batcher{rdb: rdb, timeout: timeout, maxInflight: inflight, maxBatch: 256}
+	switch c := rdb.(type) {
+	case *redis.Client:
+	case *redis.ClusterClient:
+		b.pipe = c.Pipeline
+	case *redis.Ring:
+		b.pipe = c.Pipeline
+	default:
+		return s // unknown Scripter: one call per decision
+	}
+	s.batch = b
 	return s
 }
 

@@ -424,7 +424,8 @@ func TestFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	var offered, admitted, errs atomic.Int64
-	stop := time.Now().Add(3 * time.Second)
+	start := time.Now()
+	stop := start.Add(3 * time.Second)
 	var wg sync.WaitGroup
 	for range 10 {
 		wg.Add(1)
@@ -449,13 +450,18 @@ func TestFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := after["evalsha"] - before["evalsha"]
-	t.Logf("offered %d, admitted %d, Redis script calls %d (%.2f per admission, %.1f%% of offered)",
-		offered.Load(), admitted.Load(), calls, float64(calls)/float64(admitted.Load()), 100*float64(calls)/float64(offered.Load()))
+	ideal := float64(limit.Burst) + float64(limit.Rate)*time.Since(start).Seconds()
+	t.Logf("offered %d, admitted %d (ideal %.1f), Redis script calls %d (%.2f per admission, %.1f%% of offered)",
+		offered.Load(), admitted.Load(), ideal, calls, float64(calls)/float64(admitted.Load()), 100*float64(calls)/float64(offered.Load()))
 	if errs.Load() != 0 {
 		t.Fatalf("%d errors or degraded decisions", errs.Load())
 	}
 	if calls > 3*admitted.Load()+64 {
 		t.Fatalf("%d Redis calls for %d admissions", calls, admitted.Load())
+	}
+	// The cache must not cost admissions either.
+	if a := float64(admitted.Load()); a > ideal+1 || a < 0.99*ideal {
+		t.Fatalf("admitted %v, want within [99%%, +1] of the ideal %.1f", a, ideal)
 	}
 }
 

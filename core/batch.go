@@ -37,12 +37,13 @@ type batcher struct {
 
 // pending is one queued decision.
 type pending struct {
-	c     *call
-	d     decision
-	err   error
-	done  chan struct{} // receives once: the answer is in, or this caller leads
-	lead  []*pending    // set when this caller must send the batch
-	taken bool          // removed from the queue into a batch
+	c        *call
+	deadline time.Time // the caller's budget; zero for none
+	d        decision
+	err      error
+	done     chan struct{} // receives once: the answer is in, or this caller leads
+	lead     []*pending    // set when this caller must send the batch
+	taken    bool          // removed from the queue into a batch
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -59,6 +60,7 @@ func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
 	}
 	p := pendingPool.Get().(*pending)
 	p.c = c
+	p.deadline, _ = ctx.Deadline()
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 
@@ -101,22 +103,28 @@ func (b *batcher) release(p *pending) {
 }
 
 // finish ends a round trip: it hands the queue, if any, to its first caller,
-// who keeps the round-trip slot.
+// who keeps the round-trip slot. Callers whose deadline has passed stay out
+// of the batch (they are leaving the queue on their own), so that nobody
+// waits beyond its budget.
 func (b *batcher) finish() {
+	now := time.Now()
 	b.mu.Lock()
-	if len(b.queue) == 0 {
+	var batch []*pending
+	rest := b.queue[:0]
+	for _, p := range b.queue {
+		if len(batch) < b.maxBatch && (p.deadline.IsZero() || now.Before(p.deadline)) {
+			p.taken = true
+			batch = append(batch, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	if len(batch) == 0 {
 		b.inflight--
 		b.mu.Unlock()
 		return
-	}
-	n := min(len(b.queue), b.maxBatch)
-	batch := make([]*pending, n)
-	copy(batch, b.queue)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	for _, p := range batch {
-		p.taken = true
 	}
 	b.mu.Unlock()
 	batch[0].lead = batch
@@ -126,10 +134,21 @@ func (b *batcher) finish() {
 // send decides a batch in one script call and wakes its callers. The first
 // member is the caller running send; it is not woken.
 func (b *batcher) send(batch []*pending) {
+	// The batch answers within its members' earliest deadline, so that no
+	// member waits longer than its own budget.
+	var dl time.Time
+	for _, p := range batch {
+		if !p.deadline.IsZero() && (dl.IsZero() || p.deadline.Before(dl)) {
+			dl = p.deadline
+		}
+	}
+	if dl.IsZero() && b.timeout > 0 {
+		dl = time.Now().Add(b.timeout)
+	}
 	ctx := context.Background()
-	if b.timeout > 0 {
+	if !dl.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.timeout)
+		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
 	if b.pipe != nil {

@@ -600,3 +600,29 @@ func peekDenial(c *denyCache, id uint64, key string, now int64) bool {
 	d := sh.m[k]
 	return d != nil && now < d.until
 }
+
+// TestFallbackCostAboveShare: during an outage, a request costing more than
+// the replica's share of the burst takes the whole share instead of being
+// denied for as long as the outage lasts; results name the local limit.
+func TestFallbackCostAboveShare(t *testing.T) {
+	m := redistest.Miniredis(t)
+	m.SetError("LOADING")
+	lim, err := New(outageClient(t, m.Addr()), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_000_000_000_000)
+	lim.now = func() int64 { return now }
+	ctx := context.Background()
+	global := PerMinute(10) // the fallback enforces 10 per 3 min, burst 4
+	res, err := lim.AllowN(ctx, "k", 5, global)
+	if err != nil || !res.Allowed || !res.Degraded {
+		t.Fatalf("cost 5 with a local burst of 4: %+v, %v; want admitted", res, err)
+	}
+	if want := (Limit{Rate: 10, Period: 3 * time.Minute, Burst: 4}); res.Limit != want {
+		t.Fatalf("Result.Limit = %v, want the local %v", res.Limit, want)
+	}
+	if res, _ := lim.AllowN(ctx, "k", 1, global); res.Allowed {
+		t.Fatalf("the share is spent, yet %+v", res)
+	}
+}

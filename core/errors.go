@@ -9,7 +9,7 @@ import "errors"
 var ErrInvalidLimit = errors.New("core: invalid limit")
 
 // ErrUnavailable is returned (wrapped with the store's error) when the store
-// could not decide and the failure policy is [FailClosed] or there is no
-// fallback. A denial is never reported as ErrUnavailable, and a store
-// failure is never reported as a denial.
+// could not decide and the failure policy is [FailClosed]. A denial is never
+// reported as ErrUnavailable, and a store failure is never reported as a
+// denial.
 var ErrUnavailable = errors.New("core: store unavailable")

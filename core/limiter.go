@@ -342,8 +342,13 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 		}
 		return Result{}, decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
-	d := l.local.decide(p.id, key, now, p.local, cost, maxWait, l.penalty)
-	return l.done(d, p, SourceFallback, true)
+	// A request may cost more than a replica's share of the burst; it
+	// then takes the whole share, rather than being denied for as long
+	// as the outage lasts.
+	d := l.local.decide(p.id, key, now, p.local, min(cost, p.localMinB), maxWait, l.penalty)
+	res, d, err := l.done(d, p, SourceFallback, true)
+	res.Limit = p.localLimits[d.index] // the limit actually enforced
+	return res, d, err
 }
 
 // done turns a decision into a Result and reports it.

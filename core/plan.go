@@ -15,14 +15,16 @@ import (
 // form of each limit, the fingerprint that names their shared bucket, and the
 // script arguments, computed once and reused by every decision.
 type plan struct {
-	limits []Limit
-	ticks  []tickLimit
-	local  []tickLimit // the local fallback's limits
-	minB   int64       // the smallest Burst: no single request may cost more
-	fp     string      // fingerprint, part of the Redis key
-	id     uint64      // fingerprint for local maps
-	args   []any       // per-limit script arguments: nlimits, then r, p, b for each
-	maxW   int64       // longest exact reservation in microseconds
+	limits      []Limit
+	ticks       []tickLimit
+	local       []tickLimit // the local fallback's limits
+	localLimits []Limit     // the same, as limits, for results
+	localMinB   int64       // the smallest local Burst
+	minB        int64       // the smallest Burst: no single request may cost more
+	fp          string      // fingerprint, part of the Redis key
+	id          uint64      // fingerprint for local maps
+	args        []any       // per-limit script arguments: nlimits, then r, p, b for each
+	maxW        int64       // longest exact reservation in microseconds
 
 	policyField string   // the RateLimit-Policy header value
 	burstField  []string // X-RateLimit-Limit per limit
@@ -66,15 +68,20 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 		p.burstField = append(p.burstField, strconv.Itoa(l.Burst))
 		p.items = append(p.items, limitItem(l))
 	}
-	p.local = p.ticks
+	p.local, p.localLimits, p.localMinB = p.ticks, p.limits, p.minB
 	if fallback != nil {
 		p.local = make([]tickLimit, len(limits))
+		p.localLimits = make([]Limit, len(limits))
 		for i, l := range limits {
-			t, err := compileLimit(fallback(l))
+			fl := fallback(l)
+			t, err := compileLimit(fl)
 			if err != nil {
 				return nil, fmt.Errorf("fallback limit for %s: %w", l, err)
 			}
-			p.local[i] = t
+			p.local[i], p.localLimits[i] = t, fl
+			if i == 0 || t.b < p.localMinB {
+				p.localMinB = t.b
+			}
 		}
 	}
 	return p, nil

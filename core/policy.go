@@ -270,7 +270,7 @@ func (v *Verdict) fields(vals *[numFields]string) {
 		return
 	}
 	res := &v.Result
-	idx := 0
+	idx := -1 // the deciding limit in the plan; -1 for a fallback limit
 	for i, l := range v.plan.limits {
 		if l == res.Limit {
 			idx = i
@@ -281,7 +281,11 @@ func (v *Verdict) fields(vals *[numFields]string) {
 		vals[fRetryAfter] = strconv.FormatInt(ceilSeconds(res.RetryAfter), 10)
 	}
 	if v.style == HeadersLegacy || v.style == HeadersBoth {
-		vals[fLimit] = v.plan.burstField[idx]
+		if idx >= 0 {
+			vals[fLimit] = v.plan.burstField[idx]
+		} else {
+			vals[fLimit] = strconv.Itoa(res.Limit.Burst)
+		}
 		vals[fRemaining] = strconv.Itoa(res.Remaining)
 		vals[fReset] = strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
 	}
@@ -291,7 +295,11 @@ func (v *Verdict) fields(vals *[numFields]string) {
 		if !res.Allowed {
 			t = res.RetryAfter
 		}
-		vals[fRateLimit] = v.plan.items[idx] + ";r=" + strconv.Itoa(res.Remaining) + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)
+		item := limitItem(res.Limit)
+		if idx >= 0 {
+			item = v.plan.items[idx]
+		}
+		vals[fRateLimit] = item + ";r=" + strconv.Itoa(res.Remaining) + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)
 	}
 }
 

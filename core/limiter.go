@@ -60,6 +60,14 @@ type Limiter struct {
 // For the limiter's client, set MaxRetries to -1 as well: go-redis retries a
 // command whose reply was lost, and a retried decision charges its bucket
 // twice (the request may then be denied early; it is never admitted twice).
+// For a *redis.ClusterClient, also set ClusterStateReloadInterval to about a
+// second: go-redis otherwise keeps sending a dead master's slots to its old
+// address for up to a minute after a failover. docs/topologies.md has each
+// topology's client settings.
+//
+// One circuit breaker serves the whole client: on a Cluster, a failing
+// master sends every key to the failure policy until its replica takes
+// over, not only the keys in its slots.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: nil Redis client")

@@ -23,6 +23,19 @@
 // use [Addr] must treat that Redis as shared: no FLUSHALL, no SHUTDOWN, no
 // CONFIG SET, and keys that cannot collide with other users.
 //
+// # Cluster and Sentinel
+//
+// [StartCluster] runs a Redis Cluster of three masters with one replica each
+// (six redis-server processes, created with redis-cli --cluster create), and
+// [StartSentinel] runs a master, its replica and three sentinels. Both need
+// redis-server (and the cluster redis-cli) on PATH, with the same skipping
+// and failing rules as [Start]. Both return once the topology is ready, and
+// offer go-redis clients configured for sluice ([Cluster.Client],
+// [Sentinel.Client]) and the faults that matter: [Cluster.KillMaster] and
+// [Cluster.WaitHealthy] for a failover, [Cluster.MoveSlots] for resharding
+// under traffic, and [Sentinel.Failover] for a sentinel-driven failover.
+// [Slot] computes a key's hash slot.
+//
 // # In-process Redis
 //
 // [Miniredis] starts an in-process miniredis for tests that need no real
@@ -42,7 +55,9 @@
 //
 // # Goroutines and processes
 //
-// Every helper registers its own cleanup with testing.TB.Cleanup. A [Proxy]
+// Every helper registers its own cleanup with testing.TB.Cleanup. The
+// cleanup of a client from [Cluster.Client] or [Sentinel.Client] waits up
+// to a few seconds for go-redis's background goroutines to end. A [Proxy]
 // owns goroutines only until [Proxy.Close] returns. A [Server] owns one
 // goroutine per running redis-server process, which waits for the process
 // and exits with it; the process is always reaped, so no zombies remain.

@@ -54,6 +54,7 @@ var (
 type Server struct {
 	tb      testing.TB
 	bin     string
+	conf    string // config file passed first on the command line; "" for none
 	extra   []string
 	dir     string
 	logPath string
@@ -104,12 +105,25 @@ func Start(tb testing.TB, args ...string) *Server {
 // start is Start with the port picker as a parameter, for tests.
 func start(tb testing.TB, pickPort func() (int, error), args []string) *Server {
 	tb.Helper()
+	args = slices.Clone(args)
+	return startWith(tb, pickPort, func(string, int) (string, []string, error) { return "", args, nil })
+}
+
+// setupFunc prepares one attempt to start a server on port, with dir as its
+// working directory: it may write files there, and returns the config file
+// to pass first on the command line ("" for none) and the arguments to pass
+// after Start's own. The result is kept for Restart.
+type setupFunc func(dir string, port int) (conf string, args []string, err error)
+
+// startWith is Start for any kind of redis-server: a cluster node, a
+// sentinel. setup runs before each attempt.
+func startWith(tb testing.TB, pickPort func() (int, error), setup setupFunc) *Server {
+	tb.Helper()
 	bin := lookServer(tb)
 	dir := tb.TempDir()
 	s := &Server{
 		tb:      tb,
 		bin:     bin,
-		extra:   slices.Clone(args),
 		dir:     dir,
 		logPath: filepath.Join(dir, "redis-server.log"),
 	}
@@ -127,6 +141,10 @@ func start(tb testing.TB, pickPort func() (int, error), args []string) *Server {
 		}
 		s.port = port
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.conf, s.extra, err = setup(dir, port)
+		if err != nil {
+			tb.Fatalf("redistest: prepare redis-server on %s: %v", s.addr, err)
+		}
 		_, err = s.launch(time.Now().Add(startTimeout))
 		if err == nil {
 			return s
@@ -294,6 +312,10 @@ func (s *Server) launch(deadline time.Time) (int64, error) {
 		"--protected-mode", "no",
 		"--daemonize", "no",
 	}, s.extra...)
+	if s.conf != "" {
+		// redis-server reads a config file only as its first argument.
+		args = append([]string{s.conf}, args...)
+	}
 	fmt.Fprintf(logf, "=== redistest: %s %s\n", s.bin, shellJoin(args))
 
 	cmd := exec.Command(s.bin, args...)
@@ -439,13 +461,16 @@ func (s *Server) logSince(offset int64) []byte {
 }
 
 // logTail returns the end of the server log, for failure messages.
-func (s *Server) logTail() string {
+func (s *Server) logTail() string { return s.logTailN(logTailBytes) }
+
+// logTailN is logTail with at most about n bytes of the log.
+func (s *Server) logTailN(n int) string {
 	b, err := os.ReadFile(s.logPath)
 	if err != nil {
 		return fmt.Sprintf("(no redis-server log: %v)", err)
 	}
-	if len(b) > logTailBytes {
-		b = b[len(b)-logTailBytes:]
+	if len(b) > n {
+		b = b[len(b)-n:]
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			b = b[i+1:]
 		}

@@ -1,0 +1,171 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/redistest"
+)
+
+// exhausted is a key whose bucket a writer emptied through the limiter.
+type exhausted struct {
+	key      string
+	at       time.Duration // when the last admission returned, from the start of the run
+	degraded bool          // some admission was made by the fallback
+}
+
+// exhaustKeys empties the bucket of a fresh key every tick until stop is
+// closed: burst admissions of limit each, with no WAIT, as the limiter
+// always writes.
+func exhaustKeys(lim *core.Limiter, limit core.Limit, run *loadRun, stop <-chan struct{}) []exhausted {
+	var out []exhausted
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return out
+		case <-tick.C:
+		}
+		e := exhausted{key: fmt.Sprintf("lost-%05d", i)}
+		for range limit.Burst {
+			res, err := lim.Allow(ctx, e.key, limit)
+			if err != nil || !res.Allowed {
+				e.degraded = true // not a clean exhaustion; leave it out
+				break
+			}
+			e.degraded = e.degraded || res.Degraded
+		}
+		e.at = run.now()
+		out = append(out, e)
+	}
+}
+
+// TestSentinelFailover has a sentinel fail the master over (SENTINEL
+// FAILOVER, as an operator would) while 32 goroutines decide through a
+// failover client: no caller sees an error, decisions degrade only around
+// the failover, and they are back on Redis soon after the new master takes
+// writes. A writer empties a fresh key's bucket every 5ms throughout;
+// afterwards each of those keys is asked again, to measure the writes the
+// failover lost: admissions that the old master acknowledged after its
+// replica had been promoted, and that the new master never saw, so those
+// buckets are fuller than they should be.
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Sentinel deployment and fails the master over")
+	}
+	s := redistest.StartSentinel(t)
+	rdb := s.Client(t)
+	warmClient(t, rdb)
+	lim, health := newTopoLimiter(t, rdb)
+	oldMaster := s.Master()
+	limit := core.Limit{Rate: 100_000, Period: time.Second, Burst: 100_000}
+	keys := make([]string, 256)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sf-%03d", i)
+	}
+	warm(t, lim, keys, limit)
+
+	probe := core.PerHour(5)
+	run := startLoad(lim, keys, limit, 32, 10*time.Millisecond)
+	stopWriter := make(chan struct{})
+	var written []exhausted
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		written = exhaustKeys(lim, probe, run, stopWriter)
+	}()
+	pause(time.Second)
+	failStart := run.now()
+	newMaster := s.Failover()
+	failDone := run.now()
+	pause(3 * time.Second)
+	close(stopWriter)
+	wg.Wait()
+	endAt := run.now()
+	samples := run.finish()
+	run.checkErrors(t)
+
+	nDeg, firstDeg, lastDeg := degradedSummary(samples, func(s sample) bool {
+		return s.start >= failStart && s.start < failDone+2*time.Second
+	})
+	back := endAt
+	for _, s := range samples {
+		if s.start > failDone && !s.degraded {
+			back = s.start
+			break
+		}
+	}
+	t.Logf("%d decisions over %v; SENTINEL FAILOVER from %s to %s at %v, new master took writes %v later",
+		len(samples), endAt, oldMaster, newMaster, failStart, failDone-failStart)
+	t.Logf("degraded decisions around the failover: %d, from %v to %v after it began (%v); first store decision %v after the new master took writes; %s",
+		nDeg, firstDeg.start-failStart, lastDeg.end-failStart, lastDeg.end-firstDeg.start, back-failDone, health)
+	t.Logf("degraded decisions per 100ms from the start of the failover: %s", timeline(samples, failStart))
+	if back == endAt {
+		t.Fatal("no store decision after the failover")
+	}
+	// The client drops its connections to the old master when the
+	// sentinels announce the switch; the calls on them fail, and the
+	// limiter's probe finds Redis again 100ms later.
+	checkQuiet(t, samples, 0, failStart, "before the failover")
+	checkQuiet(t, samples, failDone+2*time.Second, endAt, "from 2s after the new master took writes")
+
+	// Ask again, with a limiter of its own (no deny cache, no fallback
+	// state), how many tokens each emptied bucket has on the new master.
+	checker, _ := newTopoLimiter(t, rdb, core.WithDenyCache(false), core.WithTimeout(time.Second))
+	ctx := context.Background()
+	var clean []exhausted
+	var cleanKeys []string
+	for _, e := range written {
+		if !e.degraded {
+			clean = append(clean, e)
+			cleanKeys = append(cleanKeys, e.key)
+		}
+	}
+	refills := make([]int, len(clean)) // admissions each emptied bucket still had
+	forEachKey(t, cleanKeys, func(i int, key string) error {
+		for range probe.Burst + 1 {
+			res, err := checker.Allow(ctx, key, probe)
+			if err != nil || res.Degraded {
+				return fmt.Errorf("check Allow(%s) = %+v, %v; want a decision by Redis", key, res, err)
+			}
+			if !res.Allowed {
+				return nil
+			}
+			refills[i]++
+		}
+		return fmt.Errorf("key %s admitted %d more after being emptied, more than one burst (%d)", key, refills[i], probe.Burst)
+	})
+	var lost []exhausted
+	extra := 0
+	for i, e := range clean {
+		if refills[i] > 0 {
+			lost = append(lost, e)
+			extra += refills[i]
+		}
+	}
+	sort.Slice(lost, func(i, j int) bool { return lost[i].at < lost[j].at })
+	window := "none"
+	if len(lost) > 0 {
+		window = fmt.Sprintf("emptied from %v to %v after the failover began", lost[0].at-failStart, lost[len(lost)-1].at-failStart)
+	}
+	t.Logf("lost writes: %d of %d buckets emptied by Redis (one every 5ms) were fuller on the new master, %d extra admissions in all (at most one burst of %d per key); %s",
+		len(lost), len(clean), extra, probe.Burst, window)
+
+	calls, err := redistest.CommandCalls(ctx, redistest.NewClient(t, newMaster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("on the promoted replica: %d EVALSHA, %d EVAL (each EVAL follows a NOSCRIPT: a replica's script cache starts empty)",
+		calls["evalsha"], calls["eval"])
+	if calls["evalsha"] == 0 {
+		t.Error("no EVALSHA reached the new master")
+	}
+}

@@ -11,39 +11,40 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/examples/internal/demoredis"
 )
 
 func main() {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer mr.Close()
-		addr = mr.Addr()
-		fmt.Println("using an embedded miniredis (set REDIS_ADDR for a real Redis)")
+	if err := run(context.Background(), os.Stdout); err != nil {
+		log.Fatal(err)
 	}
-	ctx := context.Background()
+}
+
+func run(ctx context.Context, stdout io.Writer) error {
+	srv, err := demoredis.Start(stdout)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
 	limit := core.PerSecond(10)
 	tenant := fmt.Sprintf("tenant:demo-%d", time.Now().UnixNano())
 
 	var replicas []*core.Limiter
 	for range 3 {
-		// ContextTimeoutEnabled lets the limiter's 50ms budget reach the
-		// socket; MaxRetries -1 keeps a lost reply from charging twice.
-		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		// demoredis.NewClient sets ContextTimeoutEnabled, so that the
+		// limiter's 50ms budget reaches the socket, and MaxRetries -1, so
+		// that a lost reply is not retried and charged twice.
+		rdb := demoredis.NewClient(srv.Addr)
 		defer rdb.Close()
 		lim, err := core.New(rdb)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		replicas = append(replicas, lim)
 	}
@@ -55,14 +56,15 @@ func main() {
 		r := i % len(replicas)
 		res, err := replicas[r].Allow(ctx, tenant, limit)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		if res.Allowed {
 			admitted[r]++
 		}
-		fmt.Printf("request %2d via replica %d: allowed=%-5v remaining=%d retry-after=%v\n",
+		fmt.Fprintf(stdout, "request %2d via replica %d: allowed=%-5v remaining=%d retry-after=%v\n",
 			i+1, r, res.Allowed, res.Remaining, res.RetryAfter.Round(time.Millisecond))
 	}
-	fmt.Printf("admitted per replica %v: %d in all, the limit's burst of %d\n",
+	fmt.Fprintf(stdout, "admitted per replica %v: %d in all, the limit's burst of %d\n",
 		admitted, admitted[0]+admitted[1]+admitted[2], limit.Burst)
+	return nil
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/examples/internal/demoredis"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// tenantHeader carries the tenant every request belongs to. Clients can
+// write it, so it is only safe behind a gateway that sets it; here the load
+// generator stands in for that gateway.
+const tenantHeader = "X-Tenant-ID"
+
+// approach is one way of limiting. newReplica builds replica i's handler,
+// which answers 200 or 429 and tells rec about store trouble, and a func
+// that releases what it holds.
+type approach struct {
+	name       string
+	newReplica func(i int, prefix string, rec *recorder) (http.Handler, func(), error)
+}
+
+// ok is every replica's application: it answers 200.
+var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	_, _ = w.Write([]byte("ok\n"))
+})
+
+func (d *demo) approaches() []approach {
+	return []approach{d.memoryBuckets(), d.fixedWindow(), d.sluice()}
+}
+
+// memoryBuckets gives each replica its own in-process limiter at the full
+// limit: the same middleware and the same bucket arithmetic as sluice, but
+// nothing is shared, so n replicas admit up to n times the limit, and how
+// much more depends on how the load balancer spreads the traffic.
+func (d *demo) memoryBuckets() approach {
+	return approach{
+		name: "per-replica memory buckets",
+		newReplica: func(int, string, *recorder) (http.Handler, func(), error) {
+			lim, err := core.NewMemory()
+			if err != nil {
+				return nil, nil, err
+			}
+			return httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), func() {}, nil
+		},
+	}
+}
+
+// fixedWindow is the counter most Redis rate-limiting posts start from:
+// INCR a key named after the current second, EXPIRE it when it is new, and
+// deny past the limit. When Redis fails it lets the request through, the
+// usual choice for not taking the API down with its limiter.
+func (d *demo) fixedWindow() approach {
+	return approach{
+		name: "Redis fixed window",
+		newReplica: func(_ int, prefix string, rec *recorder) (http.Handler, func(), error) {
+			rdb := demoredis.NewClient(d.proxy.Addr())
+			limit := int64(d.cfg.limit)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+				defer cancel()
+				now := time.Now()
+				n, err := countInWindow(ctx, rdb, fmt.Sprintf("%s%s:%d", prefix, r.Header.Get(tenantHeader), now.Unix()))
+				if err != nil {
+					rec.degradedAt(now) // fail open
+				} else if n > limit {
+					http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+					return
+				}
+				ok(w, r)
+			})
+			return h, func() { rdb.Close() }, nil
+		},
+	}
+}
+
+// countInWindow is the fixed window: one INCR per request, and an EXPIRE on
+// the window's first request so that old windows disappear.
+func countInWindow(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
+	n, err := rdb.Incr(ctx, key).Result()
+	if err == nil && n == 1 {
+		err = rdb.Expire(ctx, key, 2*time.Second).Err()
+	}
+	return n, err
+}
+
+// sluice gives each replica its own Redis client and Limiter, as separate
+// pods would have, all on the same Redis. While Redis is away each replica
+// falls back to 1/n of the limit.
+func (d *demo) sluice() approach {
+	return approach{
+		name: "sluice",
+		newReplica: func(i int, prefix string, rec *recorder) (http.Handler, func(), error) {
+			rdb := demoredis.NewClient(d.proxy.Addr())
+			lim, err := core.New(rdb,
+				core.WithPrefix(prefix),
+				core.WithFallbackReplicas(d.cfg.replicas()),
+				core.WithObserver(replicaObserver{rec, i}),
+				core.WithLogger(d.logger))
+			if err != nil {
+				rdb.Close()
+				return nil, nil, err
+			}
+			return httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), func() { rdb.Close() }, nil
+		},
+	}
+}
+
+// go-redis logs every failed dial to the standard logger: thousands of
+// lines during the outage, which the limiters report on their own.
+func init() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

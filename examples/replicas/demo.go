@@ -1,0 +1,411 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// demo runs the phases.
+type demo struct {
+	cfg    *config
+	proxy  *proxy // in front of Redis; every replica talks to Redis through it
+	runID  string // keeps this run's Redis keys apart from earlier runs'
+	con    *console
+	client *http.Client
+	logger *slog.Logger // sluice's own log of outages, on the console
+}
+
+// phase is one approach under one load: what its replicas decided and what
+// the load generator saw.
+type phase struct {
+	name      string
+	rec       *recorder
+	load      *loadStats
+	length    time.Duration   // from the first request to the last
+	steadyEnd time.Duration   // end of the steady part; bursts follow
+	bursts    []time.Duration // the second boundaries the bursts straddle
+}
+
+// runMain runs approach a under the main traffic: steady load, then bursts
+// across second boundaries.
+func (d *demo) runMain(ctx context.Context, a approach) (*phase, error) {
+	offsets, bursts, length := d.mainTraffic()
+	start := nextSecond()
+	p := &phase{name: a.name, rec: newRecorder(start), load: new(loadStats), length: length, steadyEnd: d.cfg.steady, bursts: bursts}
+	c, err := d.startCluster(a, d.prefix(a.name), p.rec)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	stop := d.con.track(a.name, start, length, p.load)
+	defer stop()
+	d.drive(ctx, start, offsets, c.urls, p.load)
+	return p, ctx.Err()
+}
+
+// mainTraffic returns the send times of the main traffic, relative to its
+// start: the offered rate, evenly spaced, for the steady part; then, in each
+// 2-second cycle, the same rate for 0.8 s centred on the cycle's middle
+// second boundary, and nothing else. A fixed window whose quota was not
+// touched in the first 0.6 s of one second admits a full quota at its end
+// and another at the start of the next: two quotas within 0.8 s. It also
+// returns the boundaries the bursts straddle, and the traffic's length.
+func (d *demo) mainTraffic() (offsets, bursts []time.Duration, length time.Duration) {
+	offsets = evenly(nil, 0, d.cfg.steady, d.cfg.rate)
+	for c := range d.cfg.bursts {
+		mid := d.cfg.steady + time.Duration(2*c+1)*time.Second
+		offsets = evenly(offsets, mid-burstLen/2, burstLen, d.cfg.rate)
+		bursts = append(bursts, mid)
+	}
+	return offsets, bursts, d.cfg.steady + time.Duration(2*d.cfg.bursts)*time.Second
+}
+
+// burstLen is how long each burst lasts.
+const burstLen = 800 * time.Millisecond
+
+// evenly appends the send times of rate requests per second from 'from' for
+// length.
+func evenly(offsets []time.Duration, from, length time.Duration, rate int) []time.Duration {
+	n := int(int64(rate) * int64(length) / int64(time.Second))
+	for i := range n {
+		offsets = append(offsets, from+time.Duration(int64(i)*int64(time.Second)/int64(rate)))
+	}
+	return offsets
+}
+
+// nextSecond returns the next whole second of the wall clock, which is also
+// where the fixed window's windows begin.
+func nextSecond() time.Time {
+	return time.Now().Truncate(time.Second).Add(time.Second)
+}
+
+// prefix returns a Redis key prefix for one approach in one phase of this
+// run.
+func (d *demo) prefix(name string) string {
+	return "sluice-demo:" + d.runID + ":" + strings.ReplaceAll(name, " ", "-") + ":"
+}
+
+// outagePhase is the fixed window and sluice, one after the other, under
+// the same load while Redis goes away and comes back.
+type outagePhase struct {
+	fixed, sluice *outageRun
+}
+
+// outageRun is one approach's run through an outage.
+type outageRun struct {
+	*phase
+	cut, restored time.Duration // when Redis went away and came back, from the start
+}
+
+// runOutage runs the fixed window, then sluice, under the offered rate, and
+// cuts Redis off for the outage in the middle of each run. The runs do not
+// overlap, so that neither slows the other's Redis.
+func (d *demo) runOutage(ctx context.Context) (*outagePhase, error) {
+	fixed, err := d.runOutageOf(ctx, d.fixedWindow())
+	if err != nil {
+		return nil, err
+	}
+	sl, err := d.runOutageOf(ctx, d.sluice())
+	if err != nil {
+		return nil, err
+	}
+	return &outagePhase{fixed: fixed, sluice: sl}, nil
+}
+
+func (d *demo) runOutageOf(ctx context.Context, a approach) (*outageRun, error) {
+	lead := max(time.Second, wholeSeconds(d.cfg.outage/2))
+	tail := max(time.Second, wholeSeconds(d.cfg.outage*3/4))
+	length := lead + d.cfg.outage + tail
+	start := nextSecond()
+	r := &outageRun{phase: &phase{name: a.name, rec: newRecorder(start), load: new(loadStats), length: length, steadyEnd: length}}
+	c, err := d.startCluster(a, d.prefix("outage "+a.name), r.rec)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	stop := d.con.track(fmt.Sprintf("%s, Redis cut off from %v to %v", a.name, lead, lead+d.cfg.outage), start, length, r.load)
+	defer stop()
+
+	var proxyErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !sleepUntil(ctx, start.Add(lead)) {
+			return
+		}
+		d.proxy.cut()
+		r.cut = time.Since(start)
+		if !sleepUntil(ctx, start.Add(lead+d.cfg.outage)) {
+			return
+		}
+		proxyErr = d.proxy.restore()
+		r.restored = time.Since(start)
+	}()
+	d.drive(ctx, start, evenly(nil, 0, length, d.cfg.rate), c.urls, r.load)
+	<-done
+	if err := errors.Join(ctx.Err(), proxyErr); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// sleepUntil waits until t and reports true, or reports false if ctx ends
+// first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// cluster is one approach's replicas: an HTTP server each, on loopback.
+type cluster struct {
+	urls    []string
+	servers []*httptest.Server
+	release []func()
+}
+
+func (d *demo) startCluster(a approach, prefix string, rec *recorder) (*cluster, error) {
+	c := &cluster{}
+	for i := range d.cfg.replicas() {
+		h, release, err := a.newReplica(i, prefix, rec)
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		srv := httptest.NewServer(rec.measure(h))
+		c.urls = append(c.urls, srv.URL+"/")
+		c.servers = append(c.servers, srv)
+		c.release = append(c.release, release)
+	}
+	return c, nil
+}
+
+func (c *cluster) close() {
+	for _, s := range c.servers {
+		s.Close()
+	}
+	for _, r := range c.release {
+		r()
+	}
+}
+
+// loadStats is what the load generator saw.
+type loadStats struct {
+	sent, ok, limited, failed atomic.Int64
+	maxLag                    atomic.Int64 // most a request left after its time, in ns
+}
+
+// drive sends a request at start+offsets[i] for every i, to the replica the
+// balancer picks, without waiting for earlier answers (an open-loop load, as
+// real clients are), and returns when all have been answered or ctx ends.
+func (d *demo) drive(ctx context.Context, start time.Time, offsets []time.Duration, urls []string, st *loadStats) {
+	bal := newBalancer(d.cfg.weights)
+	inflight := make(chan struct{}, 512)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, off := range offsets {
+		if !sleepUntil(ctx, start.Add(off)) {
+			return
+		}
+		select {
+		case inflight <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if lag := int64(time.Since(start.Add(off))); lag > st.maxLag.Load() {
+			st.maxLag.Store(lag) // drive is the only writer
+		}
+		url := urls[bal.next()]
+		st.sent.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-inflight }()
+			switch d.send(ctx, url) {
+			case http.StatusOK:
+				st.ok.Add(1)
+			case http.StatusTooManyRequests:
+				st.limited.Add(1)
+			default:
+				st.failed.Add(1)
+			}
+		}()
+	}
+}
+
+// send makes one request and returns its status, or 0 if it failed.
+func (d *demo) send(ctx context.Context, url string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set(tenantHeader, "acme")
+	res, err := d.client.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	if _, err := io.Copy(io.Discard, res.Body); err != nil {
+		return 0
+	}
+	return res.StatusCode
+}
+
+// balancer spreads requests over replicas in proportion to their weights,
+// in a smooth weighted round robin (as nginx does): with 60/25/15 the
+// replicas see their shares at every scale, not in runs.
+type balancer struct {
+	weights, current []int
+	total            int
+}
+
+func newBalancer(weights []int) *balancer {
+	b := &balancer{weights: weights, current: make([]int, len(weights))}
+	for _, w := range weights {
+		b.total += w
+	}
+	return b
+}
+
+func (b *balancer) next() int {
+	best := 0
+	for i, w := range b.weights {
+		b.current[i] += w
+		if b.current[i] > b.current[best] {
+			best = i
+		}
+	}
+	b.current[best] -= b.total
+	return best
+}
+
+// recorder collects what one approach's replicas decide during a phase, as
+// the replicas see it. It is also a core.Observer, for sluice's own account
+// of where each decision came from. It is safe for concurrent use.
+type recorder struct {
+	start time.Time
+
+	mu        sync.Mutex
+	decisions []decision
+	degraded  []time.Duration // decisions made without Redis (sluice) or despite it (fixed window)
+	recovered []recovery      // a replica went back to Redis
+	storeLat  []time.Duration // sluice's Redis calls that succeeded
+	storeErrs []time.Duration // when sluice's Redis calls failed
+
+	sources    [5]atomic.Int64 // sluice's decisions by core.Source
+	storeCalls atomic.Int64    // sluice's Redis calls
+}
+
+// decision is one request as its replica saw it.
+type decision struct {
+	at      time.Duration // when it arrived, from the phase's start
+	latency time.Duration // time spent limiting it (and writing "ok" or 429)
+	allowed bool
+}
+
+func newRecorder(start time.Time) *recorder { return &recorder{start: start} }
+
+// measure wraps a replica's limited handler, timing each request through it.
+func (r *recorder) measure(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		t := time.Now()
+		h.ServeHTTP(sw, req)
+		lat := time.Since(t)
+		r.mu.Lock()
+		r.decisions = append(r.decisions, decision{at: t.Sub(r.start), latency: lat, allowed: sw.status == http.StatusOK})
+		r.mu.Unlock()
+	})
+}
+
+func (r *recorder) degradedAt(t time.Time) {
+	r.mu.Lock()
+	r.degraded = append(r.degraded, t.Sub(r.start))
+	r.mu.Unlock()
+}
+
+// ObserveDecision implements core.Observer.
+func (r *recorder) ObserveDecision(res core.Result, src core.Source) {
+	if int(src) < len(r.sources) {
+		r.sources[src].Add(1)
+	}
+	if res.Degraded {
+		r.degradedAt(time.Now())
+	}
+}
+
+// ObserveStore implements core.Observer.
+func (r *recorder) ObserveStore(lat time.Duration, err error) {
+	r.storeCalls.Add(1)
+	r.mu.Lock()
+	if err == nil {
+		r.storeLat = append(r.storeLat, lat)
+	} else {
+		r.storeErrs = append(r.storeErrs, time.Since(r.start))
+	}
+	r.mu.Unlock()
+}
+
+// ObserveDegraded implements core.Observer.
+func (r *recorder) ObserveDegraded(error) {}
+
+// ObserveRecovered implements core.Observer.
+func (r *recorder) ObserveRecovered(time.Duration) { r.recoveredBy(-1) }
+
+func (r *recorder) recoveredBy(replica int) {
+	r.mu.Lock()
+	r.recovered = append(r.recovered, recovery{at: time.Since(r.start), replica: replica})
+	r.mu.Unlock()
+}
+
+// recovery is a replica going back to Redis after an outage.
+type recovery struct {
+	at      time.Duration
+	replica int
+}
+
+// replicaObserver is the recorder as one replica's observer, so that
+// recoveries say whose they are.
+type replicaObserver struct {
+	*recorder
+	replica int
+}
+
+// ObserveRecovered implements core.Observer.
+func (o replicaObserver) ObserveRecovered(time.Duration) { o.recoveredBy(o.replica) }
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRun runs the whole demo, briefly and at a lower rate, and checks the
+// story its table tells: sluice holds the limit, per-replica buckets do not.
+func TestRun(t *testing.T) {
+	t.Setenv("REDIS_ADDR", "")
+	chart := filepath.Join(t.TempDir(), "out.svg")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	args := []string{"-duration", "1s", "-bursts", "0", "-outage", "1s", "-limit", "50", "-rate", "150", "-chart", chart}
+	if err := run(ctx, args, &out, io.Discard); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	t.Log("\n" + s)
+
+	for _, want := range []string{"| approach", "| second", "sluice: 0 errors"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// One second of steady load: sluice admits its burst plus a second's
+	// worth (1.1×); the bands leave room for a busy machine.
+	sl := admittedRatio(t, s, "sluice")
+	if sl < 0.5 || sl > 1.4 {
+		t.Errorf("sluice admitted %.2f× the limit, want 0.5× to 1.4×", sl)
+	}
+	if r := admittedRatio(t, s, "per-replica memory buckets"); r < 1.5 || r < 1.5*sl {
+		t.Errorf("per-replica buckets admitted %.2f× the limit, want over 1.5× and over 1.5 × sluice's (3 replicas, each at the full limit)", r)
+	}
+
+	svg, err := os.ReadFile(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 5 {
+		t.Errorf("chart is not an SVG with 5 lines:\n%.300s", svg)
+	}
+}
+
+// admittedRatio reads the "admitted, steady load" ratio of an approach's
+// row in the table: "| sluice | 51/s (1.02×) | ...".
+func admittedRatio(t *testing.T, out, approach string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(approach) + ` +\| +\d+/s \(([\d.]+)×\)`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no table row for %q", approach)
+	}
+	r, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestBalancer(t *testing.T) {
+	b := newBalancer([]int{60, 25, 15})
+	got := make([]int, 3)
+	for range 100 {
+		got[b.next()]++
+	}
+	if got[0] != 60 || got[1] != 25 || got[2] != 15 {
+		t.Errorf("100 picks = %v, want [60 25 15]", got)
+	}
+}
+
+func TestWorstWindow(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range v {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	tests := []struct {
+		name  string
+		times []time.Duration
+		want  int
+	}{
+		{"empty", nil, 0},
+		{"one", ms(5), 1},
+		{"window is half-open", ms(0, 1000), 1},
+		{"across a boundary", ms(100, 900, 950, 1050, 1100, 2500), 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := worstWindow(tt.times, time.Second); got != tt.want {
+				t.Errorf("worstWindow(%v) = %d, want %d", tt.times, got, tt.want)
+			}
+		})
+	}
+}

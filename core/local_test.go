@@ -1,6 +1,7 @@
 package core
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -61,4 +62,35 @@ func TestLocalDecideNoAlloc(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("local decision on a known key: %v allocs, want 0", allocs)
 	}
+}
+
+// TestMillionKeysBounded pushes 1M distinct keys through a local store with
+// the default capacity and measures the heap it keeps: the entry cap holds,
+// and memory stays near capacity x entry size, not 1M x entry size.
+func TestMillionKeysBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1M keys")
+	}
+	const capacity = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := newLocalStore(capacity)
+	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
+	now := int64(1_000_000_000)
+	for i := range 1_000_000 {
+		s.decide(p.id, "tenant:customer-"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := s.m.len()
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("1M keys: %d entries kept (cap %d), %.1f MB live heap, %.0f bytes per entry", n, capacity, float64(heap)/1e6, float64(heap)/float64(n))
+	if n > capacity {
+		t.Fatalf("%d entries, capacity %d", n, capacity)
+	}
+	if heap > 40<<20 {
+		t.Fatalf("%d bytes live for %d entries; the bound is not holding", heap, n)
+	}
+	runtime.KeepAlive(s)
 }

@@ -36,12 +36,76 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
 local a = 1
 
+-- one decides a key under a single limit: the common case, written with
+-- scalars only (no tables) because Lua tables dominate the script's cost.
+-- It follows the general loop below step for step.
+local function one(key, cost, maxwait, penalty, r, p, b)
+  local raw = redis.call('GET', key)
+  local set, lock, tu, tf = false, 0, 0, 0
+  if raw then
+    local l1, t1, f1 = string.match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+    if l1 then
+      set, lock, tu, tf = true, tonumber(l1), tonumber(t1), tonumber(f1)
+    end
+  end
+  local d = 0
+  if set then
+    d = (tu - now) * r + tf
+    if d < 0 then d = 0 end
+  end
+  local cap = b * p
+  local d2 = d + cost * p
+  local over = d2 - cap
+  local retry, wait = 0, 0
+  local denied = false
+  if over > 0 then
+    retry = ceildiv(over, r)
+    wait = retry
+    if over > maxwait * r then denied = true end
+  end
+  local locked = set and now < lock
+  if locked or denied then
+    local remaining = idiv(math.max(0, cap - d), p)
+    local reset = ceildiv(d, r)
+    local nxt = unitwait(d, r, p, b)
+    local lk = 0
+    if locked then
+      lk, remaining = 1, 0
+      retry = math.max(retry, lock - now)
+      nxt = math.max(nxt, lock - now)
+    elseif penalty > 0 then
+      lk, remaining = 1, 0
+      retry = math.max(retry, penalty)
+      nxt = math.max(nxt, penalty)
+      if not set then tu, tf = now, 0 end
+      lock = now + penalty
+      local ttl = math.max(lock - now, ceildiv((tu - now) * r + tf, r), 1)
+      redis.call('SET', key, string.format('%d %d %d', lock, tu, tf), 'PX', ceildiv(ttl, 1000))
+    end
+    return 0, remaining, retry, reset, 0, lk, nxt
+  end
+  local q = idiv(d2, r)
+  tu, tf = now + q, d2 - q * r
+  local reset = ceildiv(d2, r)
+  local ttl = math.max(-now, ceildiv((tu - now) * r + tf, r), 1)
+  redis.call('SET', key, string.format('0 %d %d', tu, tf), 'PX', ceildiv(ttl, 1000))
+  return 1, idiv(math.max(0, cap - d2), p), 0, reset, wait, 0, unitwait(d2, r, p, b)
+end
+
 for k = 1, #KEYS do
   local cost = tonumber(ARGV[a])
   local maxwait = tonumber(ARGV[a + 1])
   local penalty = tonumber(ARGV[a + 2])
   local n = tonumber(ARGV[a + 3])
   a = a + 4
+  if n == 1 then
+    local o1, o2, o3, o4, o5, o6, o7 = one(KEYS[k], cost, maxwait, penalty,
+      tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+    a = a + 3
+    local m = #out
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = o1, o2, o3, o4
+    out[m + 5], out[m + 6], out[m + 7], out[m + 8] = o5, 0, o6, o7
+  else
   local r, p, b = {}, {}, {}
   for i = 1, n do
     r[i] = tonumber(ARGV[a])
@@ -160,6 +224,7 @@ for k = 1, #KEYS do
   out[#out + 1] = idx
   out[#out + 1] = lk
   out[#out + 1] = nxt
+  end
 end
 
 return out

@@ -33,7 +33,7 @@ var injectedTimeScript = func() *redis.Script {
 		panic("bucket.lua no longer reads TIME or sets PX as the test expects")
 	}
 	src := strings.Replace(bucketLua, timeLines, "local now = tonumber(ARGV[#ARGV])\n", 1)
-	src = strings.Replace(src, expiryLine, "'PX', ceildiv(ttl, 1000) + 3600000)", 1)
+	src = strings.ReplaceAll(src, expiryLine, "'PX', ceildiv(ttl, 1000) + 3600000)")
 	return redis.NewScript(src)
 }()
 

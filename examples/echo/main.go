@@ -6,23 +6,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/echolimit"
-	"github.com/sluicehq/sluice/examples/internal/demoredis"
+	"github.com/sluicehq/sluice/examples/internal/demoserve"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
@@ -35,59 +31,22 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("echo", flag.ExitOnError)
-	addr := fs.String("addr", cmp.Or(os.Getenv("ADDR"), ":8080"), "listen `address` (the default comes from $ADDR when set)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	rdb, closeRedis, err := demoredis.Open(stdout)
-	if err != nil {
-		return err
-	}
-	defer closeRedis()
-	lim, err := core.New(rdb)
-	if err != nil {
-		return err
-	}
-
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	// Every request: 100 a minute per client address, then 600 a minute per
-	// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
-	// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-	e.Use(echolimit.New(lim, core.PerMinute(100), keyfunc.IP()))
-	e.Use(echolimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
-	e.GET("/hello", func(c echo.Context) error {
-		return c.String(http.StatusOK, fmt.Sprintf("hello, %s\n", c.Request().Header.Get("X-Tenant-ID")))
+	return demoserve.Run(ctx, "echo", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		// Every request: 100 a minute per client address, then 600 a minute per
+		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
+		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
+		e.Use(echolimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		e.Use(echolimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
+		e.GET("/hello", func(c echo.Context) error {
+			return c.String(http.StatusOK, fmt.Sprintf("hello, %s\n", c.Request().Header.Get("X-Tenant-ID")))
+		})
+		// Searches are expensive: 2 a minute per client, on this route only.
+		perSearch := echolimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
+		e.GET("/search", func(c echo.Context) error {
+			return c.String(http.StatusOK, fmt.Sprintf("results for %q\n", c.QueryParam("q")))
+		}, perSearch)
+		return demoserve.HTTP(e), nil
 	})
-	// Searches are expensive: 2 a minute per client, on this route only.
-	perSearch := echolimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
-	e.GET("/search", func(c echo.Context) error {
-		return c.String(http.StatusOK, fmt.Sprintf("results for %q\n", c.QueryParam("q")))
-	}, perSearch)
-
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, tryIt, fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port))
-	e.Listener = ln
-	errc := make(chan error, 1)
-	go func() { errc <- e.Start("") }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return e.Shutdown(shutdown)
 }
-
-const tryIt = `listening on %[1]s; try:
-  curl -i -H 'X-Tenant-ID: acme' %[1]s/hello           # 200
-  curl -i %[1]s/hello                                  # 400: no tenant
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 429: 2 searches a minute
-`

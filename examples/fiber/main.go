@@ -6,9 +6,7 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/examples/internal/demoredis"
+	"github.com/sluicehq/sluice/examples/internal/demoserve"
 	"github.com/sluicehq/sluice/fiberlimit"
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -34,58 +32,28 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("fiber", flag.ExitOnError)
-	addr := fs.String("addr", cmp.Or(os.Getenv("ADDR"), ":8080"), "listen `address` (the default comes from $ADDR when set)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	rdb, closeRedis, err := demoredis.Open(stdout)
-	if err != nil {
-		return err
-	}
-	defer closeRedis()
-	lim, err := core.New(rdb)
-	if err != nil {
-		return err
-	}
-
-	app := fiber.New(fiber.Config{DisableStartupMessage: true, IdleTimeout: 5 * time.Second})
-	// Every request: 100 a minute per client address, then 600 a minute per
-	// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
-	// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-	app.Use(fiberlimit.New(lim, core.PerMinute(100), keyfunc.IP()))
-	app.Use(fiberlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
-	app.Get("/hello", func(c *fiber.Ctx) error {
-		return c.SendString(fmt.Sprintf("hello, %s\n", c.Get("X-Tenant-ID")))
+	return demoserve.Run(ctx, "fiber", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+		app := fiber.New(fiber.Config{DisableStartupMessage: true, IdleTimeout: 5 * time.Second})
+		// Every request: 100 a minute per client address, then 600 a minute per
+		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
+		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
+		app.Use(fiberlimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		app.Use(fiberlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
+		app.Get("/hello", func(c *fiber.Ctx) error {
+			return c.SendString(fmt.Sprintf("hello, %s\n", c.Get("X-Tenant-ID")))
+		})
+		// Searches are expensive: 2 a minute per client. A route key needs the
+		// route's own handler chain in fiber, not app.Use.
+		perSearch := fiberlimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
+		app.Get("/search", perSearch, func(c *fiber.Ctx) error {
+			return c.SendString(fmt.Sprintf("results for %q\n", c.Query("q")))
+		})
+		return fiberServer{app}, nil
 	})
-	// Searches are expensive: 2 a minute per client. A route key needs the
-	// route's own handler chain in fiber, not app.Use.
-	perSearch := fiberlimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
-	app.Get("/search", perSearch, func(c *fiber.Ctx) error {
-		return c.SendString(fmt.Sprintf("results for %q\n", c.Query("q")))
-	})
-
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, tryIt, fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port))
-	errc := make(chan error, 1)
-	go func() { errc <- app.Listener(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return app.ShutdownWithContext(shutdown)
 }
 
-const tryIt = `listening on %[1]s; try:
-  curl -i -H 'X-Tenant-ID: acme' %[1]s/hello           # 200
-  curl -i %[1]s/hello                                  # 400: no tenant
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 429: 2 searches a minute
-`
+// fiberServer lets demoserve run a fiber app.
+type fiberServer struct{ app *fiber.App }
+
+func (f fiberServer) Serve(ln net.Listener) error        { return f.app.Listener(ln) }
+func (f fiberServer) Shutdown(ctx context.Context) error { return f.app.ShutdownWithContext(ctx) }

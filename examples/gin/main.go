@@ -6,22 +6,17 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/examples/internal/demoredis"
+	"github.com/sluicehq/sluice/examples/internal/demoserve"
 	"github.com/sluicehq/sluice/ginlimit"
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -35,59 +30,22 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("gin", flag.ExitOnError)
-	addr := fs.String("addr", cmp.Or(os.Getenv("ADDR"), ":8080"), "listen `address` (the default comes from $ADDR when set)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	rdb, closeRedis, err := demoredis.Open(stdout)
-	if err != nil {
-		return err
-	}
-	defer closeRedis()
-	lim, err := core.New(rdb)
-	if err != nil {
-		return err
-	}
-
-	gin.SetMode(gin.ReleaseMode)
-	r := gin.New()
-	// Every request: 100 a minute per client address, then 600 a minute per
-	// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
-	// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-	r.Use(ginlimit.New(lim, core.PerMinute(100), keyfunc.IP()))
-	r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
-	r.GET("/hello", func(c *gin.Context) {
-		c.String(http.StatusOK, "hello, %s\n", c.GetHeader("X-Tenant-ID"))
+	return demoserve.Run(ctx, "gin", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+		gin.SetMode(gin.ReleaseMode)
+		r := gin.New()
+		// Every request: 100 a minute per client address, then 600 a minute per
+		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
+		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
+		r.Use(ginlimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
+		r.GET("/hello", func(c *gin.Context) {
+			c.String(http.StatusOK, "hello, %s\n", c.GetHeader("X-Tenant-ID"))
+		})
+		// Searches are expensive: 2 a minute per client, on this route only.
+		perSearch := ginlimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
+		r.GET("/search", perSearch, func(c *gin.Context) {
+			c.String(http.StatusOK, "results for %q\n", c.Query("q"))
+		})
+		return demoserve.HTTP(r), nil
 	})
-	// Searches are expensive: 2 a minute per client, on this route only.
-	perSearch := ginlimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
-	r.GET("/search", perSearch, func(c *gin.Context) {
-		c.String(http.StatusOK, "results for %q\n", c.Query("q"))
-	})
-
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, tryIt, fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port))
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutdown)
 }
-
-const tryIt = `listening on %[1]s; try:
-  curl -i -H 'X-Tenant-ID: acme' %[1]s/hello           # 200
-  curl -i %[1]s/hello                                  # 400: no tenant
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 200
-  curl -i -H 'X-Tenant-ID: acme' '%[1]s/search?q=go'   # 429: 2 searches a minute
-`

@@ -91,9 +91,13 @@ func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
 	}
 	d, err := p.d, p.err
 	b.release(p)
-	if cerr := ctx.Err(); cerr != nil {
-		return decision{}, cerr
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return decision{}, cerr
+		}
 	}
+	// An answer is kept even if the caller's budget ended meanwhile (the
+	// batch waited on a slower node): Redis has decided.
 	return d, err
 }
 

@@ -1,6 +1,12 @@
 package core
 
-import "sync/atomic"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // route says where one decision goes.
 type route int8
@@ -30,6 +36,34 @@ type breaker struct {
 	threshold int32
 	cooldown  int64 // microseconds between probes
 	stale     int64 // microseconds after which a silent probe is replaced
+
+	node        string       // the Cluster master it guards; "" for the whole store
+	outageStart atomic.Int64 // microsecond the current outage began, 0 if none
+	degraded    atomic.Int64 // decisions made without the store in this outage
+}
+
+// nodeBreakers keeps one breaker per master of a Redis Cluster, so that a
+// failing master sends only its own slots' keys to the failure policy. A
+// key's master comes from go-redis's cached slot map; after a failover, the
+// promoted replica gets a breaker of its own. When the map cannot be read,
+// the template (the limiter's own breaker) serves.
+type nodeBreakers struct {
+	c        *redis.ClusterClient
+	template *breaker
+	m        sync.Map // *redis.Client -> *breaker
+}
+
+func (n *nodeBreakers) forKey(ctx context.Context, rkey string) *breaker {
+	node, err := n.c.MasterForKey(ctx, rkey)
+	if err != nil || node == nil {
+		return n.template
+	}
+	if b, ok := n.m.Load(node); ok {
+		return b.(*breaker)
+	}
+	b := &breaker{threshold: n.template.threshold, cooldown: n.template.cooldown, stale: n.template.stale, node: node.Options().Addr}
+	actual, _ := n.m.LoadOrStore(node, b)
+	return actual.(*breaker)
 }
 
 func (b *breaker) route(now int64) route {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,8 +30,9 @@ type Limiter struct {
 	inflight     int // round trips before decisions are batched; 0 disables batching
 	plans        planCache
 	local        *localStore
-	denies       *denyCache // nil when disabled
-	brk          breaker
+	denies       *denyCache    // nil when disabled
+	brk          breaker       // the store's breaker, or the template of per-node ones
+	nodes        *nodeBreakers // per master node on a Cluster client; nil otherwise
 	obs          Observer
 	logger       *slog.Logger
 	warnFallback bool // the fallback enforces whole limits per replica
@@ -41,8 +41,6 @@ type Limiter struct {
 	epochUS int64
 	now     func() int64 // microseconds; replaced by tests
 
-	outageStart atomic.Int64 // microsecond the current outage began, 0 if none
-	degraded    atomic.Int64 // decisions made without the store in this outage
 }
 
 // New returns a Limiter that keeps its buckets in rdb, which may be any
@@ -65,9 +63,9 @@ type Limiter struct {
 // address for up to a minute after a failover. docs/topologies.md has each
 // topology's client settings.
 //
-// One circuit breaker serves the whole client: on a Cluster, a failing
-// master sends every key to the failure policy until its replica takes
-// over, not only the keys in its slots.
+// On a *redis.ClusterClient the limiter keeps a circuit breaker per master
+// (found from go-redis's slot map), so a failing master sends only its own
+// keys to the failure policy; other clients have one breaker.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: nil Redis client")
@@ -80,6 +78,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.store = newRedisStore(rdb, l.timeout, l.inflight)
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		l.nodes = &nodeBreakers{c: c, template: &l.brk}
+	}
 	return l, nil
 }
 
@@ -269,12 +270,16 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 	}
 
 	var storeErr error
-	if r := l.brk.route(now); r != viaLocal {
-		c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty}
+	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty}
+	brk := &l.brk
+	if l.nodes != nil {
+		brk = l.nodes.forKey(ctx, c.rkey)
+	}
+	if r := brk.route(now); r != viaLocal {
 		d, err := l.callStore(ctx, &c)
 		if err == nil {
-			if l.brk.success(r) {
-				l.recovered(now)
+			if brk.success(r) {
+				l.recovered(brk, now)
 			}
 			if d.allowed {
 				l.local.charge(p.id, key, now, p.local, cost)
@@ -290,14 +295,15 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 		}
 		if cerr := callerGone(ctx); cerr != nil {
 			// The caller gave up; that says nothing about the store.
-			l.brk.abandon(r, now)
+			brk.abandon(r, now)
 			return Result{}, decision{}, cerr
 		}
 		storeErr = err
-		if l.brk.failure(r, now) {
-			l.degrade(now, err)
+		if brk.failure(r, now) {
+			l.degrade(brk, now, err)
 		}
 	}
+	brk.degraded.Add(1)
 	return l.fallback(key, p, now, cost, maxWait, storeErr)
 }
 
@@ -337,7 +343,6 @@ func (l *Limiter) callStore(ctx context.Context, c *call) (decision, error) {
 
 // fallback decides without the store, under the failure policy.
 func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause error) (Result, decision, error) {
-	l.degraded.Add(1)
 	switch l.policy {
 	case FailOpen:
 		return l.done(decision{allowed: true, remaining: -1}, p, SourceFailOpen, true)
@@ -379,13 +384,16 @@ func (l *Limiter) log() *slog.Logger {
 	return slog.Default()
 }
 
-// degrade records the start of an outage.
-func (l *Limiter) degrade(now int64, err error) {
-	if !l.outageStart.CompareAndSwap(0, now) {
+// degrade records the start of an outage of brk's node.
+func (l *Limiter) degrade(brk *breaker, now int64, err error) {
+	if !brk.outageStart.CompareAndSwap(0, now) {
 		return
 	}
-	l.degraded.Store(0)
+	brk.degraded.Store(0)
 	attrs := []any{"policy", l.policy.String(), "error", err}
+	if brk.node != "" {
+		attrs = append(attrs, "node", brk.node)
+	}
 	if l.warnFallback {
 		attrs = append(attrs, "warning", "the fallback enforces every limit in full on each replica; size it with core.WithFallbackReplicas")
 	}
@@ -395,14 +403,18 @@ func (l *Limiter) degrade(now int64, err error) {
 	}
 }
 
-// recovered records the end of an outage.
-func (l *Limiter) recovered(now int64) {
-	start := l.outageStart.Swap(0)
+// recovered records the end of an outage of brk's node.
+func (l *Limiter) recovered(brk *breaker, now int64) {
+	start := brk.outageStart.Swap(0)
 	if start == 0 {
 		return
 	}
 	outage := time.Duration(now-start) * time.Microsecond
-	l.log().Info("sluice: store recovered", "outage", outage, "degraded_decisions", l.degraded.Load())
+	attrs := []any{"outage", outage, "degraded_decisions", brk.degraded.Load()}
+	if brk.node != "" {
+		attrs = append(attrs, "node", brk.node)
+	}
+	l.log().Info("sluice: store recovered", attrs...)
 	if l.obs != nil {
 		l.obs.ObserveRecovered(outage)
 	}

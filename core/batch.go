@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -10,13 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher coalesces concurrent decisions into single script calls. A caller
-// that finds fewer than maxInflight round trips under way calls Redis at
-// once, so an idle limiter adds no latency. Callers that arrive while all
-// round trips are busy queue up; when a round trip ends, its caller hands
-// the queue to the first queued caller, who sends it as one script call
-// deciding every queued key in order, and wakes the others with their
-// answers. No goroutine is started: the callers themselves do the work.
+// batcher coalesces concurrent decisions into single script calls. No
+// goroutine is started: the callers themselves do the work.
+//
+// A caller that finds a round-trip slot free (at most maxInflight round
+// trips are under way at once) takes it and leads a batch. Before it forms
+// the batch it yields the processor once, so that callers that are already
+// runnable (typically the ones just answered by the previous batch) queue
+// behind it instead of each taking a slot for one decision; an idle limiter
+// pays only that yield, a fraction of a microsecond. The leader then takes
+// its share of the queue: all of it when no other slot is free, otherwise an
+// even part, handing the rest to the next queued caller, who leads a second
+// batch on a free slot. Under load the slots therefore carry batches of
+// about callers/maxInflight decisions each, and Redis works on one batch
+// while the client reads or prepares another. Callers that arrive while
+// every slot is busy queue; when a round trip ends, its leader hands the
+// slot to the first queued caller.
 //
 // A batch may only name keys one script can touch. On a single Redis server
 // (or a Sentinel-managed one) that is any key, so a batch is one script
@@ -31,7 +41,8 @@ type batcher struct {
 	maxBatch    int
 
 	mu       sync.Mutex
-	inflight int
+	inflight int // round-trip slots taken, by leaders sending or forming
+	forming  int // leaders that hold a slot but have not formed their batch
 	queue    []*pending
 }
 
@@ -42,25 +53,25 @@ type pending struct {
 	d        decision
 	err      error
 	done     chan struct{} // receives once: the answer is in, or this caller leads
-	lead     []*pending    // set when this caller must send the batch
-	taken    bool          // removed from the queue into a batch
+	lead     bool          // this caller holds a slot and must form and send a batch
+	taken    bool          // removed from the queue, into a batch or to lead one
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
 // decide decides c, alone or in a batch.
 func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
-	b.mu.Lock()
-	if b.inflight < b.maxInflight {
-		b.inflight++
-		b.mu.Unlock()
-		d, err := decideOne(ctx, b.rdb, c)
-		b.finish()
-		return d, err
-	}
 	p := pendingPool.Get().(*pending)
 	p.c = c
 	p.deadline, _ = ctx.Deadline()
+	b.mu.Lock()
+	if b.inflight < b.maxInflight && b.forming == 0 {
+		b.inflight++
+		b.forming++
+		b.mu.Unlock()
+		runtime.Gosched() // let runnable callers queue behind this one
+		return b.leadAndRelease(ctx, p)
+	}
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 
@@ -81,14 +92,31 @@ func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
 			return decision{}, ctx.Err()
 		}
 		b.mu.Unlock()
-		// Already in a batch: its answer (or leadership) is coming
-		// within the batch's budget.
+		// Already in a batch, or chosen to lead one: the answer (or
+		// leadership) is coming within the batch's budget.
 		<-p.done
 	}
-	if p.lead != nil {
-		b.send(p.lead)
-		b.finish()
+	if p.lead {
+		return b.leadAndRelease(ctx, p)
 	}
+	return b.answer(ctx, p)
+}
+
+// leadAndRelease forms p's batch, sends it, ends the round trip and returns
+// p's own answer.
+func (b *batcher) leadAndRelease(ctx context.Context, p *pending) (decision, error) {
+	batch := b.form(p)
+	if len(batch) == 1 {
+		p.d, p.err = decideOne(ctx, b.rdb, p.c)
+	} else {
+		b.send(batch)
+	}
+	b.finish()
+	return b.answer(ctx, p)
+}
+
+// answer returns p's result and puts p back in the pool.
+func (b *batcher) answer(ctx context.Context, p *pending) (decision, error) {
 	d, err := p.d, p.err
 	b.release(p)
 	if err != nil {
@@ -106,17 +134,21 @@ func (b *batcher) release(p *pending) {
 	pendingPool.Put(p)
 }
 
-// finish ends a round trip: it hands the queue, if any, to its first caller,
-// who keeps the round-trip slot. Callers whose deadline has passed stay out
-// of the batch (they are leaving the queue on their own), so that nobody
-// waits beyond its budget.
-func (b *batcher) finish() {
+// form builds the batch that leader sends: the leader and its share of the
+// queue. Queued callers whose deadline has passed stay out of it (they are
+// leaving the queue on their own), so that nobody waits beyond its budget.
+// If callers remain and another slot is free, the first of them is woken to
+// lead the next batch.
+func (b *batcher) form(leader *pending) []*pending {
 	now := time.Now()
 	b.mu.Lock()
-	var batch []*pending
+	b.forming--
+	free := b.maxInflight - b.inflight
+	share := min(b.maxBatch, (len(b.queue)+1+free)/(free+1)) // ceil((queue+1)/(free+1))
+	batch := []*pending{leader}
 	rest := b.queue[:0]
 	for _, p := range b.queue {
-		if len(batch) < b.maxBatch && (p.deadline.IsZero() || now.Before(p.deadline)) {
+		if len(batch) < share && (p.deadline.IsZero() || now.Before(p.deadline)) {
 			p.taken = true
 			batch = append(batch, p)
 		} else {
@@ -125,36 +157,73 @@ func (b *batcher) finish() {
 	}
 	clear(b.queue[len(rest):])
 	b.queue = rest
-	if len(batch) == 0 {
-		b.inflight--
-		b.mu.Unlock()
-		return
-	}
+	next := b.nextLeader(now, free > 0)
 	b.mu.Unlock()
-	batch[0].lead = batch
-	batch[0].done <- struct{}{}
+	if next != nil {
+		next.done <- struct{}{}
+	}
+	return batch
+}
+
+// finish ends a round trip: it hands the slot to the first queued caller,
+// if any, or frees it.
+func (b *batcher) finish() {
+	now := time.Now()
+	b.mu.Lock()
+	b.inflight--
+	next := b.nextLeader(now, true)
+	b.mu.Unlock()
+	if next != nil {
+		next.done <- struct{}{}
+	}
+}
+
+// nextLeader removes the first queued caller whose deadline has not passed
+// and makes it a leader holding a slot of its own, if slot allows; b.mu is
+// held.
+func (b *batcher) nextLeader(now time.Time, slot bool) *pending {
+	if !slot {
+		return nil
+	}
+	for i, p := range b.queue {
+		if p.deadline.IsZero() || now.Before(p.deadline) {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			p.taken, p.lead = true, true
+			b.inflight++
+			b.forming++
+			return p
+		}
+	}
+	return nil
+}
+
+// ctx returns the context a batch's round trip runs under: it answers
+// within its members' earliest deadline, so that no member waits longer
+// than its own budget, and within the batcher's timeout otherwise. A
+// deadline that has already passed (a leader can run late) does not cut the
+// others' round trip short.
+func (b *batcher) ctx(batch []*pending) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	var dl time.Time
+	for _, p := range batch {
+		if p.deadline.After(now) && (dl.IsZero() || p.deadline.Before(dl)) {
+			dl = p.deadline
+		}
+	}
+	if dl.IsZero() && b.timeout > 0 {
+		dl = now.Add(b.timeout)
+	}
+	if dl.IsZero() {
+		return context.Background(), func() {}
+	}
+	return context.WithDeadline(context.Background(), dl)
 }
 
 // send decides a batch in one script call and wakes its callers. The first
 // member is the caller running send; it is not woken.
 func (b *batcher) send(batch []*pending) {
-	// The batch answers within its members' earliest deadline, so that no
-	// member waits longer than its own budget.
-	var dl time.Time
-	for _, p := range batch {
-		if !p.deadline.IsZero() && (dl.IsZero() || p.deadline.Before(dl)) {
-			dl = p.deadline
-		}
-	}
-	if dl.IsZero() && b.timeout > 0 {
-		dl = time.Now().Add(b.timeout)
-	}
-	ctx := context.Background()
-	if !dl.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
+	ctx, cancel := b.ctx(batch)
+	defer cancel()
 	if b.pipe != nil {
 		b.sendGrouped(ctx, batch)
 	} else {
@@ -169,13 +238,11 @@ func (b *batcher) send(batch []*pending) {
 
 // batchArgs lists the keys and script arguments of members, in order.
 func batchArgs(members []*pending) ([]string, []any) {
-	keys := make([]string, len(members))
-	var args []any
+	calls := make([]*call, len(members))
 	for i, p := range members {
-		keys[i] = p.c.rkey
-		args = p.c.appendArgs(args)
+		calls[i] = p.c
 	}
-	return keys, args
+	return scriptArgs(calls)
 }
 
 // deliver decodes one script reply for members, or gives them its error.
@@ -234,7 +301,7 @@ func hashTag(rkey string) string {
 
 // decideOne decides one call in its own script call.
 func decideOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
-	args := c.appendArgs(make([]any, 0, 3+len(c.plan.args)))
+	args := c.appendArgs(make([]any, 0, 4+len(c.plan.args)))
 	vals, err := bucketScript.Run(ctx, rdb, []string{c.rkey}, args...).Int64Slice()
 	if err != nil {
 		return decision{}, err

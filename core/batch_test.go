@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,6 +64,9 @@ func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.D
 			if r.IntN(8) == 0 {
 				c.penalty = 500_000
 			}
+			if r.IntN(6) == 0 {
+				c.maxWait = min(r.Int64N(1_000_000), p.maxW)
+			}
 			batch[i] = &pending{c: c, done: make(chan struct{}, 1)}
 		}
 		bt.send(batch)
@@ -75,7 +79,7 @@ func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.D
 				b = &bucket{}
 				model[p.c.rkey] = b
 			}
-			want, _ := decide(b, now.UnixMicro(), p.c.plan.ticks, p.c.cost, 0, p.c.penalty)
+			want, _ := decide(b, now.UnixMicro(), p.c.plan.ticks, p.c.cost, p.c.maxWait, p.c.penalty)
 			if p.d != want {
 				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, p.c.key, p.d, want)
 			}
@@ -83,6 +87,40 @@ func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.D
 		}
 	}
 	t.Logf("%d decisions in 300 batches identical to the model", decisions)
+}
+
+// TestScriptArgsGroups checks how a batch's arguments are laid out: calls
+// with the same numbers share one group, and group numbers per key follow
+// only when there is more than one group.
+func TestScriptArgsGroups(t *testing.T) {
+	a, _ := newPlan([]Limit{PerSecond(5)}, nil)
+	b, _ := newPlan([]Limit{PerSecond(10).WithBurst(3), PerMinute(40)}, nil)
+	c := func(key string, p *plan, cost int64) *call {
+		return &call{rkey: key, plan: p, cost: cost}
+	}
+	tests := []struct {
+		name  string
+		calls []*call
+		want  []any
+	}{
+		{"one", []*call{c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
+		{"shared", []*call{c("x", a, 1), c("y", a, 1), c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
+		{"two", []*call{c("x", a, 1), c("y", a, 2), c("z", a, 1)},
+			[]any{"2", "1", "0", "0", "1", "1", "200000", "5", "2", "0", "0", "1", "1", "200000", "5", "1", "2", "1"}},
+		{"plans", []*call{c("x", b, 1), c("y", a, 1)},
+			[]any{"2", "1", "0", "0", "2", "1", "100000", "3", "1", "1500000", "40", "1", "0", "0", "1", "1", "200000", "5", "1", "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, args := scriptArgs(tt.calls)
+			if len(keys) != len(tt.calls) {
+				t.Fatalf("%d keys for %d calls", len(keys), len(tt.calls))
+			}
+			if fmt.Sprint(args) != fmt.Sprint(tt.want) {
+				t.Errorf("args %v, want %v", args, tt.want)
+			}
+		})
+	}
 }
 
 // TestBatchingCoalesces runs 64 concurrent callers against a real Redis and
@@ -175,4 +213,86 @@ func TestBatchCancelWhileQueued(t *testing.T) {
 	if answered.Load() < 20 {
 		t.Fatalf("only %d of the 20 patient callers were answered", answered.Load())
 	}
+}
+
+// TestFormSplitsQueue checks how leaders share a queue: with other slots
+// free, each takes an even part and wakes the next queued caller to lead on
+// a slot of its own; with none free, the leader takes the whole queue (up
+// to maxBatch). Expired callers stay out of every batch.
+func TestFormSplitsQueue(t *testing.T) {
+	newPending := func() *pending { return &pending{done: make(chan struct{}, 1)} }
+	woken := func(all []*pending) *pending {
+		var got *pending
+		for _, p := range all {
+			select {
+			case <-p.done:
+				if got != nil || !p.lead || !p.taken {
+					t.Fatalf("woken: %+v (already woken: %v)", p, got != nil)
+				}
+				got = p
+			default:
+			}
+		}
+		return got
+	}
+
+	t.Run("split", func(t *testing.T) {
+		b := &batcher{maxInflight: 4, maxBatch: 256}
+		b.inflight, b.forming = 1, 1 // as decide leaves them for a fresh leader
+		leader := newPending()
+		all := []*pending{leader}
+		expired := newPending()
+		expired.deadline = time.Now().Add(-time.Second)
+		for i := range 9 {
+			if i == 2 {
+				b.queue = append(b.queue, expired)
+			}
+			p := newPending()
+			b.queue = append(b.queue, p)
+			all = append(all, p)
+		}
+		var sizes []int
+		for l := leader; l != nil; l = woken(all) {
+			batch := b.form(l)
+			if slices.Contains(batch, expired) {
+				t.Fatal("an expired caller was put in a batch")
+			}
+			sizes = append(sizes, len(batch))
+		}
+		// 10 live callers over 4 slots: ceil(10/4), then ceil(7/3), ceil(4/2),
+		// and the last leader alone once no slot is free.
+		if !slices.Equal(sizes, []int{3, 3, 3, 1}) {
+			t.Errorf("batch sizes %v, want [3 3 3 1]", sizes)
+		}
+		if b.inflight != 4 || b.forming != 0 || len(b.queue) != 1 {
+			t.Errorf("inflight %d, forming %d, queue %d; want 4, 0, 1 (the expired caller)", b.inflight, b.forming, len(b.queue))
+		}
+		for range 4 {
+			b.finish()
+		}
+		if b.inflight != 0 || woken(all) != nil {
+			t.Errorf("after the round trips: inflight %d, or a caller was woken to lead", b.inflight)
+		}
+	})
+
+	t.Run("no free slot", func(t *testing.T) {
+		b := &batcher{maxInflight: 1, maxBatch: 4}
+		b.inflight, b.forming = 1, 1
+		leader := newPending()
+		for range 5 {
+			b.queue = append(b.queue, newPending())
+		}
+		if batch := b.form(leader); len(batch) != 4 {
+			t.Errorf("batch of %d, want maxBatch 4", len(batch))
+		}
+		if len(b.queue) != 2 {
+			t.Fatalf("queue %d, want 2", len(b.queue))
+		}
+		next := b.queue[0]
+		b.finish() // the slot goes to the first queued caller
+		if b.inflight != 1 || len(b.queue) != 1 || !next.lead || len(next.done) != 1 {
+			t.Errorf("after finish: inflight %d, queue %d, next leads %v and woken %v; want 1, 1, true, true",
+				b.inflight, len(b.queue), next.lead, len(next.done) == 1)
+		}
+	})
 }

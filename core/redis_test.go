@@ -24,7 +24,7 @@ import (
 // miniredis, whose expiry clock the test drives. Everything else in the
 // script is run as shipped.
 const (
-	timeLines  = "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	timeLines  = "local t = call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
 	expiryLine = "'PX', ceildiv(ttl, 1000))"
 )
 

@@ -30,10 +30,63 @@ type call struct {
 	penalty int64 // microseconds; 0 for none
 }
 
-// appendArgs appends c's script arguments to args.
-func (c *call) appendArgs(args []any) []any {
+// appendGroup appends c's script arguments as one group: cost, max wait,
+// penalty, then the plan's limits.
+func (c *call) appendGroup(args []any) []any {
 	args = append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
 	return append(args, c.plan.args...)
+}
+
+// sameGroup reports whether c and o pass the script the same numbers, so
+// that one group in a batch's arguments serves both.
+func (c *call) sameGroup(o *call) bool {
+	return c.cost == o.cost && c.maxWait == o.maxWait && c.penalty == o.penalty &&
+		(c.plan == o.plan || c.plan.fp == o.plan.fp)
+}
+
+// appendArgs appends c's script arguments for a call that decides c alone.
+func (c *call) appendArgs(args []any) []any {
+	return c.appendGroup(append(args, "1"))
+}
+
+// scriptArgs returns the keys and script arguments that decide calls in
+// order in one script call. Calls with the same numbers share a group, so
+// that the script parses them once; a batch of one limit and one cost, the
+// usual case, is a single group and needs nothing per key.
+func scriptArgs(calls []*call) ([]string, []any) {
+	keys := make([]string, len(calls))
+	args := make([]any, 1, 8)
+	var heads []*call // the first call of each group
+	var groups []int  // each call's group, 1-based; needed with more than one
+	for i, c := range calls {
+		keys[i] = c.rkey
+		g := 0
+		for j, h := range heads {
+			if h.sameGroup(c) {
+				g = j + 1
+				break
+			}
+		}
+		if g == 0 {
+			heads = append(heads, c)
+			g = len(heads)
+			args = c.appendGroup(args)
+			if g == 2 {
+				groups = make([]int, i, len(calls))
+				for j := range groups {
+					groups[j] = 1
+				}
+			}
+		}
+		if groups != nil {
+			groups = append(groups, g)
+		}
+	}
+	args[0] = strconv.Itoa(len(heads))
+	for _, g := range groups {
+		args = append(args, strconv.Itoa(g))
+	}
+	return keys, args
 }
 
 // redisStore decides in Redis through the bucket script, batching

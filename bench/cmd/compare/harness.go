@@ -48,6 +48,7 @@ type cell struct {
 	cost *redisCost // nil for in-process limiters
 	rt   int64      // round trips the client sent
 	sent int64      // commands the client sent
+	ccpu float64    // CPU seconds this process used while measuring; -1 if unknown
 }
 
 const (
@@ -169,8 +170,15 @@ func (h *harness) measure(scenario string, p bench.Peer, lim bench.Limit, nkeys,
 		before, err = readStats(ctx, h.admin)
 	}
 	rt0, sent0 := b.Traffic.Snapshot()
+	cpu0, cpuOK := processCPU()
 	t, _ := load(b.Limiter, keys, callers, h.cfg.duration/time.Duration(h.cfg.rounds), 0)
+	cpu1, _ := processCPU()
 	rt1, sent1 := b.Traffic.Snapshot()
+	if cpuOK && c.ccpu >= 0 {
+		c.ccpu += cpu1 - cpu0
+	} else {
+		c.ccpu = -1
+	}
 	c.rt += rt1 - rt0
 	c.sent += sent1 - sent0
 	c.t.add(t)
@@ -315,13 +323,23 @@ func (h *harness) denyTables(out *report) {
 	}))
 }
 
+// clientCPU formats a cell's process CPU per decision.
+func clientCPU(c *cell, decisions float64) string {
+	if c.ccpu < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", c.ccpu*1e6/decisions)
+}
+
 // costTables prints section 2 from the cells at the cost callers.
 func (h *harness) costTables(out *report) {
 	out.section(fmt.Sprintf("2. Redis cost per decision (%d callers)", h.cfg.costCallers))
 	out.printf("From the cells above. Redis CPU is the change in `used_cpu_sys + used_cpu_user` (INFO cpu) over the measured part, per decision. " +
 		"Redis commands is the change in INFO commandstats calls, commands run inside scripts included (Redis counts them) and INFO itself excluded. " +
-		"Round trips and commands sent are counted on the limiter's go-redis client with a hook: a pipeline is one round trip.\n\n")
-	head := []string{"limiter", "Redis CPU µs/decision", "Redis commands/decision", "round trips/decision", "commands sent/decision", "commands Redis ran, per decision"}
+		"Round trips and commands sent are counted on the limiter's go-redis client with a hook: a pipeline is one round trip. " +
+		"Client CPU is the user and system time of this whole process (getrusage) over the measured part, per decision: the limiter, its Redis client and the harness's callers together. " +
+		"A side that is not near one CPU-second per second is not what limits the cell; then the round trips' latency is.\n\n")
+	head := []string{"limiter", "Redis CPU µs/decision", "client CPU µs/decision", "Redis commands/decision", "round trips/decision", "commands sent/decision", "commands Redis ran, per decision"}
 	for _, sc := range []struct{ name, title string }{
 		{scHot, "2a. One hot key, limit never reached"},
 		{scMany, "2b. 10,000 keys, limit never reached"},
@@ -337,13 +355,14 @@ func (h *harness) costTables(out *report) {
 				continue
 			}
 			if c.err != nil || c.cost == nil || c.t.decisions() == 0 {
-				rows = append(rows, []string{p.Name, "n/a", "", "", "", ""})
+				rows = append(rows, []string{p.Name, "n/a", "", "", "", "", ""})
 				continue
 			}
 			d := float64(c.t.decisions())
 			rows = append(rows, []string{
 				p.Name + c.t.health(),
 				fmt.Sprintf("%.2f", c.cost.cpu*1e6/d),
+				clientCPU(c, d),
 				fmt.Sprintf("%.2f", float64(c.cost.cmds)/d),
 				fmt.Sprintf("%.2f", float64(c.rt)/d),
 				fmt.Sprintf("%.2f", float64(c.sent)/d),

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +79,7 @@ type config struct {
 	sections    map[string]bool
 	hammerFor   time.Duration
 	slowProbes  int
+	cpuprofile  string
 }
 
 var allSections = []string{"throughput", "deny", "accuracy"}
@@ -97,6 +99,7 @@ func parseFlags() (config, error) {
 	flag.StringVar(&only, "only", "", "comma-separated limiters to measure (default all): "+strings.Join(peerNames(), ", "))
 	flag.StringVar(&c.addr, "addr", "", "use this Redis (host:port) instead of starting one; it is never flushed, and its INFO counts other clients too")
 	flag.BoolVar(&c.pin, "pin", true, "pin redis-server to the first CPU and this process to the others, with taskset (Linux, 2+ CPUs)")
+	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the measuring process to this file")
 	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -170,7 +173,19 @@ func main() {
 		os.Exit(2)
 	}
 	pinned := pin(cfg.pin) // may re-execute this program under taskset
-	if err := run(cfg, pinned); err != nil {
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare: -cpuprofile:", err)
+			os.Exit(2)
+		}
+	}
+	err = run(cfg, pinned)
+	pprof.StopCPUProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}

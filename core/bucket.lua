@@ -8,9 +8,12 @@
 --          g = 1 every key is in the one group. Concurrent requests mostly
 --          share one limit and cost, so a batch's numbers are parsed once.
 -- Stored   "lock tat1 frac1 tat2 frac2 ...": integers, microseconds and ticks.
--- Reply    per key: allowed, remaining, retry_us, reset_us, wait_us, index,
---          locked, next_us (until a unit request could be admitted after
---          this decision). Integers only.
+-- Reply    per key, five integers: flags (1 if allowed, +2 if locked, +4 times
+--          the index of the deciding limit), remaining, delay_us (the wait of
+--          an admitted reservation, or the retry of a denial), reset_us,
+--          next_us (until a unit request could be admitted after this
+--          decision). Every integer in a reply costs Redis about as much to
+--          send as a redis.call costs to set up, so none is wasted.
 --
 -- Numbers are doubles here; every value stays an integer below 2^53 (the
 -- limits are validated for it), and idiv corrects the rounding of a/b.
@@ -91,7 +94,7 @@ local function one(key, cp, mw, penalty, r, p, b, cap)
         local ttl = max(lock - now, ceildiv((tu - now) * r + tf, r), 1)
         call('SET', key, format('%d %d %d', lock, tu, tf), 'PX', ceildiv(ttl, 1000))
       end
-      return 0, remaining, retry, reset, 0, lk, nxt
+      return 2 * lk, remaining, retry, reset, nxt
     end
   end
   -- Admitted: d2 ticks of debt from now on. The key lives until the
@@ -105,7 +108,7 @@ local function one(key, cp, mw, penalty, r, p, b, cap)
   if over1 > 0 then nxt = ceildiv(over1, r) end
   local remaining = 0
   if cap > d2 then remaining = idiv(cap - d2, p) end
-  return 1, remaining, 0, reset, wait, 0, nxt
+  return 1, remaining, wait, reset, nxt
 end
 
 -- many decides a key under several limits.
@@ -211,8 +214,9 @@ local function many(key, cost, maxwait, penalty, n, r, p, b)
     call('SET', key, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
   end
 
-  if allowed == 0 then wait = 0 end
-  return allowed, remaining, retry, reset, wait, idx, lk, nxt
+  local delay = retry
+  if allowed == 1 then delay = wait end
+  return allowed + 2 * lk + 4 * idx, remaining, delay, reset, nxt
 end
 
 local argv, keys = ARGV, KEYS
@@ -224,10 +228,8 @@ if ng == 1 and n1 == 1 then
   local cp, mw, pen, cap = tonumber(argv[2]) * p, tonumber(argv[3]) * r, tonumber(argv[4]), b * p
   local m = 0
   for k = 1, #keys do
-    local o1, o2, o3, o4, o5, o6, o7 = one(keys[k], cp, mw, pen, r, p, b, cap)
-    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = o1, o2, o3, o4
-    out[m + 5], out[m + 6], out[m + 7], out[m + 8] = o5, 0, o6, o7
-    m = m + 8
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = one(keys[k], cp, mw, pen, r, p, b, cap)
+    m = m + 5
   end
   return out
 end
@@ -254,14 +256,10 @@ for k = 1, #keys do
   if ng > 1 then g = tonumber(argv[a + k - 1]) end
   if gn[g] == 1 then
     local r, p, b = gr[g][1], gp[g][1], gb[g][1]
-    local o1, o2, o3, o4, o5, o6, o7 = one(keys[k], gcost[g] * p, gwait[g] * r, gpen[g], r, p, b, b * p)
-    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = o1, o2, o3, o4
-    out[m + 5], out[m + 6], out[m + 7], out[m + 8] = o5, 0, o6, o7
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = one(keys[k], gcost[g] * p, gwait[g] * r, gpen[g], r, p, b, b * p)
   else
-    local o1, o2, o3, o4, o5, o6, o7, o8 = many(keys[k], gcost[g], gwait[g], gpen[g], gn[g], gr[g], gp[g], gb[g])
-    out[m + 1], out[m + 2], out[m + 3], out[m + 4] = o1, o2, o3, o4
-    out[m + 5], out[m + 6], out[m + 7], out[m + 8] = o5, o6, o7, o8
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = many(keys[k], gcost[g], gwait[g], gpen[g], gn[g], gr[g], gp[g], gb[g])
   end
-  m = m + 8
+  m = m + 5
 end
 return out

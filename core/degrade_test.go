@@ -346,7 +346,7 @@ func TestErrorClasses(t *testing.T) {
 		return fakeScripter{val: []any{int64(1), "two"}}
 	}
 	cases["reply out of range"] = func(t *testing.T) redis.Scripter {
-		return fakeScripter{val: []any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(7), int64(0), int64(0)}}
+		return fakeScripter{val: []any{int64(1 + 4*7), int64(0), int64(0), int64(0), int64(0)}} // limit index 7 of 1
 	}
 	for name, mk := range cases {
 		for _, pol := range []FailurePolicy{FallbackLocal, FailOpen, FailClosed} {

@@ -178,15 +178,17 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // Default: slog.Default() at the time of the transition.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// WithBatching sets how many Redis round trips may be under way at once
-// before concurrent decisions are coalesced: while that many are in flight,
-// further decisions queue and are sent together, in one script call, when
-// one returns. An idle limiter therefore adds no latency, and a busy one
-// spends one Redis command on many decisions. Zero sends every decision on
-// its own. On a single node or Sentinel failover client (*redis.Client) a
-// batch is one script call; on *redis.ClusterClient and *redis.Ring it is
-// one script call per hash tag (so per slot), all in one pipeline. Other
-// Scripter implementations are not batched.
+// WithBatching sets how many Redis round trips may be under way at once;
+// concurrent decisions beyond that are coalesced. A decision that finds a
+// round trip free leads a batch: it yields once, so that callers already
+// runnable can queue behind it, then sends itself and its share of the
+// queue in one script call (the whole queue if no other round trip is free,
+// an even part otherwise). An idle limiter therefore adds no latency, and a
+// busy one spends one Redis command on many decisions. Zero sends every
+// decision on its own. On a single node or Sentinel failover client
+// (*redis.Client) a batch is one script call; on *redis.ClusterClient and
+// *redis.Ring it is one script call per hash tag (so per slot), all in one
+// pipeline. Other Scripter implementations are not batched.
 //
 // Default: 4.
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }

@@ -18,7 +18,7 @@ var bucketLua string
 var bucketScript = redis.NewScript(bucketLua)
 
 // replyWidth is the number of integers the script returns per key.
-const replyWidth = 8
+const replyWidth = 5
 
 // call is one decision asked of a store.
 type call struct {
@@ -122,20 +122,26 @@ func (s *redisStore) decide(ctx context.Context, c *call) (decision, error) {
 	return decideOne(ctx, s.rdb, c)
 }
 
-// parseReply checks and decodes one key's reply.
+// parseReply checks and decodes one key's reply: flags (allowed, locked,
+// limit index), remaining, delay (wait if allowed, retry if not), reset,
+// next.
 func parseReply(v []int64, p *plan) (decision, error) {
+	flags := v[0]
 	d := decision{
-		allowed:   v[0] == 1,
+		allowed:   flags&1 == 1,
+		locked:    flags&2 == 2,
+		index:     int(flags >> 2),
 		remaining: v[1],
-		retry:     v[2],
 		reset:     v[3],
-		wait:      v[4],
-		index:     int(v[5]),
-		locked:    v[6] == 1,
-		next:      v[7],
+		next:      v[4],
 	}
-	if v[0]|v[6] > 1 || v[0] < 0 || v[6] < 0 || d.remaining < 0 || d.retry < 0 || d.reset < 0 || d.wait < 0 || d.next < 0 ||
-		d.index < 0 || d.index >= len(p.limits) || (d.allowed && d.retry != 0) || (!d.allowed && d.retry == 0) {
+	if d.allowed {
+		d.wait = v[2]
+	} else {
+		d.retry = v[2]
+	}
+	if flags < 0 || d.index >= len(p.limits) || d.remaining < 0 || v[2] < 0 || d.reset < 0 || d.next < 0 ||
+		(d.allowed && d.locked) || (!d.allowed && d.retry == 0) {
 		return decision{}, fmt.Errorf("core: unexpected script reply %v", v)
 	}
 	return d, nil

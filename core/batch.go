@@ -59,11 +59,15 @@ type pending struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-// decide decides c, alone or in a batch.
-func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
+// decide decides c, alone or in a batch, by dl (zero for no deadline). A
+// queued caller leaves when ctx ends; when dl passes first, the next leader
+// to form a batch or end a round trip turns it away. That is soon after dl:
+// the round trips it waits for started before it queued, and end by their
+// own members' deadlines, which are no later than dl.
+func (b *batcher) decide(ctx context.Context, dl time.Time, c *call) (decision, error) {
 	p := pendingPool.Get().(*pending)
 	p.c = c
-	p.deadline, _ = ctx.Deadline()
+	p.deadline = dl
 	b.mu.Lock()
 	if b.inflight < b.maxInflight && b.forming == 0 {
 		b.inflight++
@@ -107,7 +111,9 @@ func (b *batcher) decide(ctx context.Context, c *call) (decision, error) {
 func (b *batcher) leadAndRelease(ctx context.Context, p *pending) (decision, error) {
 	batch := b.form(p)
 	if len(batch) == 1 {
-		p.d, p.err = decideOne(ctx, b.rdb, p.c)
+		rctx, cancel := within(ctx, p.deadline)
+		p.d, p.err = decideOne(rctx, b.rdb, p.c)
+		cancel()
 	} else {
 		b.send(batch)
 	}
@@ -146,12 +152,17 @@ func (b *batcher) form(leader *pending) []*pending {
 	free := b.maxInflight - b.inflight
 	share := min(b.maxBatch, (len(b.queue)+1+free)/(free+1)) // ceil((queue+1)/(free+1))
 	batch := []*pending{leader}
+	var late []*pending
 	rest := b.queue[:0]
 	for _, p := range b.queue {
-		if len(batch) < share && (p.deadline.IsZero() || now.Before(p.deadline)) {
+		switch {
+		case !p.deadline.IsZero() && !now.Before(p.deadline):
+			p.taken, p.err = true, context.DeadlineExceeded
+			late = append(late, p)
+		case len(batch) < share:
 			p.taken = true
 			batch = append(batch, p)
-		} else {
+		default:
 			rest = append(rest, p)
 		}
 	}
@@ -161,6 +172,9 @@ func (b *batcher) form(leader *pending) []*pending {
 	b.mu.Unlock()
 	if next != nil {
 		next.done <- struct{}{}
+	}
+	for _, p := range late {
+		p.done <- struct{}{}
 	}
 	return batch
 }
@@ -180,19 +194,25 @@ func (b *batcher) finish() {
 
 // nextLeader removes the first queued caller whose deadline has not passed
 // and makes it a leader holding a slot of its own, if slot allows; b.mu is
-// held.
+// held. Callers before it whose deadline has passed are turned away.
 func (b *batcher) nextLeader(now time.Time, slot bool) *pending {
 	if !slot {
 		return nil
 	}
-	for i, p := range b.queue {
-		if p.deadline.IsZero() || now.Before(p.deadline) {
-			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			p.taken, p.lead = true, true
-			b.inflight++
-			b.forming++
-			return p
+	for len(b.queue) > 0 {
+		p := b.queue[0]
+		n := copy(b.queue, b.queue[1:])
+		b.queue[n] = nil
+		b.queue = b.queue[:n]
+		if !p.deadline.IsZero() && !now.Before(p.deadline) {
+			p.taken, p.err = true, context.DeadlineExceeded
+			p.done <- struct{}{} // buffered: never blocks
+			continue
 		}
+		p.taken, p.lead = true, true
+		b.inflight++
+		b.forming++
+		return p
 	}
 	return nil
 }

@@ -218,7 +218,8 @@ func TestBatchCancelWhileQueued(t *testing.T) {
 // TestFormSplitsQueue checks how leaders share a queue: with other slots
 // free, each takes an even part and wakes the next queued caller to lead on
 // a slot of its own; with none free, the leader takes the whole queue (up
-// to maxBatch). Expired callers stay out of every batch.
+// to maxBatch). A queued caller whose deadline has passed is turned away
+// with an error, never put in a batch.
 func TestFormSplitsQueue(t *testing.T) {
 	newPending := func() *pending { return &pending{done: make(chan struct{}, 1)} }
 	woken := func(all []*pending) *pending {
@@ -259,19 +260,39 @@ func TestFormSplitsQueue(t *testing.T) {
 			}
 			sizes = append(sizes, len(batch))
 		}
-		// 10 live callers over 4 slots: ceil(10/4), then ceil(7/3), ceil(4/2),
-		// and the last leader alone once no slot is free.
-		if !slices.Equal(sizes, []int{3, 3, 3, 1}) {
-			t.Errorf("batch sizes %v, want [3 3 3 1]", sizes)
+		// 10 live callers over 4 slots: ceil(10/4) (the expired caller is
+		// turned away), then ceil(7/3), ceil(4/2), and the last two together
+		// once no slot is free.
+		if !slices.Equal(sizes, []int{3, 3, 2, 2}) {
+			t.Errorf("batch sizes %v, want [3 3 2 2]", sizes)
 		}
-		if b.inflight != 4 || b.forming != 0 || len(b.queue) != 1 {
-			t.Errorf("inflight %d, forming %d, queue %d; want 4, 0, 1 (the expired caller)", b.inflight, b.forming, len(b.queue))
+		if b.inflight != 4 || b.forming != 0 || len(b.queue) != 0 {
+			t.Errorf("inflight %d, forming %d, queue %d; want 4, 0, 0", b.inflight, b.forming, len(b.queue))
+		}
+		if len(expired.done) != 1 || !errors.Is(expired.err, context.DeadlineExceeded) || !expired.taken {
+			t.Errorf("expired caller: woken %v, err %v, taken %v; want woken with DeadlineExceeded",
+				len(expired.done) == 1, expired.err, expired.taken)
 		}
 		for range 4 {
 			b.finish()
 		}
 		if b.inflight != 0 || woken(all) != nil {
 			t.Errorf("after the round trips: inflight %d, or a caller was woken to lead", b.inflight)
+		}
+	})
+
+	t.Run("expired at finish", func(t *testing.T) {
+		b := &batcher{maxInflight: 1, maxBatch: 256}
+		b.inflight = 1
+		expired, live := newPending(), newPending()
+		expired.deadline = time.Now().Add(-time.Millisecond)
+		b.queue = []*pending{expired, live}
+		b.finish()
+		if !errors.Is(expired.err, context.DeadlineExceeded) || len(expired.done) != 1 {
+			t.Errorf("expired caller not turned away: err %v", expired.err)
+		}
+		if !live.lead || len(live.done) != 1 || b.inflight != 1 || len(b.queue) != 0 {
+			t.Errorf("live caller: lead %v, woken %v; inflight %d, queue %d", live.lead, len(live.done) == 1, b.inflight, len(b.queue))
 		}
 	})
 

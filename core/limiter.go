@@ -320,25 +320,39 @@ func callerGone(ctx context.Context) error {
 	return nil
 }
 
-// callStore asks the store within the limiter's time budget.
+// callStore asks the store within the limiter's time budget: by the
+// caller's deadline or the budget's end, whichever is sooner. The deadline
+// is passed down as a value; a context carrying it is made only for the
+// round trip itself (one per batch), not per decision.
 func (l *Limiter) callStore(ctx context.Context, c *call) (decision, error) {
-	sctx := ctx
+	var dl time.Time
 	if l.timeout > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > l.timeout {
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithTimeout(ctx, l.timeout)
-			defer cancel()
-		}
+		dl = time.Now().Add(l.timeout)
+	}
+	if cdl, ok := ctx.Deadline(); ok && (dl.IsZero() || cdl.Before(dl)) {
+		dl = cdl
 	}
 	var start time.Time
 	if l.obs != nil {
 		start = time.Now()
 	}
-	d, err := l.store.decide(sctx, c)
+	d, err := l.store.decide(ctx, dl, c)
 	if l.obs != nil && callerGone(ctx) == nil {
 		l.obs.ObserveStore(time.Since(start), err)
 	}
 	return d, err
+}
+
+// within returns ctx bounded by dl (zero for none). It allocates only when
+// dl is sooner than ctx's own deadline.
+func within(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
+	if dl.IsZero() {
+		return ctx, func() {}
+	}
+	if cdl, ok := ctx.Deadline(); ok && !dl.Before(cdl) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, dl)
 }
 
 // fallback decides without the store, under the failure policy.

@@ -117,7 +117,7 @@ func TestDifferential(t *testing.T) {
 				m.FastForward(time.Duration(now-last) * time.Microsecond)
 			}
 			last = now
-			return s.decide(ctx, c)
+			return s.decide(ctx, time.Time{}, c)
 		}, func(rkey string) (time.Duration, bool) {
 			if !m.Exists(rkey) {
 				return 0, false

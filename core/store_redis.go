@@ -115,11 +115,14 @@ func newRedisStore(rdb redis.Scripter, timeout time.Duration, inflight int) *red
 	return s
 }
 
-func (s *redisStore) decide(ctx context.Context, c *call) (decision, error) {
+// decide decides c by dl (zero for no deadline); ctx is the caller's.
+func (s *redisStore) decide(ctx context.Context, dl time.Time, c *call) (decision, error) {
 	if s.batch != nil {
-		return s.batch.decide(ctx, c)
+		return s.batch.decide(ctx, dl, c)
 	}
-	return decideOne(ctx, s.rdb, c)
+	rctx, cancel := within(ctx, dl)
+	defer cancel()
+	return decideOne(rctx, s.rdb, c)
 }
 
 // parseReply checks and decodes one key's reply: flags (allowed, locked,

@@ -1,6 +1,7 @@
 package keyfunc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -223,6 +224,26 @@ type ipFunc struct {
 	v4Suffix string // "/<bits>", or "" for a whole address
 	v6Suffix string
 	warned   atomic.Bool
+	recent   ipCache
+}
+
+// ipCache remembers the keys of recently seen addresses, so that a client
+// seen again (most requests, on a real service) costs no allocation. It is
+// direct-mapped: each address has one of 256 slots, and a newer address in
+// the same slot replaces the older one, so its memory is fixed (a few
+// kilobytes per extractor) however many clients there are.
+type ipCache [256]atomic.Pointer[ipEntry]
+
+type ipEntry struct {
+	addr netip.Addr
+	key  string
+}
+
+// slot returns a's slot.
+func (c *ipCache) slot(a netip.Addr) *atomic.Pointer[ipEntry] {
+	b := a.As16()
+	h := (binary.LittleEndian.Uint64(b[:8]) ^ binary.LittleEndian.Uint64(b[8:])) * 0x9e3779b97f4a7c15
+	return &c[h>>56]
 }
 
 func (f *ipFunc) key(r Request) (string, error) {
@@ -317,11 +338,17 @@ func (f *ipFunc) format(a netip.Addr) string {
 		p, _ := a.Prefix(bits) // cannot fail: bits is within a's length
 		a = p.Addr()
 	}
+	slot := f.recent.slot(a)
+	if e := slot.Load(); e != nil && e.addr == a {
+		return e.key
+	}
 	var buf [64]byte
 	b := append(buf[:0], prefixIP...)
 	b = a.AppendTo(b)
 	b = append(b, suffix...)
-	return string(b)
+	key := string(b)
+	slot.Store(&ipEntry{addr: a, key: key})
+	return key
 }
 
 // parseHost parses an address written as "host", "host:port", "[host]" or

@@ -282,3 +282,56 @@ func TestIPNoWarningWithTrustedProxies(t *testing.T) {
 		t.Errorf("IP(TrustProxies) logged %d lines, want 0\n%s", got, logs)
 	}
 }
+
+// TestIPRecentCache checks the cache of recent keys: thousands of addresses
+// (far more than its slots, so they collide and replace each other), asked
+// in an interleaved order from several goroutines, always get the key a
+// fresh extractor gives, and an address asked again costs no allocation.
+func TestIPRecentCache(t *testing.T) {
+	var addrs []string
+	for i := range 3000 {
+		if i%2 == 0 {
+			addrs = append(addrs, netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String())
+		} else {
+			addrs = append(addrs, netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 8), byte(i), 7: 1, 15: byte(i)}).String())
+		}
+	}
+	want := func(a string) string {
+		k, err := keyfunc.IP(keyfunc.IPv6Prefix(64))(&fakeRequest{remote: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	wants := make([]string, len(addrs))
+	for i, a := range addrs {
+		wants[i] = want(a)
+	}
+	fn := keyfunc.IP(keyfunc.IPv6Prefix(64))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 {
+				for i := range addrs {
+					j := (i*7 + g*13 + round*101) % len(addrs)
+					got, err := fn(&fakeRequest{remote: addrs[j]})
+					if err != nil || got != wants[j] {
+						t.Errorf("IP(%s) = %q, %v; want %q", addrs[j], got, err, wants[j])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	req := &fakeRequest{remote: "198.51.100.23:443"}
+	if _, err := fn(req); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = fn(req) }); n != 0 {
+		t.Errorf("a repeated address: %v allocations, want 0", n)
+	}
+}

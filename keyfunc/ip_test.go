@@ -335,3 +335,33 @@ func TestIPRecentCache(t *testing.T) {
 		t.Errorf("a repeated address: %v allocations, want 0", n)
 	}
 }
+
+// TestIPWarnsAfterManyPlainRequests checks that forwarding headers are
+// still noticed once the extractor only samples requests for them (after
+// its first 64): a proxy forwards them on every request.
+func TestIPWarnsAfterManyPlainRequests(t *testing.T) {
+	logs := captureLog(t)
+	fn := keyfunc.IP()
+	plain := &fakeRequest{remote: "203.0.113.7:1"}
+	for range 1000 {
+		if _, err := fn(plain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if logs.lines() != 0 {
+		t.Fatalf("plain requests logged:\n%s", logs)
+	}
+	forwarded := &fakeRequest{remote: "203.0.113.7:1", headers: map[string]string{xff: "6.6.6.6"}}
+	// Sampling one request in 16, 1,000 forwarded requests all go
+	// unlooked-at with probability (15/16)^1000, below 1e-28.
+	for i := range 1000 {
+		if _, err := fn(forwarded); err != nil {
+			t.Fatal(err)
+		}
+		if logs.lines() == 1 {
+			t.Logf("warned after %d forwarded requests", i+1)
+			return
+		}
+	}
+	t.Fatalf("1000 forwarded requests after 1000 plain ones: %d warnings, want 1", logs.lines())
+}

@@ -56,6 +56,10 @@ const (
 	// hammerSlot is the resolution at which the hammered case records when
 	// calls returned, to find silences.
 	hammerSlot = 100 * time.Microsecond
+	// hammerWarmup is how long the hammered case's callers first run on
+	// another key, so that the client has its connections before the
+	// measured key's full bucket starts counting.
+	hammerWarmup = 100 * time.Millisecond
 	// hammerTries bounds the runs of the hammered case per limiter.
 	hammerTries    = 3
 	subInterval    = time.Millisecond

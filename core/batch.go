@@ -18,8 +18,9 @@ import (
 // trips are under way at once) takes it and leads a batch. Before it forms
 // the batch it yields the processor once, so that callers that are already
 // runnable (typically the ones just answered by the previous batch) queue
-// behind it instead of each taking a slot for one decision; an idle limiter
-// pays only that yield, a fraction of a microsecond. The leader then takes
+// behind it instead of each taking a slot for one decision. It yields only
+// when the last batch had company (other members, a queue or another round
+// trip under way): a lone caller never does. The leader then takes
 // its share of the queue: all of it when no other slot is free, otherwise an
 // even part, handing the rest to the next queued caller, who leads a second
 // batch on a free slot. Under load the slots therefore carry batches of
@@ -41,8 +42,9 @@ type batcher struct {
 	maxBatch    int
 
 	mu       sync.Mutex
-	inflight int // round-trip slots taken, by leaders sending or forming
-	forming  int // leaders that hold a slot but have not formed their batch
+	inflight int  // round-trip slots taken, by leaders sending or forming
+	forming  int  // leaders that hold a slot but have not formed their batch
+	busy     bool // the last batch formed had company: worth yielding for
 	queue    []*pending
 }
 
@@ -72,8 +74,11 @@ func (b *batcher) decide(ctx context.Context, dl time.Time, c *call) (decision, 
 	if b.inflight < b.maxInflight && b.forming == 0 {
 		b.inflight++
 		b.forming++
+		yield := b.busy
 		b.mu.Unlock()
-		runtime.Gosched() // let runnable callers queue behind this one
+		if yield {
+			runtime.Gosched() // let runnable callers queue behind this one
+		}
 		return b.leadAndRelease(ctx, p)
 	}
 	b.queue = append(b.queue, p)
@@ -168,6 +173,7 @@ func (b *batcher) form(leader *pending) []*pending {
 	}
 	clear(b.queue[len(rest):])
 	b.queue = rest
+	b.busy = len(batch) > 1 || len(rest) > 0 || b.inflight > 1
 	next := b.nextLeader(now, free > 0)
 	b.mu.Unlock()
 	if next != nil {

@@ -281,6 +281,21 @@ func TestFormSplitsQueue(t *testing.T) {
 		}
 	})
 
+	t.Run("yield only with company", func(t *testing.T) {
+		b := &batcher{maxInflight: 4, maxBatch: 256}
+		b.inflight, b.forming = 1, 1
+		if batch := b.form(newPending()); len(batch) != 1 || b.busy {
+			t.Fatalf("a lone caller: batch %d, busy %v; want 1, false", len(batch), b.busy)
+		}
+		b.finish()
+		b.inflight, b.forming = 1, 1
+		b.queue = []*pending{newPending()}
+		if batch := b.form(newPending()); len(batch) != 1 || !b.busy {
+			// The queued caller leads its own batch on a free slot.
+			t.Fatalf("with a queued caller: batch %d, busy %v; want 1, true", len(batch), b.busy)
+		}
+	})
+
 	t.Run("expired at finish", func(t *testing.T) {
 		b := &batcher{maxInflight: 1, maxBatch: 256}
 		b.inflight = 1

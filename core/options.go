@@ -180,11 +180,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // WithBatching sets how many Redis round trips may be under way at once;
 // concurrent decisions beyond that are coalesced. A decision that finds a
-// round trip free leads a batch: it yields once, so that callers already
-// runnable can queue behind it, then sends itself and its share of the
-// queue in one script call (the whole queue if no other round trip is free,
-// an even part otherwise). An idle limiter therefore adds no latency, and a
-// busy one spends one Redis command on many decisions. Zero sends every
+// round trip free leads a batch: under load it first yields once, so that
+// callers already runnable can queue behind it, then sends itself and its
+// share of the queue in one script call (the whole queue if no other round
+// trip is free, an even part otherwise). An idle limiter therefore adds no
+// latency, and a busy one spends one Redis command on many decisions. Zero sends every
 // decision on its own. On a single node or Sentinel failover client
 // (*redis.Client) a batch is one script call; on *redis.ClusterClient and
 // *redis.Ring it is one script call per hash tag (so per slot), all in one

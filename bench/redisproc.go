@@ -27,13 +27,25 @@ type RedisServer struct {
 // is not empty and taskset is on PATH, the server is pinned to that CPU list
 // (taskset -c cpu). The child is killed if this process dies (Linux).
 func StartRedis(cpu string) (*RedisServer, error) {
+	var prefix []string
+	if cpu != "" {
+		if ts, err := exec.LookPath("taskset"); err == nil {
+			prefix = []string{ts, "-c", cpu}
+		}
+	}
+	return StartRedisUnder(prefix...)
+}
+
+// StartRedisUnder is StartRedis with redis-server run by the command
+// prefix, such as "valgrind --tool=callgrind"; none runs it directly.
+func StartRedisUnder(prefix ...string) (*RedisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not on PATH (or pass -addr): %w", err)
 	}
 	var lastErr error
 	for range 3 {
-		s, err := startRedisOnce(bin, cpu)
+		s, err := startRedisOnce(bin, prefix)
 		if err == nil {
 			return s, nil
 		}
@@ -51,7 +63,7 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startRedisOnce(bin, cpu string) (*RedisServer, error) {
+func startRedisOnce(bin string, prefix []string) (*RedisServer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -66,11 +78,7 @@ func startRedisOnce(bin, cpu string) (*RedisServer, error) {
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
 		"--daemonize", "no",
 	}
-	if cpu != "" {
-		if ts, err := exec.LookPath("taskset"); err == nil {
-			args = append([]string{ts, "-c", cpu}, args...)
-		}
-	}
+	args = append(append([]string(nil), prefix...), args...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
@@ -85,7 +93,7 @@ func startRedisOnce(bin, cpu string) (*RedisServer, error) {
 		done:    make(chan struct{}),
 	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // slow under valgrind
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.done:
@@ -100,20 +108,16 @@ func startRedisOnce(bin, cpu string) (*RedisServer, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Stop()
-	return nil, errors.New("redis-server did not answer PING within 10s")
+	return nil, errors.New("redis-server did not answer PING within 30s")
 }
 
 // ping sends one inline PING and checks for +PONG.
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	c, err := inline(addr, "PING")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(250 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return err
@@ -122,6 +126,39 @@ func ping(addr string) error {
 		return fmt.Errorf("unexpected reply %q", line)
 	}
 	return nil
+}
+
+// inline connects to addr and sends command as an inline command, with a
+// short deadline for its reply.
+func inline(addr, command string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(250 * time.Millisecond))
+	if _, err := c.Write([]byte(command + "\r\n")); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Shutdown asks the server to exit (SHUTDOWN NOSAVE) and waits up to
+// timeout for it to do so, so that a wrapper such as valgrind can write
+// its report; then it cleans up as Stop does.
+func (s *RedisServer) Shutdown(timeout time.Duration) error {
+	defer s.Stop()
+	c, err := inline(s.Addr, "SHUTDOWN NOSAVE")
+	if err != nil {
+		return err
+	}
+	c.Close()
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("redis-server did not exit within %s of SHUTDOWN", timeout)
+	}
 }
 
 func lastLines(s string, n int) string {

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bench"
 )
 
 // redisStats is what INFO says about the server's work so far.
@@ -22,22 +22,15 @@ var notCounted = map[string]bool{"info": true, "flushall": true}
 
 func readStats(ctx context.Context, admin *redis.Client) (redisStats, error) {
 	s := redisStats{cmds: map[string]int64{}}
-	cpu, err := admin.Info(ctx, "cpu").Result()
-	if err != nil {
+	var err error
+	if s.cpu, err = bench.UsedCPU(ctx, admin); err != nil {
 		return s, err
-	}
-	for _, f := range infoFields(cpu) {
-		switch f[0] {
-		case "used_cpu_sys", "used_cpu_user":
-			v, _ := strconv.ParseFloat(f[1], 64)
-			s.cpu += v
-		}
 	}
 	cs, err := admin.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return s, err
 	}
-	for _, f := range infoFields(cs) {
+	for _, f := range bench.InfoFields(cs) {
 		name, ok := strings.CutPrefix(f[0], "cmdstat_")
 		if !ok || notCounted[name] {
 			continue
@@ -50,22 +43,6 @@ func readStats(ctx context.Context, admin *redis.Client) (redisStats, error) {
 		}
 	}
 	return s, nil
-}
-
-// infoFields splits INFO text into name, value pairs.
-func infoFields(text string) [][2]string {
-	var out [][2]string
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			out = append(out, [2]string{k, v})
-		}
-	}
-	return out
 }
 
 // redisCost is the server's work between two snapshots, or the sum of

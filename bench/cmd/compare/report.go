@@ -151,7 +151,7 @@ func (h *harness) header(out *report) {
 func (h *harness) redisDescription() string {
 	ver := "?"
 	if info, err := h.admin.Info(context.Background(), "server").Result(); err == nil {
-		for _, f := range infoFields(info) {
+		for _, f := range bench.InfoFields(info) {
 			if f[0] == "redis_version" {
 				ver = f[1]
 			}
@@ -213,7 +213,7 @@ func cpuModel() string {
 	if err != nil {
 		return "unknown CPU"
 	}
-	for _, f := range infoFields(string(data)) {
+	for _, f := range bench.InfoFields(string(data)) {
 		if strings.TrimSpace(f[0]) == "model name" {
 			return strings.TrimSpace(f[1])
 		}
@@ -227,7 +227,7 @@ func cpuCount() int {
 		return runtime.NumCPU()
 	}
 	n := 0
-	for _, f := range infoFields(string(data)) {
+	for _, f := range bench.InfoFields(string(data)) {
 		if strings.TrimSpace(f[0]) == "processor" {
 			n++
 		}

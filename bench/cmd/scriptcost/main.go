@@ -9,21 +9,20 @@
 //	go run ./cmd/scriptcost             # Redis CPU µs per key, from INFO (noisy)
 //	go run ./cmd/scriptcost -callgrind  # instructions per key under valgrind (repeatable)
 //
-// With -callgrind each variant gets its own redis-server under
-// `valgrind --tool=callgrind`, and the figure is the server's instructions
-// from start to shutdown divided by the keys decided, so start-up is spread
-// thin but included; compare variants, not absolute numbers. Without it, a
-// redis-server pinned to the first CPU (with taskset, when there are two or
-// more) is measured with INFO cpu, best of three passes.
+// Each measurement gets its own redis-server (bench.StartRedis). With
+// -callgrind it runs under `valgrind --tool=callgrind`, and the figure is the
+// server's instructions from start to shutdown divided by the keys decided,
+// so start-up is spread thin but included; compare variants, not absolute
+// numbers. Without it, the server is pinned to the first CPU (with taskset,
+// when there are two or more) and measured with INFO cpu, best of three
+// passes.
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/bench"
 )
 
 // noop costs an EVALSHA with its keys and arguments and a one-value reply
@@ -65,7 +65,6 @@ func main() {
 	calls := flag.Int("calls", 2000, "script calls per measurement")
 	useCallgrind := flag.Bool("callgrind", false, "count the server's instructions under valgrind instead of reading its CPU time")
 	flag.Parse()
-	redis.SetLogger(quiet{}) // a server still starting is retried, not reported
 	if err := run(*script, *perCall, *calls, *useCallgrind); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)
@@ -124,11 +123,6 @@ func run(scriptPath, perCall string, calls int, useCallgrind bool) error {
 	return nil
 }
 
-// quiet drops go-redis's log lines.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
-
 func mapInts(xs []int, f func(int) string) []string {
 	out := make([]string, len(xs))
 	for i, x := range xs {
@@ -172,24 +166,31 @@ func drive(ctx context.Context, rdb *redis.Client, src string, k, calls int) err
 	return nil
 }
 
-// cpuPerKey measures on a pinned redis-server: best of three passes.
+// cpuPerKey measures on a redis-server pinned to the first CPU (when there
+// are two or more): best of three passes.
 func cpuPerKey(v variant, k, calls int) (float64, error) {
-	srv, err := startServer(false)
+	cpu := ""
+	if runtime.GOOS == "linux" && runtime.NumCPU() >= 2 {
+		cpu = "0"
+	}
+	srv, err := bench.StartRedis(cpu)
 	if err != nil {
 		return 0, err
 	}
-	defer srv.stop()
+	defer srv.Stop()
+	rdb := client(srv)
+	defer rdb.Close()
 	ctx := context.Background()
 	best := -1.0
 	for range 3 {
-		before, err := usedCPU(ctx, srv.rdb)
+		before, err := bench.UsedCPU(ctx, rdb)
 		if err != nil {
 			return 0, err
 		}
-		if err := drive(ctx, srv.rdb, v.src, k, calls); err != nil {
+		if err := drive(ctx, rdb, v.src, k, calls); err != nil {
 			return 0, err
 		}
-		after, err := usedCPU(ctx, srv.rdb)
+		after, err := bench.UsedCPU(ctx, rdb)
 		if err != nil {
 			return 0, err
 		}
@@ -203,123 +204,45 @@ func cpuPerKey(v variant, k, calls int) (float64, error) {
 // instructions counts the server's instructions under callgrind, from
 // start to shutdown, per key decided.
 func instructions(v variant, k, calls int) (float64, error) {
-	srv, err := startServer(true)
+	vg, err := exec.LookPath("valgrind")
 	if err != nil {
-		return 0, err
-	}
-	ctx := context.Background()
-	if err := drive(ctx, srv.rdb, v.src, k, calls); err != nil {
-		srv.stop()
-		return 0, err
-	}
-	total, err := srv.shutdownAndCount(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return float64(total) / float64(k*calls), nil
-}
-
-func usedCPU(ctx context.Context, rdb *redis.Client) (float64, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var t float64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			x, _ := strconv.ParseFloat(val, 64)
-			t += x
-		}
-	}
-	return t, nil
-}
-
-type server struct {
-	cmd *exec.Cmd
-	rdb *redis.Client
-	dir string
-	out string // callgrind output file, if any
-}
-
-func startServer(callgrind bool) (*server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server is not on PATH (apt-get install redis-server)")
+		return 0, errors.New("-callgrind needs valgrind on PATH (apt-get install valgrind)")
 	}
 	dir, err := os.MkdirTemp("", "scriptcost")
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	port, err := freePort()
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "callgrind.out")
+	srv, err := bench.StartRedisUnder(vg, "--tool=callgrind", "--callgrind-out-file="+out)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	argv := []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
-	s := &server{dir: dir}
-	switch {
-	case callgrind:
-		vg, err := exec.LookPath("valgrind")
-		if err != nil {
-			return nil, errors.New("-callgrind needs valgrind on PATH (apt-get install valgrind)")
-		}
-		s.out = filepath.Join(dir, "callgrind.out")
-		argv = append([]string{vg, "--tool=callgrind", "--callgrind-out-file=" + s.out}, argv...)
-	case runtime.GOOS == "linux" && runtime.NumCPU() >= 2:
-		if ts, err := exec.LookPath("taskset"); err == nil {
-			argv = append([]string{ts, "-c", "0"}, argv...)
-		}
+	defer srv.Stop()
+	rdb := client(srv)
+	err = drive(context.Background(), rdb, v.src, k, calls)
+	rdb.Close()
+	if err != nil {
+		return 0, err
 	}
-	s.cmd = exec.Command(argv[0], argv[1:]...)
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
+	if err := srv.Shutdown(time.Minute); err != nil {
+		return 0, err
 	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), ReadTimeout: time.Minute, DisableIdentity: true})
-	ctx := context.Background()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if s.rdb.Ping(ctx).Err() == nil {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, errors.New("redis-server did not answer within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
-
-// shutdownAndCount stops a callgrind server and reads its total.
-func (s *server) shutdownAndCount(ctx context.Context) (int64, error) {
-	_ = s.rdb.ShutdownNoSave(ctx).Err() // the connection drops: no reply
-	_ = s.rdb.Close()
-	err := s.cmd.Wait()
-	defer os.RemoveAll(s.dir)
-	data, rerr := os.ReadFile(s.out)
-	if rerr != nil {
-		return 0, fmt.Errorf("no callgrind output (%v; server: %v)", rerr, err)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return 0, fmt.Errorf("no callgrind output: %w", err)
 	}
 	m := totals.FindSubmatch(data)
 	if m == nil {
 		return 0, errors.New("no total in the callgrind output")
 	}
-	return strconv.ParseInt(string(m[1]), 10, 64)
+	total, err := strconv.ParseInt(string(m[1]), 10, 64)
+	return float64(total) / float64(k*calls), err
 }
 
-func (s *server) stop() {
-	_ = s.rdb.Close()
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	_ = os.RemoveAll(s.dir)
+// client returns a client for srv with room for a slow (valgrind) server.
+func client(srv *bench.RedisServer) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, DisableIdentity: true})
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)

@@ -1,0 +1,336 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// ParseLimit reads a limit written as text, as configuration files hold
+// them:
+//
+//	600/m                  600 a minute, burst 600
+//	100/s burst 20         100 a second, at most 20 at once
+//	5/15m name login       5 per 15 minutes, named "login"
+//	1000/d                 1000 a day
+//	7/1.5s burst 4         any Go duration, and days as "2d"
+//
+// The period is a unit (ms, s, sec, second, m, min, minute, h, hour, d,
+// day, plurals too) or a number with one (15m, 1.5s, 1h30m, 2d). Burst
+// defaults to the rate, as [PerMinute] does. A name is a bare word or a
+// quoted string. Keywords are case-insensitive and may be separated by
+// commas. The result is validated: an error wraps [ErrInvalidLimit] and
+// quotes the text.
+func ParseLimit(s string) (Limit, error) {
+	l, err := parseLimit(s)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: limit %q: %s", ErrInvalidLimit, s, err)
+	}
+	if _, err := compileLimit(l); err != nil {
+		return Limit{}, fmt.Errorf("limit %q: %w", s, err)
+	}
+	return l, nil
+}
+
+func parseLimit(s string) (Limit, error) {
+	words, err := limitWords(s)
+	if err != nil {
+		return Limit{}, err
+	}
+	if len(words) == 0 {
+		return Limit{}, errors.New("empty; want <rate>/<period>, such as 600/m")
+	}
+	rate, period, ok := strings.Cut(words[0], "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("%q has no '/'; want <rate>/<period>, such as 600/m", words[0])
+	}
+	var l Limit
+	n, err := strconv.Atoi(rate)
+	if err != nil || n < 1 {
+		return Limit{}, fmt.Errorf("rate %q is not a whole number of at least 1", rate)
+	}
+	l.Rate = n
+	if l.Period, err = parsePeriod(period); err != nil {
+		return Limit{}, err
+	}
+	l.Burst = l.Rate
+	for rest := words[1:]; len(rest) > 0; rest = rest[2:] {
+		if len(rest) < 2 {
+			return Limit{}, fmt.Errorf("%q needs a value after it", rest[0])
+		}
+		switch key, val := strings.ToLower(rest[0]), rest[1]; key {
+		case "burst":
+			if l.Burst, err = strconv.Atoi(val); err != nil || l.Burst < 1 {
+				return Limit{}, fmt.Errorf("burst %q is not a whole number of at least 1", val)
+			}
+		case "name":
+			if strings.HasPrefix(val, `"`) {
+				if l.Name, err = strconv.Unquote(val); err != nil {
+					return Limit{}, fmt.Errorf("name %s: %v", val, err)
+				}
+				continue
+			}
+			l.Name = val
+		default:
+			return Limit{}, fmt.Errorf("unknown word %q; after <rate>/<period> come \"burst <n>\" and \"name <name>\"", rest[0])
+		}
+	}
+	return l, nil
+}
+
+// limitWords splits s at spaces and commas, keeping a Go-quoted string
+// (with its quotes) as one word.
+func limitWords(s string) ([]string, error) {
+	var words []string
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',':
+			i++
+		case c == '"':
+			end := quotedEnd(s[i:])
+			if end < 0 {
+				return nil, fmt.Errorf("%s has no closing quote", s[i:])
+			}
+			words = append(words, s[i:i+end])
+			i += end
+		default:
+			j := i
+			for j < len(s) && !strings.ContainsRune(" \t\n\r,\"", rune(s[j])) {
+				j++
+			}
+			words = append(words, s[i:j])
+			i = j
+		}
+	}
+	return words, nil
+}
+
+// quotedEnd returns the end of the Go-quoted string at the start of s, or
+// -1.
+func quotedEnd(s string) int {
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// periodUnits are the periods that may be written as a bare unit.
+var periodUnits = map[string]time.Duration{
+	"us": time.Microsecond, "µs": time.Microsecond,
+	"ms": time.Millisecond, "millisecond": time.Millisecond, "milliseconds": time.Millisecond,
+	"s": time.Second, "sec": time.Second, "second": time.Second, "seconds": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute, "minutes": time.Minute,
+	"h": time.Hour, "hr": time.Hour, "hour": time.Hour, "hours": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour,
+}
+
+// parsePeriod reads a bare unit, a Go duration, or whole days ("2d").
+func parsePeriod(s string) (time.Duration, error) {
+	if d, ok := periodUnits[strings.ToLower(s)]; ok {
+		return d, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 1 && n <= 100*365 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("period %q is not a unit (s, m, h, d, ...) or a positive duration (15m, 1.5s, 2d)", s)
+	}
+	return d, nil
+}
+
+// formatPeriod writes d as ParseLimit reads it, shortest first: "m" for a
+// minute, "15m", "2d", else Go's form ("1.5s", "1h30m0s").
+func formatPeriod(d time.Duration) string {
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if d > 0 && d%u.d == 0 {
+			if d == u.d {
+				return u.name
+			}
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return d.String()
+}
+
+// MarshalText writes l as [ParseLimit] reads it: "600/m", "100/s burst 20",
+// "5/15m name login". Burst is left out when it equals Rate. An invalid
+// limit is an error, so that a configuration is never written that cannot
+// be read back.
+func (l Limit) MarshalText() ([]byte, error) {
+	if _, err := compileLimit(l); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 32)
+	b = strconv.AppendInt(b, int64(l.Rate), 10)
+	b = append(b, '/')
+	b = append(b, formatPeriod(l.Period)...)
+	if l.Burst != l.Rate {
+		b = append(b, " burst "...)
+		b = strconv.AppendInt(b, int64(l.Burst), 10)
+	}
+	if l.Name != "" {
+		b = append(b, " name "...)
+		if bareName(l.Name) {
+			b = append(b, l.Name...)
+		} else {
+			b = strconv.AppendQuote(b, l.Name)
+		}
+	}
+	return b, nil
+}
+
+// bareName reports whether name reads back unquoted.
+func bareName(name string) bool {
+	if name == "" || strings.HasPrefix(name, `"`) {
+		return false
+	}
+	for _, r := range name {
+		if unicode.IsSpace(r) || r == ',' || r == '"' || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// UnmarshalText reads l as [ParseLimit] does, so that TOML, YAML and
+// environment-variable decoders take "600/m".
+func (l *Limit) UnmarshalText(text []byte) error {
+	v, err := ParseLimit(string(text))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+// limitFields is a limit written field by field, with the period as a
+// duration string ("1m") or, as before, nanoseconds.
+type limitFields struct {
+	Name   string          `json:"name"`
+	Rate   int             `json:"rate"`
+	Period json.RawMessage `json:"period"`
+	Burst  int             `json:"burst"`
+}
+
+// UnmarshalJSON reads a limit as a string ("600/m", see [ParseLimit]) or as
+// an object {"rate": 600, "period": "1m", "burst": 50, "name": "api"}, the
+// period a duration string or nanoseconds, the burst defaulting to the
+// rate. Unknown fields are errors, and the result is validated.
+func (l *Limit) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		return l.UnmarshalText([]byte(s))
+	}
+	var f limitFields
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return fmt.Errorf("%w: %v (want \"600/m\" or {\"rate\": 600, \"period\": \"1m\", \"burst\": 50})", ErrInvalidLimit, err)
+	}
+	var period time.Duration
+	switch {
+	case len(f.Period) == 0 || string(f.Period) == "null":
+		return fmt.Errorf("%w: limit %s has no period", ErrInvalidLimit, data)
+	case f.Period[0] == '"':
+		var s string
+		if err := json.Unmarshal(f.Period, &s); err != nil {
+			return err
+		}
+		d, err := parsePeriod(s)
+		if err != nil {
+			return fmt.Errorf("%w: limit %s: %s", ErrInvalidLimit, data, err)
+		}
+		period = d
+	default:
+		var ns int64
+		if err := json.Unmarshal(f.Period, &ns); err != nil {
+			return fmt.Errorf("%w: limit %s: period %s is neither a duration string nor nanoseconds", ErrInvalidLimit, data, f.Period)
+		}
+		period = time.Duration(ns)
+	}
+	return l.setFields(f.Name, f.Rate, period, f.Burst, string(data))
+}
+
+// MarshalJSON writes l as its text form (see [Limit.MarshalText]).
+func (l Limit) MarshalJSON() ([]byte, error) {
+	t, err := l.MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(string(t))
+}
+
+// UnmarshalYAML reads a limit from YAML as a string ("600/m") or a mapping
+// with rate, period ("1m"), burst (defaulting to the rate) and name. It
+// takes the decoder's unmarshal function, which gopkg.in/yaml.v2 and v3,
+// go.yaml.in/yaml and goccy/go-yaml all pass, so core needs no YAML
+// library.
+func (l *Limit) UnmarshalYAML(unmarshal func(any) error) error {
+	var s string
+	if err := unmarshal(&s); err == nil {
+		return l.UnmarshalText([]byte(s))
+	}
+	var f struct {
+		Name   string `yaml:"name"`
+		Rate   int    `yaml:"rate"`
+		Period any    `yaml:"period"`
+		Burst  int    `yaml:"burst"`
+	}
+	if err := unmarshal(&f); err != nil {
+		return fmt.Errorf("%w: %v (want \"600/m\" or rate, period and burst)", ErrInvalidLimit, err)
+	}
+	var d time.Duration
+	switch p := f.Period.(type) {
+	case nil:
+		return fmt.Errorf("%w: limit with rate %d has no period", ErrInvalidLimit, f.Rate)
+	case string:
+		var err error
+		if d, err = parsePeriod(p); err != nil {
+			return fmt.Errorf("%w: limit with rate %d: %s", ErrInvalidLimit, f.Rate, err)
+		}
+	case int:
+		d = time.Duration(p) // nanoseconds, as before
+	case int64:
+		d = time.Duration(p)
+	case uint64:
+		d = time.Duration(min(p, 1<<62))
+	default:
+		return fmt.Errorf("%w: limit with rate %d: period %v is neither a duration string nor nanoseconds", ErrInvalidLimit, f.Rate, p)
+	}
+	return l.setFields(f.Name, f.Rate, d, f.Burst, fmt.Sprintf("rate %d, period %v", f.Rate, f.Period))
+}
+
+// setFields sets l from decoded fields, the burst defaulting to the rate,
+// and validates it; what names the source in errors.
+func (l *Limit) setFields(name string, rate int, period time.Duration, burst int, what string) error {
+	v := Limit{Name: name, Rate: rate, Period: period, Burst: burst}
+	if v.Burst == 0 {
+		v.Burst = v.Rate
+	}
+	if _, err := compileLimit(v); err != nil {
+		return fmt.Errorf("limit %s: %w", what, err)
+	}
+	*l = v
+	return nil
+}

@@ -1,0 +1,241 @@
+package core_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/sluicehq/sluice/core"
+	yaml "go.yaml.in/yaml/v2"
+)
+
+func TestParseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want core.Limit
+		err  string // a part of the error; "" for none
+	}{
+		{in: "600/m", want: core.PerMinute(600)},
+		{in: "100/s burst 20", want: core.PerSecond(100).WithBurst(20)},
+		{in: "100/S, Burst 20", want: core.PerSecond(100).WithBurst(20)},
+		{in: "  5/15m   name login ", want: core.Limit{Name: "login", Rate: 5, Period: 15 * time.Minute, Burst: 5}},
+		{in: `5/15m name "login page" burst 2`, want: core.Limit{Name: "login page", Rate: 5, Period: 15 * time.Minute, Burst: 2}},
+		{in: "1000/d", want: core.Limit{Rate: 1000, Period: 24 * time.Hour, Burst: 1000}},
+		{in: "3/2d", want: core.Limit{Rate: 3, Period: 48 * time.Hour, Burst: 3}},
+		{in: "7/1.5s burst 4", want: core.Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 4}},
+		{in: "10/minute", want: core.PerMinute(10)},
+		{in: "10/hours", want: core.PerHour(10)},
+		{in: "10/1h30m", want: core.Limit{Rate: 10, Period: 90 * time.Minute, Burst: 10}},
+		{in: "", err: "empty"},
+		{in: "600", err: `"600" has no '/'`},
+		{in: "x/m", err: `rate "x"`},
+		{in: "0/m", err: `rate "0"`},
+		{in: "5/fortnight", err: `period "fortnight"`},
+		{in: "5/-1s", err: `period "-1s"`},
+		{in: "5/m burst", err: `"burst" needs a value`},
+		{in: "5/m burst -2", err: `burst "-2"`},
+		{in: "5/m per ip", err: `unknown word "per"`},
+		{in: `5/m name "open`, err: "no closing quote"},
+		{in: "5/1ns", err: "Period must be at least 1µs"},
+	} {
+		got, err := core.ParseLimit(tc.in)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("ParseLimit(%q): %v", tc.in, err)
+		case tc.err == "" && got != tc.want:
+			t.Errorf("ParseLimit(%q) = %v, want %v", tc.in, got, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, core.ErrInvalidLimit)):
+			t.Errorf("ParseLimit(%q) = %v, %v; want an ErrInvalidLimit saying %q", tc.in, got, err, tc.err)
+		case tc.err != "" && !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.in)):
+			t.Errorf("ParseLimit(%q): %v does not quote the text", tc.in, err)
+		}
+	}
+}
+
+// roundTrips are limits that must come back equal from every encoding.
+var roundTrips = []core.Limit{
+	core.PerSecond(5),
+	core.PerMinute(600).WithBurst(50).WithName("api"),
+	core.PerHour(100).WithName("login page"),
+	{Rate: 7, Period: 1500 * time.Millisecond, Burst: 4},
+	{Rate: 3, Period: 7 * time.Second, Burst: 1},
+	{Rate: 1, Period: 90 * time.Minute, Burst: 1, Name: `a "quoted", name`},
+	{Rate: 1000, Period: 48 * time.Hour, Burst: 10},
+	{Rate: 9, Period: 1234567 * time.Microsecond, Burst: 9},
+}
+
+func TestLimitTextRoundTrip(t *testing.T) {
+	for _, l := range roundTrips {
+		text, err := l.MarshalText()
+		if err != nil {
+			t.Fatalf("MarshalText(%v): %v", l, err)
+		}
+		back, err := core.ParseLimit(string(text))
+		if err != nil || back != l {
+			t.Errorf("%v wrote %q, read back as %v, %v", l, text, back, err)
+		}
+	}
+	if got, _ := core.PerMinute(600).MarshalText(); string(got) != "600/m" {
+		t.Errorf("PerMinute(600) writes %q, want 600/m", got)
+	}
+	if _, err := (core.Limit{Rate: 1}).MarshalText(); !errors.Is(err, core.ErrInvalidLimit) {
+		t.Errorf("MarshalText of an invalid limit: %v, want ErrInvalidLimit", err)
+	}
+}
+
+// config is a service configuration as users write it.
+type config struct {
+	Default core.Limit            `json:"default" yaml:"default" toml:"default"`
+	Routes  map[string]core.Limit `json:"routes" yaml:"routes" toml:"routes"`
+}
+
+func TestLimitJSON(t *testing.T) {
+	var c config
+	in := `{"default": "600/m", "routes": {
+		"/login": {"rate": 5, "period": "15m", "name": "login"},
+		"/search": {"rate": 10, "period": 1000000000, "burst": 3}}}`
+	if err := json.Unmarshal([]byte(in), &c); err != nil {
+		t.Fatal(err)
+	}
+	want := config{Default: core.PerMinute(600), Routes: map[string]core.Limit{
+		"/login":  {Name: "login", Rate: 5, Period: 15 * time.Minute, Burst: 5},
+		"/search": core.PerSecond(10).WithBurst(3),
+	}}
+	if fmt.Sprint(c) != fmt.Sprint(want) {
+		t.Fatalf("decoded %v, want %v", c, want)
+	}
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"default":"600/m"`) {
+		t.Errorf("encoded %s, want the limits as text", out)
+	}
+	var back config
+	if err := json.Unmarshal(out, &back); err != nil || fmt.Sprint(back) != fmt.Sprint(want) {
+		t.Errorf("round trip through %s: %v, %v", out, back, err)
+	}
+	for _, l := range roundTrips {
+		b, _ := json.Marshal(l)
+		var got core.Limit
+		if err := json.Unmarshal(b, &got); err != nil || got != l {
+			t.Errorf("%v through JSON %s: %v, %v", l, b, got, err)
+		}
+	}
+	for _, tc := range []struct{ in, err string }{
+		{`"600/fortnight"`, `period "fortnight"`},
+		{`{"rate": 5, "period": "1m", "brust": 2}`, `unknown field "brust"`},
+		{`{"rate": 5}`, "no period"},
+		{`{"rate": 5, "period": true}`, "neither a duration string nor nanoseconds"},
+		{`{"rate": 0, "period": "1m"}`, "Rate must be at least 1"},
+	} {
+		var l core.Limit
+		err := json.Unmarshal([]byte(tc.in), &l)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("json %s: %v, want an error saying %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+func TestLimitYAML(t *testing.T) {
+	in := `
+default: 600/m
+routes:
+  /login: {rate: 5, period: 15m, name: login}
+  /search: "10/s burst 3"
+  /export: {rate: 2, period: 60000000000}
+`
+	var c config
+	if err := yaml.Unmarshal([]byte(in), &c); err != nil {
+		t.Fatal(err)
+	}
+	want := config{Default: core.PerMinute(600), Routes: map[string]core.Limit{
+		"/login":  {Name: "login", Rate: 5, Period: 15 * time.Minute, Burst: 5},
+		"/search": core.PerSecond(10).WithBurst(3),
+		"/export": core.PerMinute(2),
+	}}
+	if fmt.Sprint(c) != fmt.Sprint(want) {
+		t.Fatalf("decoded %v, want %v", c, want)
+	}
+	out, err := yaml.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back config
+	if err := yaml.Unmarshal(out, &back); err != nil || fmt.Sprint(back) != fmt.Sprint(want) {
+		t.Errorf("round trip through\n%s: %v, %v", out, back, err)
+	}
+	var l core.Limit
+	if err := yaml.Unmarshal([]byte("{rate: 5, period: 1y}"), &l); err == nil || !strings.Contains(err.Error(), `period "1y"`) {
+		t.Errorf("a bad period in YAML: %v", err)
+	}
+}
+
+func TestLimitTOML(t *testing.T) {
+	in := `
+default = "600/m"
+[routes]
+"/search" = "10/s burst 3"
+`
+	var c config
+	if err := toml.Unmarshal([]byte(in), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Default != core.PerMinute(600) || c.Routes["/search"] != core.PerSecond(10).WithBurst(3) {
+		t.Fatalf("decoded %v", c)
+	}
+	out, err := toml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back config
+	if err := toml.Unmarshal(out, &back); err != nil || fmt.Sprint(back) != fmt.Sprint(c) {
+		t.Errorf("round trip through\n%s: %v, %v", out, back, err)
+	}
+}
+
+// FuzzParseLimit: any text either fails with ErrInvalidLimit or gives a
+// valid limit that writes and reads back equal.
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"600/m", "100/s burst 20", `5/15m name "a b"`, "7/1.5s", "3/2d", "x/y z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := core.ParseLimit(s)
+		if err != nil {
+			if !errors.Is(err, core.ErrInvalidLimit) {
+				t.Fatalf("ParseLimit(%q): %v, not an ErrInvalidLimit", s, err)
+			}
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("ParseLimit(%q) = %v, invalid: %v", s, l, err)
+		}
+		text, err := l.MarshalText()
+		if err != nil {
+			t.Fatalf("MarshalText(%v): %v", l, err)
+		}
+		back, err := core.ParseLimit(string(text))
+		if err != nil || back != l {
+			t.Fatalf("%q read as %v, wrote %q, read back as %v, %v", s, l, text, back, err)
+		}
+	})
+}
+
+// Limits come from configuration as text.
+func ExampleParseLimit() {
+	l, err := core.ParseLimit("100/s burst 20")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l)
+	text, _ := core.PerMinute(600).WithName("api").MarshalText()
+	fmt.Println(string(text))
+	// Output:
+	// 100/1s burst 20
+	// 600/m name api
+}

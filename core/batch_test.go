@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
 	"github.com/sluicehq/sluice/core/redistest"
 )
 
@@ -25,13 +25,15 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		m := redistest.Miniredis(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		batchAgainstModel(t, &batcher{rdb: rdb}, func(now time.Time, d time.Duration) { m.SetTime(now); m.FastForward(d) })
+		s := newRedisStore(rdb, &breaker{}, 0, 4, false)
+		batchAgainstModel(t, s.sendOne, func(now time.Time, d time.Duration) { m.SetTime(now); m.FastForward(d) })
 	})
 	t.Run("ring", func(t *testing.T) {
 		m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
 		t.Cleanup(func() { ring.Close() })
-		batchAgainstModel(t, &batcher{rdb: ring, pipe: ring.Pipeline}, func(now time.Time, d time.Duration) {
+		s := newRedisStore(ring, &breaker{}, 0, 4, false)
+		batchAgainstModel(t, s.sendGrouped(&node{}, ring.Pipeline), func(now time.Time, d time.Duration) {
 			for _, m := range []*miniredis.Miniredis{m1, m2} {
 				m.SetTime(now)
 				m.FastForward(d)
@@ -40,7 +42,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 	})
 }
 
-func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.Duration)) {
+func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], setTime func(time.Time, time.Duration)) {
 	t.Helper()
 	plans := make([]*plan, len(diffPlans))
 	for i, ls := range diffPlans {
@@ -56,8 +58,8 @@ func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.D
 		now = now.Add(dt)
 		setTime(now, dt)
 		n := 1 + r.IntN(20)
-		batch := make([]*pending, n)
-		for i := range batch {
+		members := make([]*batch.Member[*call, decision], n)
+		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
 			c := &call{key: key, rkey: redisKey("b:", p.fp, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
@@ -67,21 +69,22 @@ func batchAgainstModel(t *testing.T, bt *batcher, setTime func(time.Time, time.D
 			if r.IntN(6) == 0 {
 				c.maxWait = min(r.Int64N(1_000_000), p.maxW)
 			}
-			batch[i] = &pending{c: c, done: make(chan struct{}, 1)}
+			members[i] = &batch.Member[*call, decision]{Req: c}
 		}
-		bt.send(batch)
-		for i, p := range batch {
-			if p.err != nil {
-				t.Fatal(p.err)
+		send(context.Background(), members)
+		for i, m := range members {
+			if m.Err != nil {
+				t.Fatal(m.Err)
 			}
-			b := model[p.c.rkey]
+			c := m.Req
+			b := model[c.rkey]
 			if b == nil {
 				b = &bucket{}
-				model[p.c.rkey] = b
+				model[c.rkey] = b
 			}
-			want, _ := decide(b, now.UnixMicro(), p.c.plan.ticks, p.c.cost, p.c.maxWait, p.c.penalty)
-			if p.d != want {
-				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, p.c.key, p.d, want)
+			want, _ := decide(b, now.UnixMicro(), c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			if m.Res != want {
+				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.key, m.Res, want)
 			}
 			decisions++
 		}
@@ -213,122 +216,4 @@ func TestBatchCancelWhileQueued(t *testing.T) {
 	if answered.Load() < 20 {
 		t.Fatalf("only %d of the 20 patient callers were answered", answered.Load())
 	}
-}
-
-// TestFormSplitsQueue checks how leaders share a queue: with other slots
-// free, each takes an even part and wakes the next queued caller to lead on
-// a slot of its own; with none free, the leader takes the whole queue (up
-// to maxBatch). A queued caller whose deadline has passed is turned away
-// with an error, never put in a batch.
-func TestFormSplitsQueue(t *testing.T) {
-	newPending := func() *pending { return &pending{done: make(chan struct{}, 1)} }
-	woken := func(all []*pending) *pending {
-		var got *pending
-		for _, p := range all {
-			select {
-			case <-p.done:
-				if got != nil || !p.lead || !p.taken {
-					t.Fatalf("woken: %+v (already woken: %v)", p, got != nil)
-				}
-				got = p
-			default:
-			}
-		}
-		return got
-	}
-
-	t.Run("split", func(t *testing.T) {
-		b := &batcher{maxInflight: 4, maxBatch: 256}
-		b.inflight, b.forming = 1, 1 // as decide leaves them for a fresh leader
-		leader := newPending()
-		all := []*pending{leader}
-		expired := newPending()
-		expired.deadline = time.Now().Add(-time.Second)
-		for i := range 9 {
-			if i == 2 {
-				b.queue = append(b.queue, expired)
-			}
-			p := newPending()
-			b.queue = append(b.queue, p)
-			all = append(all, p)
-		}
-		var sizes []int
-		for l := leader; l != nil; l = woken(all) {
-			batch := b.form(l)
-			if slices.Contains(batch, expired) {
-				t.Fatal("an expired caller was put in a batch")
-			}
-			sizes = append(sizes, len(batch))
-		}
-		// 10 live callers over 4 slots: ceil(10/4) (the expired caller is
-		// turned away), then ceil(7/3), ceil(4/2), and the last two together
-		// once no slot is free.
-		if !slices.Equal(sizes, []int{3, 3, 2, 2}) {
-			t.Errorf("batch sizes %v, want [3 3 2 2]", sizes)
-		}
-		if b.inflight != 4 || b.forming != 0 || len(b.queue) != 0 {
-			t.Errorf("inflight %d, forming %d, queue %d; want 4, 0, 0", b.inflight, b.forming, len(b.queue))
-		}
-		if len(expired.done) != 1 || !errors.Is(expired.err, context.DeadlineExceeded) || !expired.taken {
-			t.Errorf("expired caller: woken %v, err %v, taken %v; want woken with DeadlineExceeded",
-				len(expired.done) == 1, expired.err, expired.taken)
-		}
-		for range 4 {
-			b.finish()
-		}
-		if b.inflight != 0 || woken(all) != nil {
-			t.Errorf("after the round trips: inflight %d, or a caller was woken to lead", b.inflight)
-		}
-	})
-
-	t.Run("yield only with company", func(t *testing.T) {
-		b := &batcher{maxInflight: 4, maxBatch: 256}
-		b.inflight, b.forming = 1, 1
-		if batch := b.form(newPending()); len(batch) != 1 || b.busy {
-			t.Fatalf("a lone caller: batch %d, busy %v; want 1, false", len(batch), b.busy)
-		}
-		b.finish()
-		b.inflight, b.forming = 1, 1
-		b.queue = []*pending{newPending()}
-		if batch := b.form(newPending()); len(batch) != 1 || !b.busy {
-			// The queued caller leads its own batch on a free slot.
-			t.Fatalf("with a queued caller: batch %d, busy %v; want 1, true", len(batch), b.busy)
-		}
-	})
-
-	t.Run("expired at finish", func(t *testing.T) {
-		b := &batcher{maxInflight: 1, maxBatch: 256}
-		b.inflight = 1
-		expired, live := newPending(), newPending()
-		expired.deadline = time.Now().Add(-time.Millisecond)
-		b.queue = []*pending{expired, live}
-		b.finish()
-		if !errors.Is(expired.err, context.DeadlineExceeded) || len(expired.done) != 1 {
-			t.Errorf("expired caller not turned away: err %v", expired.err)
-		}
-		if !live.lead || len(live.done) != 1 || b.inflight != 1 || len(b.queue) != 0 {
-			t.Errorf("live caller: lead %v, woken %v; inflight %d, queue %d", live.lead, len(live.done) == 1, b.inflight, len(b.queue))
-		}
-	})
-
-	t.Run("no free slot", func(t *testing.T) {
-		b := &batcher{maxInflight: 1, maxBatch: 4}
-		b.inflight, b.forming = 1, 1
-		leader := newPending()
-		for range 5 {
-			b.queue = append(b.queue, newPending())
-		}
-		if batch := b.form(leader); len(batch) != 4 {
-			t.Errorf("batch of %d, want maxBatch 4", len(batch))
-		}
-		if len(b.queue) != 2 {
-			t.Fatalf("queue %d, want 2", len(b.queue))
-		}
-		next := b.queue[0]
-		b.finish() // the slot goes to the first queued caller
-		if b.inflight != 1 || len(b.queue) != 1 || !next.lead || len(next.done) != 1 {
-			t.Errorf("after finish: inflight %d, queue %d, next leads %v and woken %v; want 1, 1, true, true",
-				b.inflight, len(b.queue), next.lead, len(next.done) == 1)
-		}
-	})
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/redistest"
@@ -97,5 +98,56 @@ func BenchmarkRedisAllow(b *testing.B) {
 		if _, err := lim.Allow(ctx, "k"+strconv.Itoa(i&1023), limit); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkLoneDecision compares a lone decision, one caller and nothing
+// to batch, with the bare script call it makes through the same client:
+// the difference is what the limiter adds on the client (plan lookup,
+// breaker, batcher, deny cache, local charge, result).
+func BenchmarkLoneDecision(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redistest.NewClient(b, srv.Addr())
+	ctx := context.Background()
+	limit := Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	b.Run("script", func(b *testing.B) {
+		p, _ := newPlan([]Limit{limit}, nil)
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			i++
+			c := call{key: keys[i&1023], rkey: redisKey("bare:", p.fp, keys[i&1023]), plan: p, cost: 1}
+			if _, err := decideOne(ctx, rdb, &c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		rdb  *redis.Client
+	}{
+		{"allow", rdb},
+		// A client whose pool wait fits the budget: the budget travels as
+		// a deadline, without a timer.
+		{"allow/pooltimeout", redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, PoolTimeout: 50 * time.Millisecond})},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lim, err := New(tc.rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				if _, err := lim.Allow(ctx, keys[i&1023], limit); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

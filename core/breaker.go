@@ -1,12 +1,6 @@
 package core
 
-import (
-	"context"
-	"sync"
-	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
-)
+import "sync/atomic"
 
 // route says where one decision goes.
 type route int8
@@ -24,46 +18,33 @@ const (
 	modeProbing = 2
 )
 
-// breaker stops paying the store's time budget on every request once the
-// store is known to be failing. Its whole state (mode and the microsecond
+// breaker stops paying the store's time budget on every request once a
+// node is known to be failing. Its whole state (mode and the microsecond
 // it was entered) is one atomic word that the hot path reads without
 // locking. While open, one request at a time, at most every cooldown, is
-// sent to the store as a probe; the first success closes the breaker.
-// Probes ride on real requests: the breaker starts no goroutine.
+// sent to the store as a probe; closeAfter successes in a row close the
+// breaker (hysteresis: a store that answers one call in two stays open,
+// rather than costing every other request its budget). Probes ride on real
+// requests: the breaker starts no goroutine.
 type breaker struct {
-	state     atomic.Int64 // since<<2 | mode
-	fails     atomic.Int32 // consecutive failures while closed
-	threshold int32
-	cooldown  int64 // microseconds between probes
-	stale     int64 // microseconds after which a silent probe is replaced
+	state      atomic.Int64 // since<<2 | mode
+	fails      atomic.Int32 // consecutive failures while closed
+	goods      atomic.Int32 // consecutive good probes while open
+	threshold  int32
+	closeAfter int32
+	cooldown   int64 // microseconds between probes
+	stale      int64 // microseconds after which a silent probe is replaced
 
-	node        string       // the Cluster master it guards; "" for the whole store
-	outageStart atomic.Int64 // microsecond the current outage began, 0 if none
-	degraded    atomic.Int64 // decisions made without the store in this outage
+	node        string                 // the node's name, as in StoreOutage.Node
+	outageStart atomic.Int64           // microsecond the current outage began, 0 if none
+	degraded    atomic.Int64           // decisions made without the store in this outage
+	log         outageLog              // what was logged of this node's outages
+	failedKey   atomic.Pointer[string] // a Redis key whose call failed here, for the sweep
 }
 
-// nodeBreakers keeps one breaker per master of a Redis Cluster, so that a
-// failing master sends only its own slots' keys to the failure policy. A
-// key's master comes from go-redis's cached slot map; after a failover, the
-// promoted replica gets a breaker of its own. When the map cannot be read,
-// the template (the limiter's own breaker) serves.
-type nodeBreakers struct {
-	c        *redis.ClusterClient
-	template *breaker
-	m        sync.Map // *redis.Client -> *breaker
-}
-
-func (n *nodeBreakers) forKey(ctx context.Context, rkey string) *breaker {
-	node, err := n.c.MasterForKey(ctx, rkey)
-	if err != nil || node == nil {
-		return n.template
-	}
-	if b, ok := n.m.Load(node); ok {
-		return b.(*breaker)
-	}
-	b := &breaker{threshold: n.template.threshold, cooldown: n.template.cooldown, stale: n.template.stale, node: node.Options().Addr}
-	actual, _ := n.m.LoadOrStore(node, b)
-	return actual.(*breaker)
+// clone returns a closed breaker with b's settings, for node.
+func (b *breaker) clone(node string) *breaker {
+	return &breaker{threshold: b.threshold, closeAfter: b.closeAfter, cooldown: b.cooldown, stale: b.stale, node: node}
 }
 
 func (b *breaker) route(now int64) route {
@@ -84,20 +65,27 @@ func (b *breaker) route(now int64) route {
 	return viaLocal
 }
 
-// success records a store answer; it reports whether it ended an outage.
-func (b *breaker) success(r route) bool {
+// success records a store answer at now; it reports whether it ended an
+// outage.
+func (b *breaker) success(r route, now int64) bool {
 	b.fails.Store(0)
-	if r == viaProbe {
-		b.state.Store(modeClosed)
-		return true
+	if r != viaProbe {
+		return false
 	}
-	return false
+	if b.goods.Add(1) < b.closeAfter {
+		b.state.Store(now<<2 | modeOpen) // the next probe after cooldown
+		return false
+	}
+	b.goods.Store(0)
+	b.state.Store(modeClosed)
+	return true
 }
 
 // failure records a store failure at now; it reports whether it began an
 // outage.
 func (b *breaker) failure(r route, now int64) bool {
 	if r == viaProbe {
+		b.goods.Store(0)
 		b.state.Store(now<<2 | modeOpen)
 		return false
 	}

@@ -62,3 +62,44 @@ func checkClient(rdb redis.Scripter, budget time.Duration) error {
 		"(a hung Redis would stall each request %s): set ContextTimeoutEnabled: true in the client's options, "+
 		"or pass core.WithTimeout(0) to rely on the client's own timeouts", budget, stall)
 }
+
+// boundsWaits reports whether rdb bounds every wait of a call by budget
+// through deadlines alone, so that the limiter can pass its budget as a
+// context deadline without a timer: the client sets socket deadlines from
+// the context (or its own timeouts fit the budget), and waits for a pooled
+// connection no longer than the budget (PoolTimeout). Otherwise only a
+// context whose Done closes at the budget would end a wait for a
+// connection in time.
+func boundsWaits(rdb redis.Scripter, budget time.Duration) bool {
+	var pool time.Duration
+	switch c := rdb.(type) {
+	case *redis.Client:
+		pool = c.Options().PoolTimeout
+	case *redis.ClusterClient:
+		pool = c.Options().PoolTimeout
+	case *redis.Ring:
+		pool = c.Options().PoolTimeout
+	default:
+		return false
+	}
+	ctxOK, rt, wt, _ := clientDeadlines(rdb)
+	sockets := ctxOK || max(effectiveTimeout(rt), effectiveTimeout(wt)) <= budget
+	return sockets && pool > 0 && pool <= budget
+}
+
+// nodeName names the node a client's single breaker guards, for logs and
+// [StoreOutage.Node]. Cluster masters are named by their own addresses.
+func nodeName(rdb redis.Scripter) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if addr := c.Options().Addr; addr != "FailoverClient" {
+			return addr
+		}
+		return "sentinel"
+	case *redis.ClusterClient:
+		return "cluster"
+	case *redis.Ring:
+		return "ring"
+	}
+	return "redis"
+}

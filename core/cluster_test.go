@@ -59,7 +59,8 @@ type healthLog struct {
 
 func (h *healthLog) ObserveDecision(core.Result, core.Source) {}
 
-func (h *healthLog) ObserveStore(_ time.Duration, err error) {
+func (h *healthLog) ObserveStore(c core.StoreCall) {
+	err := c.Err
 	if err == nil {
 		return
 	}
@@ -88,15 +89,15 @@ func errKind(err error) string {
 	return s[:min(len(s), 60)]
 }
 
-func (h *healthLog) ObserveDegraded(error) {
+func (h *healthLog) ObserveDegraded(core.StoreOutage) {
 	h.mu.Lock()
 	h.degraded = append(h.degraded, time.Now())
 	h.mu.Unlock()
 }
 
-func (h *healthLog) ObserveRecovered(d time.Duration) {
+func (h *healthLog) ObserveRecovered(o core.StoreOutage) {
 	h.mu.Lock()
-	h.recovered = append(h.recovered, d)
+	h.recovered = append(h.recovered, o.Duration)
 	h.mu.Unlock()
 }
 
@@ -727,33 +728,68 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster and fails a master over")
 	}
-	clusterFailover(t)
+	clusterFailover(t, nil)
+}
+
+// TestClusterFailoverDefaultReload fails a master over with a client on
+// go-redis's default ClusterStateReloadInterval (60 s), which by itself
+// would keep sending the dead master's slots to its address for up to a
+// minute: the limiter asks for a fresh slot map when a master fails, so the
+// killed master's keys are back on Redis within a second of
+// cluster_state:ok.
+func TestClusterFailoverDefaultReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster and fails a master over")
+	}
+	_, _, back := clusterFailover(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = 0 })
+	if back > time.Second {
+		t.Fatalf("the killed master's keys came back to Redis %v after cluster_state:ok, want within 1s", back)
+	}
 }
 
 // TestClusterFailoverPartialCoverage fails a master over in a cluster that
 // keeps serving the slots it still covers (cluster-require-full-coverage
-// no): with a breaker per master, the healthy masters' keys stay on Redis.
+// no), with go-redis's default reload interval: with a breaker and a
+// batcher per master, the healthy masters' keys stay on Redis throughout
+// (and a hot key there within its bound), whatever the dead master's keys
+// go through, and those are back on Redis within 1 s of cluster_state:ok.
 func TestClusterFailoverPartialCoverage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster and fails a master over")
 	}
-	others, othersDeg := clusterFailover(t, "--cluster-require-full-coverage", "no")
+	// go-redis's default reload interval (60 s), as in
+	// TestClusterFailoverDefaultReload: all that the issue asks of a
+	// failover holds together in one run.
+	others, othersDeg, back := clusterFailover(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = 0 },
+		"--cluster-require-full-coverage", "no")
 	t.Logf("healthy masters' keys: %d of %d decisions degraded during the failover", othersDeg, others)
+	if back > time.Second {
+		t.Errorf("the killed master's keys came back to Redis %v after cluster_state:ok, want within 1s", back)
+	}
 	// One breaker for the whole client degraded about half of them (2960 of
 	// 6171 in one run); a breaker per master about a tenth, the rest from
-	// batches and budgets shared with the dead master's keys.
-	if othersDeg*5 > others {
-		t.Fatalf("%d of %d decisions on healthy masters' keys were degraded; a failing master should degrade only its own keys", othersDeg, others)
+	// batches and budgets shared with the dead master's keys. With a batch
+	// and a breaker per master, none: only the odd budget a loaded machine
+	// blows, as before the kill.
+	// A budget blown by a scheduling hiccup opens one master's breaker for
+	// 100 ms, a few percent of the window; shared fate cost half of it.
+	const survivorNoise = 0.05
+	if float64(othersDeg) > survivorNoise*float64(others) {
+		t.Fatalf("%d of %d decisions on healthy masters' keys were degraded, want at most %.0f%% (the machine's noise); a failing master should degrade only its own keys",
+			othersDeg, others, 100*survivorNoise)
 	}
 }
 
 // clusterFailover kills a master under load and checks the limiter through
-// the failover. It returns how many decisions on the other masters' keys
-// fell in the failover window, and how many of those were degraded.
-func clusterFailover(t *testing.T, args ...string) (others, othersDeg int) {
+// the failover, with the kit's client options changed by edit (nil for
+// none). It returns how many decisions on the other masters' keys fell in
+// the failover window, how many of those were degraded, and how long after
+// cluster_state:ok the first store decision on the killed master's keys
+// began.
+func clusterFailover(t *testing.T, edit func(*redis.ClusterOptions), args ...string) (others, othersDeg int, backAfterOK time.Duration) {
 	t.Helper()
 	c := redistest.StartCluster(t, args...)
-	rdb := c.Client(t)
+	rdb := c.ClientWith(t, edit)
 	warmClient(t, rdb)
 	lim, health := newTopoLimiter(t, rdb)
 	limit := core.Limit{Rate: 100_000, Period: time.Second, Burst: 100_000}
@@ -775,8 +811,24 @@ func clusterFailover(t *testing.T, args ...string) (others, othersDeg int) {
 		}
 	}
 	victimSlot := c.SlotsOf(victim)[0]
+	// A hot key on a surviving master, far over its limit throughout.
+	hotCandidates := make([]string, 20)
+	for i := range hotCandidates {
+		hotCandidates[i] = fmt.Sprintf("hot-%02d", i)
+	}
+	warm(t, lim, hotCandidates, core.PerHour(1).WithName("locate"))
+	hotHome, _ := bucketHomes(t, c, hotCandidates)
+	hot := ""
+	for _, k := range hotCandidates {
+		if hotHome[k] != victim {
+			hot = k
+			break
+		}
+	}
+	hotLimit := core.Limit{Rate: 200, Period: time.Second, Burst: 20}
 
 	run := startLoad(lim, keys, limit, 64, 20*time.Millisecond)
+	hotRun := startLoad(lim, []string{hot}, hotLimit, 8, 2*time.Millisecond)
 	pause(time.Second)
 	killing := run.now()
 	c.KillMaster(victimSlot)
@@ -787,7 +839,9 @@ func clusterFailover(t *testing.T, args ...string) (others, othersDeg int) {
 	pause(3 * time.Second)
 	endAt := run.now()
 	samples := run.finish()
+	hotSamples := hotRun.finish()
 	run.checkErrors(t)
+	hotRun.checkErrors(t)
 	// go-redis retries CLUSTERDOWN within the budget, so the limiter sees
 	// those as timeouts; the servers count them.
 	var clusterDown int64
@@ -824,12 +878,14 @@ func clusterFailover(t *testing.T, args ...string) (others, othersDeg int) {
 	t.Logf("degraded decisions per 100ms from the kill: %s", timeline(samples, killAt))
 
 	checkQuiet(t, samples, 0, killing, "before the kill")
-	// go-redis reloads the slot map within a second (the client's
-	// ClusterStateReloadInterval) and the limiter probes every 100ms, so
-	// everything is back on Redis well within 2s of cluster_state:ok.
+	// The limiter probes the failed master every 100ms and asks for a
+	// fresh slot map when a probe fails (go-redis's own interval is 1s with
+	// the kit's client, 60s by default), so everything is back on Redis
+	// well within 2s of cluster_state:ok.
 	checkQuiet(t, samples, okAt+2*time.Second, endAt, "from 2s after cluster_state:ok")
 	// Every key of the dead master is decided by Redis again: with
-	// go-redis's default reload interval (60s) none would be.
+	// go-redis's default reload interval (60s), and no reload asked for by
+	// the limiter, none would be.
 	backOnRedis := make([]bool, len(keys))
 	for _, s := range samples {
 		if s.start > okAt && !s.degraded {
@@ -849,5 +905,29 @@ func clusterFailover(t *testing.T, args ...string) (others, othersDeg int) {
 			}
 		}
 	}
-	return others, othersDeg
+	// Every outage has ended: the killed master's node, which no key
+	// routes to any more, is retired rather than left down for good.
+	health.mu.Lock()
+	began, ended := len(health.degraded), len(health.recovered)
+	health.mu.Unlock()
+	if began != ended {
+		t.Errorf("%d outages begun, %d ended: a node is still reported down 3s after cluster_state:ok", began, ended)
+	}
+	hotAdmitted, hotDeg := 0, 0
+	for _, s := range hotSamples {
+		if s.allowed {
+			hotAdmitted++
+		}
+		if s.degraded {
+			hotDeg++
+		}
+	}
+	span := hotSamples[len(hotSamples)-1].end - hotSamples[0].start
+	hotBound := hotLimit.Burst + int(int64(hotLimit.Rate)*int64(span)/int64(time.Second)) + 1
+	t.Logf("hot key %s on surviving master %s at %v: %d admitted in %v, burst + rate·t + 1 = %d; %d of %d decisions degraded",
+		hot, hotHome[hot], hotLimit, hotAdmitted, span, hotBound, hotDeg, len(hotSamples))
+	if hotDeg == 0 && hotAdmitted > hotBound {
+		t.Errorf("the hot key on a surviving master admitted %d, more than burst + rate·t + 1 = %d, with no decision degraded", hotAdmitted, hotBound)
+	}
+	return others, othersDeg, back - okAt
 }

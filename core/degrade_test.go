@@ -40,24 +40,24 @@ func (r *recorder) ObserveDecision(res Result, src Source) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) ObserveStore(_ time.Duration, err error) {
-	if err != nil {
+func (r *recorder) ObserveStore(c StoreCall) {
+	if c.Err != nil {
 		r.mu.Lock()
 		r.storeErrs++
 		r.mu.Unlock()
 	}
 }
 
-func (r *recorder) ObserveDegraded(error) {
+func (r *recorder) ObserveDegraded(StoreOutage) {
 	r.mu.Lock()
 	r.degraded = append(r.degraded, time.Now())
 	r.mu.Unlock()
 }
 
-func (r *recorder) ObserveRecovered(d time.Duration) {
+func (r *recorder) ObserveRecovered(o StoreOutage) {
 	r.mu.Lock()
 	r.recovered = append(r.recovered, time.Now())
-	r.outages = append(r.outages, d)
+	r.outages = append(r.outages, o.Duration)
 	r.mu.Unlock()
 }
 
@@ -593,7 +593,7 @@ func TestFallbackShare(t *testing.T) {
 // peekDenial reports whether the deny cache would deny key at now, without
 // starting a probe.
 func peekDenial(c *denyCache, id uint64, key string, now int64) bool {
-	k := localKey{id, key}
+	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

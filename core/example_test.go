@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	lim, err := core.New(rdb)
+	lim, err := core.New(rdb, core.WithTimeout(time.Second)) // a budget for a busy test machine; production keeps 50ms
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +61,7 @@ func Example() {
 func ExampleLimiter_AllowN() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	lim, _ := core.New(rdb)
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second))
 	ctx := context.Background()
 	// 10 per second and 9 per minute on one key, decided together: a
 	// request must fit both, and a denied one consumes from neither.
@@ -83,7 +83,7 @@ func ExampleWithPenalty() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// A denial locks the key for a minute on every replica.
-	lim, _ := core.New(rdb, core.WithPenalty(time.Minute))
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second), core.WithPenalty(time.Minute))
 	ctx := context.Background()
 	for range 3 {
 		res, _ := lim.Allow(ctx, "ip:203.0.113.9", core.PerSecond(1))
@@ -98,7 +98,7 @@ func ExampleWithPenalty() {
 func ExampleLimiter_Wait() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	lim, _ := core.New(rdb)
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second))
 	limit := core.PerSecond(20).WithBurst(1) // one every 50ms
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -110,4 +110,45 @@ func ExampleLimiter_Wait() {
 	}
 	fmt.Println(time.Since(start) >= 100*time.Millisecond)
 	// Output: true
+}
+
+// Reset releases a key locked by a penalty, for every replica.
+func ExampleLimiter_Reset() {
+	lim, _ := core.NewMemory(core.WithPenalty(time.Hour))
+	ctx := context.Background()
+	login := core.PerMinute(1)
+	lim.Allow(ctx, "user:42", login)
+	res, _ := lim.Allow(ctx, "user:42", login)
+	fmt.Println("second attempt allowed:", res.Allowed)
+	lim.Reset(ctx, "user:42", login) // after a password reset, say
+	res, _ = lim.Allow(ctx, "user:42", login)
+	fmt.Println("after Reset allowed:", res.Allowed)
+	// Output:
+	// second attempt allowed: false
+	// after Reset allowed: true
+}
+
+// Peek shows what a request would get, without charging the key.
+func ExampleLimiter_Peek() {
+	lim, _ := core.NewMemory()
+	ctx := context.Background()
+	quota := core.PerMinute(3)
+	lim.Allow(ctx, "tenant:acme", quota)
+	res, _ := lim.Peek(ctx, "tenant:acme", quota)
+	fmt.Println("allowed:", res.Allowed, "remaining:", res.Remaining)
+	res, _ = lim.Peek(ctx, "tenant:acme", quota)
+	fmt.Println("peeking again, remaining:", res.Remaining)
+	// Output:
+	// allowed: true remaining: 2
+	// peeking again, remaining: 2
+}
+
+// ErrorReason classifies the store errors an Observer sees, as the
+// sluiceprom metrics label them.
+func ExampleErrorReason() {
+	fmt.Println(core.ErrorReason(context.DeadlineExceeded))
+	fmt.Println(core.ErrorReason(redis.ErrClosed))
+	// Output:
+	// timeout
+	// connection
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +21,8 @@ import (
 // middlewares; each call names its key and its limits.
 //
 // A Limiter is safe for concurrent use. It starts no goroutines and holds no
-// resources beyond memory, so it needs no closing; the Redis client stays
+// resources beyond memory, except with [WithFleet]: then it runs one
+// heartbeat goroutine, which [Limiter.Close] stops. The Redis client stays
 // the caller's to close. Its zero value is not usable; create one with [New]
 // or [NewMemory].
 type Limiter struct {
@@ -30,12 +34,16 @@ type Limiter struct {
 	inflight     int // round trips before decisions are batched; 0 disables batching
 	plans        planCache
 	local        *localStore
-	denies       *denyCache    // nil when disabled
-	brk          breaker       // the store's breaker, or the template of per-node ones
-	nodes        *nodeBreakers // per master node on a Cluster client; nil otherwise
+	denies       *denyCache   // nil when disabled
+	fleet        *fleet       // nil without WithFleet
+	openNodes    atomic.Int32 // nodes whose breaker is open
+	lastSweep    atomic.Int64 // microsecond of the last look for nodes to retire
+	brk          breaker      // the store's breaker, or the template of per-master ones
 	obs          Observer
 	logger       *slog.Logger
-	warnFallback bool // the fallback enforces whole limits per replica
+	warnFallback bool     // the fallback enforces whole limits per replica
+	coarseSaid   sync.Map // global Limit -> struct{}: a replaced fallback was logged
+	coarseCount  atomic.Int32
 
 	epoch   time.Time
 	epochUS int64
@@ -58,10 +66,11 @@ type Limiter struct {
 // For the limiter's client, set MaxRetries to -1 as well: go-redis retries a
 // command whose reply was lost, and a retried decision charges its bucket
 // twice (the request may then be denied early; it is never admitted twice).
-// For a *redis.ClusterClient, also set ClusterStateReloadInterval to about a
-// second: go-redis otherwise keeps sending a dead master's slots to its old
-// address for up to a minute after a failover. docs/topologies.md has each
-// topology's client settings.
+// On a *redis.ClusterClient, every store failure on a master makes the
+// limiter ask go-redis to reload its slot map (at most every 100 ms), so a
+// failed-over master's keys return to Redis soon after the failover with
+// go-redis's default ClusterStateReloadInterval. docs/topologies.md has
+// each topology's client settings.
 //
 // On a *redis.ClusterClient the limiter keeps a circuit breaker per master
 // (found from go-redis's slot map), so a failing master sends only its own
@@ -70,16 +79,18 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: nil Redis client")
 	}
-	l, err := newLimiter(opts)
+	l, o, err := newLimiter(opts)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkClient(rdb, l.timeout); err != nil {
 		return nil, err
 	}
-	l.store = newRedisStore(rdb, l.timeout, l.inflight)
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		l.nodes = &nodeBreakers{c: c, template: &l.brk}
+	l.brk.node = nodeName(rdb)
+	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight, l.obs != nil)
+	l.store.ack = newReplicaAck(o.ack, l.log)
+	if o.fleet.Name != "" {
+		l.fleet = newFleet(rdb, l.prefix, o.fleet, o.replicas)
 	}
 	return l, nil
 }
@@ -90,7 +101,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 // Memory is bounded by [WithLocalCapacity]; options about Redis and
 // degradation have no effect.
 func NewMemory(opts ...Option) (*Limiter, error) {
-	l, err := newLimiter(opts)
+	l, _, err := newLimiter(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -98,13 +109,13 @@ func NewMemory(opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-func newLimiter(opts []Option) (*Limiter, error) {
+func newLimiter(opts []Option) (*Limiter, options, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := o.validate(); err != nil {
-		return nil, err
+		return nil, o, err
 	}
 	l := &Limiter{
 		prefix:       o.prefix,
@@ -115,33 +126,44 @@ func newLimiter(opts []Option) (*Limiter, error) {
 		local:        newLocalStore(o.capacity),
 		obs:          o.observer,
 		logger:       o.logger,
-		warnFallback: !o.replicasSet && o.policy == FallbackLocal,
+		warnFallback: !o.replicasSet && o.fleet.Name == "" && o.policy == FallbackLocal,
 		epoch:        time.Now(),
 	}
 	l.epochUS = l.epoch.UnixMicro()
 	l.now = func() int64 { return l.epochUS + int64(time.Since(l.epoch)/time.Microsecond) }
 	l.brk = breaker{
-		threshold: int32(o.failures),
-		cooldown:  micros(o.probeEvery),
-		stale:     micros(o.probeEvery) + 2*max(micros(o.timeout), 1000_000),
+		threshold:  int32(o.breaker.Failures),
+		closeAfter: int32(o.breaker.Successes),
+		cooldown:   micros(o.breaker.Probe),
+		stale:      micros(o.breaker.Probe) + 2*max(micros(o.timeout), 1000_000),
 	}
 	l.plans.fallback = fallbackFunc(o)
+	l.plans.warn = l.warnCoarse
 	if o.denyCache {
 		l.denies = newDenyCache(o.capacity)
 	}
-	return l, nil
+	return l, o, nil
 }
 
 func fallbackFunc(o options) func(Limit) Limit {
 	if o.fallback != nil {
 		return o.fallback
 	}
-	n := o.replicas
-	if n == 1 {
+	return shareOf(o.replicas)
+}
+
+// shareOf returns the fallback function giving each of n replicas its
+// share of a limit; nil for one replica.
+func shareOf(n int) func(Limit) Limit {
+	if n <= 1 {
 		return nil
 	}
 	return func(g Limit) Limit {
-		return Limit{Name: g.Name, Rate: g.Rate, Period: g.Period * time.Duration(n), Burst: (g.Burst + n - 1) / n}
+		share := Limit{Name: g.Name, Rate: g.Rate, Period: g.Period * time.Duration(n), Burst: (g.Burst + n - 1) / n}
+		if g.Period > math.MaxInt64/time.Duration(n) {
+			share.Period = -1 // overflows: newPlan keeps the global rate
+		}
+		return share
 	}
 }
 
@@ -271,25 +293,28 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 
 	var storeErr error
 	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty}
-	brk := &l.brk
-	if l.nodes != nil {
-		brk = l.nodes.forKey(ctx, c.rkey)
-	}
+	nd := l.store.node(ctx, c.rkey)
+	brk := nd.brk
 	if r := brk.route(now); r != viaLocal {
-		d, err := l.callStore(ctx, &c)
+		d, err := l.callStore(ctx, nd, &c)
 		if err == nil {
-			if brk.success(r) {
-				l.recovered(brk, now)
+			if brk.success(r, now) {
+				l.recovered(brk, now, "")
 			}
+			l.maybeSweep(ctx, now)
 			if d.allowed {
-				l.local.charge(p.id, key, now, p.local, cost)
+				// Keep the fallback warm for keys that have used half a
+				// burst or more; one less used starts the fallback from a
+				// full bucket, which it nearly is, and costs no memory.
+				l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
 			}
 			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0) {
 				// Redis said when a unit request can next pass. Counted
 				// from when this request was sent, that never outlasts
 				// Redis's own answer. With a penalty lock, only denials
 				// are cached: the first denial must reach Redis to lock.
-				l.denies.put(p.id, key, now, denial{until: now + d.next, reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
+				l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
+					reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
 			}
 			return l.done(d, p, SourceStore, false)
 		}
@@ -299,12 +324,68 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 			return Result{}, decision{}, cerr
 		}
 		storeErr = err
+		l.store.failed()
+		if brk.failedKey.Load() == nil || brk.isOpen() {
+			k := c.rkey
+			brk.failedKey.Store(&k)
+		}
 		if brk.failure(r, now) {
 			l.degrade(brk, now, err)
 		}
 	}
 	brk.degraded.Add(1)
+	l.stillDown(brk, now)
 	return l.fallback(key, p, now, cost, maxWait, storeErr)
+}
+
+// denyMaxAge bounds, in microseconds, how long the deny cache answers for
+// a key without asking Redis again: a key reset on another replica is
+// denied here for at most this long. A flooded key then costs Redis one
+// call per second per replica at most, even under a long penalty lock.
+const denyMaxAge = 1_000_000
+
+// resetScript deletes one bucket's state. The limiter's client is a
+// redis.Scripter, which has no DEL; a script also keeps the key's slot.
+var resetScript = redis.NewScript("return redis.call('DEL', KEYS[1])")
+
+// Reset clears key's state under limits (the same limits, in the same
+// order, that its decisions name): its buckets are full again and any
+// penalty lock is lifted, for every replica at once in Redis. This
+// limiter's deny cache and local fallback forget the key too; other
+// replicas' deny caches stop denying it within one second (they answer
+// from a cached denial at most that long before asking Redis again).
+//
+// Use it to release a client after a password reset, or after an operator
+// fixed a misbehaving one. Reset returns an error for an empty key or
+// invalid limits, the caller's context error, and, wrapping
+// [ErrUnavailable], a store failure (the key is then unchanged in Redis).
+func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
+	if key == "" {
+		return fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
+	}
+	p, err := l.plans.get(limits)
+	if err != nil {
+		return err
+	}
+	l.local.delete(p.id, key)
+	if l.denies != nil {
+		l.denies.delete(p.id, key)
+	}
+	if l.store == nil {
+		return nil
+	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if l.timeout > 0 {
+		rctx, cancel = context.WithTimeout(ctx, l.timeout)
+	}
+	defer cancel()
+	if err := resetScript.Run(rctx, l.store.rdb, []string{redisKey(l.prefix, p.fp, key)}).Err(); err != nil {
+		if cerr := callerGone(ctx); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key, err)
+	}
+	return nil
 }
 
 // callerGone returns the caller's context error, also when its deadline has
@@ -320,39 +401,16 @@ func callerGone(ctx context.Context) error {
 	return nil
 }
 
-// callStore asks the store within the limiter's time budget: by the
-// caller's deadline or the budget's end, whichever is sooner. The deadline
-// is passed down as a value; a context carrying it is made only for the
-// round trip itself (one per batch), not per decision.
-func (l *Limiter) callStore(ctx context.Context, c *call) (decision, error) {
-	var dl time.Time
-	if l.timeout > 0 {
-		dl = time.Now().Add(l.timeout)
-	}
-	if cdl, ok := ctx.Deadline(); ok && (dl.IsZero() || cdl.Before(dl)) {
-		dl = cdl
-	}
-	var start time.Time
-	if l.obs != nil {
-		start = time.Now()
-	}
-	d, err := l.store.decide(ctx, dl, c)
+// callStore asks node n of the store. The limiter's time budget bounds the
+// store's I/O: a lone decision's from its start, a batched one's from the
+// moment its batch is sent (time queued for a batch is not the store's). The
+// caller's own context bounds only the caller's wait.
+func (l *Limiter) callStore(ctx context.Context, n *node, c *call) (decision, error) {
+	d, took, err := l.store.decide(ctx, n, c, l.timeout)
 	if l.obs != nil && callerGone(ctx) == nil {
-		l.obs.ObserveStore(time.Since(start), err)
+		l.obs.ObserveStore(StoreCall{Node: n.brk.node, Latency: took, Err: err})
 	}
 	return d, err
-}
-
-// within returns ctx bounded by dl (zero for none). It allocates only when
-// dl is sooner than ctx's own deadline.
-func within(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
-	if dl.IsZero() {
-		return ctx, func() {}
-	}
-	if cdl, ok := ctx.Deadline(); ok && !dl.Before(cdl) {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, dl)
 }
 
 // fallback decides without the store, under the failure policy.
@@ -372,9 +430,10 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// A request may cost more than a replica's share of the burst; it
 	// then takes the whole share, rather than being denied for as long
 	// as the outage lasts.
-	d := l.local.decide(p.id, key, now, p.local, min(cost, p.localMinB), maxWait, l.penalty)
+	sh := l.share(p)
+	d := l.local.decide(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penalty)
 	res, d, err := l.done(d, p, SourceFallback, true)
-	res.Limit = p.localLimits[d.index] // the limit actually enforced
+	res.Limit = sh.limits[d.index] // the limit actually enforced
 	return res, d, err
 }
 
@@ -398,38 +457,22 @@ func (l *Limiter) log() *slog.Logger {
 	return slog.Default()
 }
 
-// degrade records the start of an outage of brk's node.
-func (l *Limiter) degrade(brk *breaker, now int64, err error) {
-	if !brk.outageStart.CompareAndSwap(0, now) {
-		return
-	}
-	brk.degraded.Store(0)
-	attrs := []any{"policy", l.policy.String(), "error", err}
-	if brk.node != "" {
-		attrs = append(attrs, "node", brk.node)
-	}
-	if l.warnFallback {
-		attrs = append(attrs, "warning", "the fallback enforces every limit in full on each replica; size it with core.WithFallbackReplicas")
-	}
-	l.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
-	if l.obs != nil {
-		l.obs.ObserveDegraded(err)
-	}
-}
+// maxCoarseLogs bounds how many distinct limits have their replaced
+// fallback logged.
+const maxCoarseLogs = 64
 
-// recovered records the end of an outage of brk's node.
-func (l *Limiter) recovered(brk *breaker, now int64) {
-	start := brk.outageStart.Swap(0)
-	if start == 0 {
-		return
-	}
-	outage := time.Duration(now-start) * time.Microsecond
-	attrs := []any{"outage", outage, "degraded_decisions", brk.degraded.Load()}
-	if brk.node != "" {
-		attrs = append(attrs, "node", brk.node)
-	}
-	l.log().Info("sluice: store recovered", attrs...)
-	if l.obs != nil {
-		l.obs.ObserveRecovered(outage)
+// warnCoarse logs, once per global limit, that its fallback limit could not
+// be used as given and the global rate is enforced per replica instead.
+func (l *Limiter) warnCoarse(cs []coarseFallback) {
+	for _, c := range cs {
+		if l.coarseCount.Load() >= maxCoarseLogs {
+			return
+		}
+		if _, said := l.coarseSaid.LoadOrStore(c.global, struct{}{}); said {
+			continue
+		}
+		l.coarseCount.Add(1)
+		l.log().Warn("sluice: the local fallback keeps this limit's own rate; its per-replica share cannot be counted exactly",
+			"limit", c.global.String(), "cause", c.cause)
 	}
 }

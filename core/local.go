@@ -1,18 +1,100 @@
 package core
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
 	"hash/maphash"
+	"maps"
 	"strings"
 	"sync"
 )
 
 // localKey names one bucket in local memory: the plan's 64-bit fingerprint
-// and the caller's key. Looking it up never allocates; inserting copies the
-// key, because some frameworks (fiber) reuse the memory behind request
-// strings.
+// and the caller's key, in a form of bounded size (see makeLocalKey).
+// Building and looking up a key never allocates once the pool of hashers is
+// warm; inserting copies a verbatim key, because some frameworks (fiber)
+// reuse the memory behind request strings.
+//
+// The struct is kept to four words: the compiler keeps a struct of that
+// size in registers, while a larger one (the digest in a field of its own)
+// went through memory and made every local decision about 10 ns slower.
 type localKey struct {
-	id  uint64
-	key string
+	key string // the key verbatim, or digestedKey
+	// For a verbatim key, id is the plan's fingerprint and sum is zero.
+	// For a digested key, id and sum are a digest of the fingerprint and
+	// the key together (see digestLocalKey).
+	id, sum uint64
+}
+
+// maxLocalKey is the longest key local memory holds verbatim; a longer one
+// is held as its digest, so that no entry holds more than maxLocalKey bytes
+// of its key whatever the caller passes. The digest lives in localKey's
+// words, which every entry carries anyway, so a digested key costs no
+// memory beyond the entry's fixed size, where a copy of even a 65-byte key
+// would cost 80 (the allocator's size class). The threshold is not lower
+// because hashing costs time on every lookup (about 150 ns for 65 bytes,
+// twice the rest of a local decision) while a verbatim key costs only its
+// copy, at most 64 bytes: common keys (a tenant UUID, an IPv6 /64 with its
+// prefix) stay verbatim and are looked up without hashing.
+const maxLocalKey = 64
+
+// digestedKey stands in localKey.key for a key held as its digest. It is
+// longer than maxLocalKey, so it is never equal to a key held verbatim: a
+// long key's entry can never be mistaken for a short key's.
+var digestedKey = strings.Repeat("#", maxLocalKey+1)
+
+// makeLocalKey returns the localKey of key under plan id: key itself if it
+// is at most maxLocalKey bytes, otherwise its digest. Digesting reads the
+// whole key, outside any lock.
+func makeLocalKey(id uint64, key string) localKey {
+	if len(key) <= maxLocalKey {
+		return localKey{key: key, id: id}
+	}
+	return digestLocalKey(id, key)
+}
+
+// keyHasher digests long keys. hash.Hash takes bytes, and converting a
+// string of unbounded length to bytes would copy it onto the heap, so the
+// key passes through buf a kilobyte at a time. Hashers are pooled so that
+// digesting allocates nothing once the pool is warm.
+type keyHasher struct {
+	h   hash.Hash
+	buf [1024]byte
+	sum [sha256.Size]byte
+}
+
+var keyHashers = sync.Pool{New: func() any { return &keyHasher{h: sha256.New()} }}
+
+// keySalt, secret and drawn once per process, prefixes every digest, so
+// that clients cannot compute digests: a digest's bits can then choose the
+// shard without letting anyone aim many keys at one shard.
+var keySalt = func() (b [32]byte) {
+	rand.Read(b[:])
+	return b
+}()
+
+// digestLocalKey returns the localKey of a key longer than maxLocalKey: the
+// first 128 bits of the SHA-256 of the salt, the fingerprint and the key. A
+// chance collision with any key of a full map (100,000 entries) has odds of
+// about 2^-111 per lookup, and finding a colliding pair on purpose would
+// take about 2^64 hashes even to someone who knew the salt.
+func digestLocalKey(id uint64, key string) localKey {
+	kh := keyHashers.Get().(*keyHasher)
+	kh.h.Reset()
+	kh.h.Write(keySalt[:])
+	binary.LittleEndian.PutUint64(kh.buf[:8], id)
+	kh.h.Write(kh.buf[:8])
+	for len(key) > 0 {
+		n := copy(kh.buf[:], key)
+		kh.h.Write(kh.buf[:n])
+		key = key[n:]
+	}
+	sum := kh.h.Sum(kh.sum[:0])
+	k := localKey{key: digestedKey, id: binary.LittleEndian.Uint64(sum), sum: binary.LittleEndian.Uint64(sum[8:])}
+	keyHashers.Put(kh)
+	return k
 }
 
 var shardSeed = maphash.MakeSeed()
@@ -22,7 +104,9 @@ const numShards = 64
 // shardedMap is a bounded map split into shards, each with its own mutex,
 // so that concurrent requests on different keys rarely contend. When a shard
 // is full, an insert evicts lazily: it samples a few entries and drops the
-// one that matters least (see evictable). There is no background sweeper.
+// one that matters least (see evict), and a shard whose map has seen
+// many removals rebuilds it (see removedOne). There is no background
+// sweeper.
 //
 // Locks are held only for map and arithmetic work, never across I/O.
 type shardedMap[V any] struct {
@@ -32,11 +116,16 @@ type shardedMap[V any] struct {
 	// a weight <= 0 means the entry carries no information (a full
 	// bucket, an expired denial) and is dropped at once.
 	weight func(v *V, now int64) int64
+	// drop, if set, is told of every entry evicted, before it goes.
+	drop func(v *V)
 }
 
 type shard[V any] struct {
 	mu sync.Mutex
 	m  map[localKey]*V
+	// removed counts the entries deleted from m since it was made; see
+	// removedOne.
+	removed int
 }
 
 func newShardedMap[V any](capacity int, weight func(*V, int64) int64) *shardedMap[V] {
@@ -47,8 +136,11 @@ func newShardedMap[V any](capacity int, weight func(*V, int64) int64) *shardedMa
 	return s
 }
 
+// shard returns k's shard, by a seeded hash of a verbatim key or by a
+// digested key's salted digest, so that clients cannot aim many keys at one
+// shard. A verbatim key's sum is zero.
 func (s *shardedMap[V]) shard(k localKey) *shard[V] {
-	return &s.shards[(maphash.String(shardSeed, k.key)^k.id)%numShards]
+	return &s.shards[(maphash.String(shardSeed, k.key)^k.id^k.sum)%numShards]
 }
 
 // entry returns k's entry, inserting a zero one if create is set (else it
@@ -60,7 +152,13 @@ func (s *shardedMap[V]) entry(sh *shard[V], k localKey, now int64, create bool) 
 			s.evict(sh, now)
 		}
 		v = new(V)
-		sh.m[localKey{id: k.id, key: strings.Clone(k.key)}] = v
+		// Build the stored key afresh rather than from k.key, so that the
+		// caller's key never escapes: it is only read, or copied.
+		nk := localKey{key: digestedKey, id: k.id, sum: k.sum}
+		if len(k.key) <= maxLocalKey {
+			nk.key = strings.Clone(k.key)
+		}
+		sh.m[nk] = v
 	}
 	return v
 }
@@ -78,8 +176,8 @@ func (s *shardedMap[V]) evict(sh *shard[V], now int64) {
 	for k, v := range sh.m {
 		w := s.weight(v, now)
 		if w <= 0 {
-			delete(sh.m, k)
-			return
+			victim = k
+			break
 		}
 		if best < 0 || w < best {
 			victim, best = k, w
@@ -88,7 +186,36 @@ func (s *shardedMap[V]) evict(sh *shard[V], now int64) {
 			break
 		}
 	}
+	if s.drop != nil {
+		s.drop(sh.m[victim])
+	}
 	delete(sh.m, victim)
+	s.removedOne(sh)
+}
+
+// compactEvery is how many removals, in units of a shard's capacity, a
+// shard's map takes before it is rebuilt: a larger value rebuilds less
+// often and lets the map drift further from its compact size (measured
+// over 10 million 20-byte keys through a full store: at most 195 bytes per
+// entry at 1, 230 at 4).
+const compactEvery = 4
+
+// removedOne notes that an entry left sh, and rebuilds sh's map after
+// enough removals. A Go map never shrinks, and under steady churn, one
+// entry out for every one in, its tables keep splitting: a map holding a
+// constant number of entries grows with the number of keys it has seen
+// (measured with Go 1.26 and no rebuilds, a full store went from 314 bytes
+// per entry after 2.5 million keys to 426 after 10 million, and kept
+// growing). A fresh map sized for the entries is compact again. One
+// rebuild per compactEvery*perShard removals costs a quarter of a map
+// insert per removal. The caller holds sh.mu.
+func (s *shardedMap[V]) removedOne(sh *shard[V]) {
+	if sh.removed++; sh.removed < compactEvery*s.perShard {
+		return
+	}
+	m := make(map[localKey]*V, len(sh.m))
+	maps.Copy(m, sh.m)
+	sh.m, sh.removed = m, 0
 }
 
 // len counts entries; for tests and metrics.
@@ -123,7 +250,8 @@ func (e *localEntry) weight(now int64) int64 {
 	return w
 }
 
-// localStore keeps buckets in process memory, bounded by entry count. It
+// localStore keeps buckets in process memory, bounded by entry count and so
+// in bytes, since no entry holds more than maxLocalKey bytes of its key. It
 // runs the same arithmetic as the Redis script (gcra.go).
 type localStore struct {
 	m *shardedMap[localEntry]
@@ -135,7 +263,7 @@ func newLocalStore(capacity int) *localStore {
 
 // decide applies one request to key's bucket under ticks at now.
 func (s *localStore) decide(id uint64, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
-	k := localKey{id, key}
+	k := makeLocalKey(id, key)
 	sh := s.m.shard(k)
 	sh.mu.Lock()
 	e := s.m.entry(sh, k, now, true)
@@ -150,13 +278,16 @@ func (s *localStore) decide(id uint64, key string, now int64, ticks []tickLimit,
 // charge records, without ever refusing, that cost tokens were spent on key
 // elsewhere (in Redis), so that a switch to the local store starts from the
 // key's recent use instead of a full bucket. The debt is capped at one full
-// bucket.
-func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit, cost int64) {
-	k := localKey{id, key}
+// bucket. A key not held yet is added only if insert is set.
+func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit, cost int64, insert bool) {
+	k := makeLocalKey(id, key)
 	sh := s.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.m.entry(sh, k, now, true)
+	e := s.m.entry(sh, k, now, insert)
+	if e == nil {
+		return
+	}
 	b := &e.b
 	if !b.set {
 		b.tats = e.buf[:0]
@@ -174,10 +305,15 @@ func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit,
 
 // denial is what the deny cache remembers of a key.
 type denial struct {
-	until  int64 // local microsecond before which a unit request cannot pass
-	reset  int64 // local microsecond the bucket is full again
-	locked bool
-	index  int
+	until int64 // local microsecond before which a unit request cannot pass
+	// expires is when the entry stops answering and Redis is asked again:
+	// until, but at most denyMaxAge after Redis's answer, so that a key
+	// reset elsewhere ([Limiter.Reset] on another replica) is denied here
+	// for at most that long.
+	expires int64
+	reset   int64 // local microsecond the bucket is full again
+	locked  bool
+	index   int
 	// probe is open while one request, after until, asks Redis for the
 	// key's new state; requests arriving meanwhile wait for its answer
 	// instead of all asking at once.
@@ -192,12 +328,22 @@ type denyCache struct {
 }
 
 func newDenyCache(capacity int) *denyCache {
-	return &denyCache{m: newShardedMap(capacity, func(d *denial, now int64) int64 {
+	m := newShardedMap(capacity, func(d *denial, now int64) int64 {
 		if d.probe != nil {
 			return 1 << 62 // a request is waiting on it
 		}
-		return d.until - now
-	})}
+		return d.expires - now
+	})
+	// An entry can be evicted while its probe is out (every sampled entry
+	// had one). Its waiters must not wait for an answer that can no longer
+	// be put: wake them, and they ask Redis themselves.
+	m.drop = func(d *denial) {
+		if d.probe != nil {
+			close(d.probe)
+			d.probe = nil
+		}
+	}
+	return &denyCache{m: m}
 }
 
 // denyState is what the deny cache says of a key.
@@ -212,7 +358,7 @@ const (
 
 // check looks key up at now.
 func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, chan struct{}) {
-	k := localKey{id, key}
+	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -220,7 +366,7 @@ func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, 
 	switch {
 	case d == nil:
 		return denial{}, denyMiss, nil
-	case now < d.until:
+	case now < d.expires:
 		return *d, denyHit, nil
 	case d.probe != nil:
 		return denial{}, denyWait, d.probe
@@ -232,7 +378,7 @@ func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, 
 // put remembers what Redis said of key, waking any requests waiting on a
 // probe.
 func (c *denyCache) put(id uint64, key string, now int64, d denial) {
-	k := localKey{id, key}
+	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	v := c.m.entry(sh, k, now, true)
@@ -246,12 +392,37 @@ func (c *denyCache) put(id uint64, key string, now int64, d denial) {
 // release ends probe ch on key if it is still open, waking its waiters,
 // who then ask Redis themselves.
 func (c *denyCache) release(id uint64, key string, ch chan struct{}) {
-	k := localKey{id, key}
+	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
 	sh.mu.Lock()
 	if d := sh.m[k]; d != nil && d.probe == ch {
 		close(ch)
 		d.probe = nil
+	}
+	sh.mu.Unlock()
+}
+
+// delete forgets key's entry, closing its probe if one is out (its waiters
+// then ask Redis themselves).
+func (c *denyCache) delete(id uint64, key string) {
+	c.m.delete(makeLocalKey(id, key))
+}
+
+// delete forgets key's bucket.
+func (s *localStore) delete(id uint64, key string) {
+	s.m.delete(makeLocalKey(id, key))
+}
+
+// delete removes k's entry, if any, telling drop first.
+func (s *shardedMap[V]) delete(k localKey) {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	if v := sh.m[k]; v != nil {
+		if s.drop != nil {
+			s.drop(v)
+		}
+		delete(sh.m, k)
+		s.removedOne(sh)
 	}
 	sh.mu.Unlock()
 }

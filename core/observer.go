@@ -1,6 +1,17 @@
 package core
 
-import "time"
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Source says what made a decision.
 type Source int8
@@ -41,7 +52,7 @@ func (s Source) String() string {
 	return "unknown"
 }
 
-// Observer is told about every decision and every change of the store's
+// Observer is told about every decision and every change of a store node's
 // health. The limiter calls it synchronously on the request path, so its
 // methods must be fast and safe for concurrent use; they must not block.
 // The sluiceprom package provides one that exports Prometheus metrics.
@@ -49,14 +60,105 @@ type Observer interface {
 	// ObserveDecision is called once per decision, with its result and
 	// what made it. A [SourceFailClosed] decision has a zero Result.
 	ObserveDecision(res Result, src Source)
-	// ObserveStore is called after each store call with its latency and
-	// its error (nil on success). A call the caller cancelled is not
-	// reported.
-	ObserveStore(latency time.Duration, err error)
-	// ObserveDegraded is called when the store is judged unavailable and
-	// the limiter starts deciding under its failure policy.
-	ObserveDegraded(err error)
-	// ObserveRecovered is called when the store answers again, with how
-	// long the outage lasted.
-	ObserveRecovered(outage time.Duration)
+	// ObserveStore is called after each store call. A call the caller
+	// cancelled is not reported.
+	ObserveStore(call StoreCall)
+	// ObserveDegraded is called when a node's breaker opens: the node is
+	// judged unavailable and its keys are decided under the failure
+	// policy. Every outage is reported, also those the log summarises.
+	ObserveDegraded(outage StoreOutage)
+	// ObserveRecovered is called when the node's breaker closes again,
+	// with the outage's length and how many decisions it degraded.
+	ObserveRecovered(outage StoreOutage)
+}
+
+// StoreCall describes one call to a store node.
+type StoreCall struct {
+	// Node names the node that was asked (see [StoreOutage.Node]).
+	Node string
+	// Latency is the call's I/O time: for a batched decision, its batch's.
+	Latency time.Duration
+	// Err is the call's error, nil on success; [ErrorReason] classifies it.
+	Err error
+}
+
+// StoreOutage describes an outage of one store node: the time its breaker
+// was open.
+type StoreOutage struct {
+	// Node names the failure domain: a Cluster master's address, a
+	// single server's address, "sentinel" for a failover client, "ring"
+	// for a Ring (its shards share one breaker), "cluster" for Cluster
+	// keys whose master was unknown, or "redis" for any other client.
+	Node string
+	// Start is when the breaker opened.
+	Start time.Time
+	// Err is the error that opened the breaker (set for ObserveDegraded).
+	Err error
+	// Duration is the outage's length (set for ObserveRecovered).
+	Duration time.Duration
+	// Degraded counts the decisions made without the node during the
+	// outage (set for ObserveRecovered).
+	Degraded int64
+}
+
+// Reasons [ErrorReason] returns. Each names a class of store failure that
+// calls for a different response from an operator.
+const (
+	ReasonTimeout     = "timeout"     // the budget or the caller's deadline ran out
+	ReasonRefused     = "refused"     // nothing listens at the address
+	ReasonConnection  = "connection"  // the connection broke (reset, EOF, closed pool)
+	ReasonLoading     = "loading"     // the server is loading its dataset
+	ReasonReadOnly    = "readonly"    // a replica answered a write: a failover is in progress
+	ReasonClusterDown = "clusterdown" // the Cluster cannot serve the slot
+	ReasonOOM         = "oom"         // the server is at maxmemory
+	ReasonScript      = "script"      // the script failed (a key of another type, a busy script)
+	ReasonOther       = "other"       // anything else
+)
+
+// ErrorReason classifies a store error for metrics and logs: one of the
+// Reason constants; "" for nil.
+func ErrorReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, r := range redisReasons {
+			if strings.HasPrefix(msg, r.prefix) {
+				return r.reason
+			}
+		}
+		return ReasonOther
+	}
+	var nerr net.Error
+	switch {
+	case errors.Is(err, errKeyFailed):
+		return ReasonScript
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &nerr) && nerr.Timeout():
+		return ReasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ReasonRefused
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.Is(err, redis.ErrClosed),
+		errors.As(err, new(*net.OpError)):
+		return ReasonConnection
+	}
+	return ReasonOther
+}
+
+// redisReasons maps the prefixes of Redis error replies to reasons.
+var redisReasons = [...]struct{ prefix, reason string }{
+	{"LOADING", ReasonLoading},
+	{"READONLY", ReasonReadOnly},
+	{"CLUSTERDOWN", ReasonClusterDown},
+	{"MASTERDOWN", ReasonClusterDown},
+	{"TRYAGAIN", ReasonClusterDown},
+	{"OOM", ReasonOOM},
+	{"BUSY", ReasonScript},
+	{"NOSCRIPT", ReasonScript},
+	{"WRONGTYPE", ReasonScript},
+	{"ERR Error running script", ReasonScript},
+	{"ERR user_script", ReasonScript},
 }

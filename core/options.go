@@ -51,22 +51,22 @@ type options struct {
 	denyCache   bool
 	observer    Observer
 	logger      *slog.Logger
-	failures    int
-	probeEvery  time.Duration
+	breaker     Breaker
 	replicasSet bool
+	fleet       Fleet
 	inflight    int
+	ack         ackConfig
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:     "sluice:",
-		timeout:    50 * time.Millisecond,
-		replicas:   1,
-		capacity:   100_000,
-		denyCache:  true,
-		failures:   3,
-		probeEvery: 100 * time.Millisecond,
-		inflight:   4,
+		prefix:    "sluice:",
+		timeout:   50 * time.Millisecond,
+		replicas:  1,
+		capacity:  100_000,
+		denyCache: true,
+		breaker:   Breaker{Failures: 3, Probe: 100 * time.Millisecond, Successes: 3},
+		inflight:  4,
 	}
 }
 
@@ -74,9 +74,14 @@ func (o *options) validate() error {
 	if err := validatePrefix(o.prefix); err != nil {
 		return err
 	}
+	if err := o.ack.validate(o.timeout); err != nil {
+		return err
+	}
 	switch {
 	case o.penalty < 0:
 		return fmt.Errorf("core: WithPenalty: negative duration %s", o.penalty)
+	case o.penalty > MaxPenalty:
+		return fmt.Errorf("core: WithPenalty: %s is longer than the maximum of %s (100 years)", o.penalty, MaxPenalty)
 	case o.policy < FallbackLocal || o.policy > FailClosed:
 		return fmt.Errorf("core: WithFailurePolicy: unknown policy %d", o.policy)
 	case o.timeout < 0:
@@ -88,7 +93,10 @@ func (o *options) validate() error {
 	case o.capacity < numShards:
 		return fmt.Errorf("core: WithLocalCapacity: %d entries, want at least %d", o.capacity, numShards)
 	}
-	return nil
+	if err := o.validateFleet(); err != nil {
+		return err
+	}
+	return o.breaker.validate()
 }
 
 // WithPrefix sets the prefix of every Redis key the limiter writes. It may
@@ -98,10 +106,15 @@ func (o *options) validate() error {
 // Default: "sluice:".
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
+// MaxPenalty is the longest penalty lock [WithPenalty] accepts, 100 years:
+// the lock's end must stay an exact integer of microseconds in the script's
+// arithmetic, and RetryAfter a valid time.Duration.
+const MaxPenalty = 100 * 365 * 24 * time.Hour
+
 // WithPenalty makes a denial lock its key for d: until the lock ends every
 // request on the key is denied, on every replica, with RetryAfter set to the
 // time left. Requests during the lock do not extend it. Zero disables the
-// lock.
+// lock. [New] returns an error for a negative d or one above [MaxPenalty].
 //
 // Default: 0 (no lock).
 func WithPenalty(d time.Duration) Option { return func(o *options) { o.penalty = d } }
@@ -129,6 +142,12 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // earlier than Redis would have; set n lower to trade protection for
 // fewer false denials. It replaces [WithFallbackLimit].
 //
+// A limit whose share cannot be counted exactly (1,000 a year over 300
+// replicas overflows the period, 1 per 10 years over 4 exceeds the exact
+// range) is never refused for it: its fallback keeps the limit's own rate
+// with the burst share, and the limiter logs that once per limit. The same
+// holds for an invalid limit from [WithFallbackLimit].
+//
 // Default: 1 (each replica enforces the whole limit, so n replicas admit up
 // to n times the limit during an outage; the limiter logs a warning when it
 // first falls back with this default).
@@ -150,8 +169,13 @@ func WithFallbackLimit(f func(global Limit) Limit) Option {
 // fallback buckets and in the deny cache each (and in the store of a
 // [NewMemory] limiter). When full, inserting a key evicts a full bucket or an
 // expired denial if it finds one among a few sampled, else the sampled entry
-// closest to being full; limited and locked keys go last. Each entry costs
-// roughly 150 bytes plus its key.
+// closest to being full; limited and locked keys go last.
+//
+// Memory is bounded in bytes too, whatever the keys' length: a key of up to
+// 64 bytes is held as a copy, a longer one as a 128-bit digest inside the
+// entry. On 64-bit platforms an entry costs at most about 224 bytes in the
+// fallback and 192 in the deny cache, plus the copy of a short key (at most
+// 64 bytes): with the default capacity, at most about 29 MB and 26 MB.
 //
 // Default: 100000.
 func WithLocalCapacity(n int) Option { return func(o *options) { o.capacity = n } }
@@ -173,7 +197,8 @@ func WithDenyCache(on bool) Option { return func(o *options) { o.denyCache = on 
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithLogger sets the logger for state transitions (store unavailable, store
-// recovered). The limiter never logs per request.
+// recovered, a summary of a flapping store at most once per 10 s per node).
+// The limiter never logs per request.
 //
 // Default: slog.Default() at the time of the transition.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -192,3 +217,51 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 //
 // Default: 4.
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }
+
+// Breaker sets the circuit breaker the limiter keeps per store node (see
+// [WithBreaker]). A zero field keeps its default.
+type Breaker struct {
+	// Failures is how many failed store calls in a row open the breaker:
+	// the node's keys are then decided under the failure policy, without
+	// waiting for the store. Default 3; at most 1000.
+	Failures int
+	// Probe is how often, while the breaker is open, one request is sent
+	// to the store to find out whether it is back. Default 100ms; from
+	// 1ms to 1m.
+	Probe time.Duration
+	// Successes is how many good probes in a row close the breaker again.
+	// More than one keeps a store that answers only some calls from
+	// costing every other request the time budget. Default 3; at most 100.
+	Successes int
+}
+
+// WithBreaker sets the circuit breaker kept per store node: when it opens,
+// how often it probes, when it closes. A node that recovers is used again
+// after Successes probes, about (Successes−1)·Probe after it answers.
+//
+// Default: Breaker{Failures: 3, Probe: 100 * time.Millisecond, Successes: 3}.
+func WithBreaker(b Breaker) Option {
+	return func(o *options) {
+		if b.Failures != 0 {
+			o.breaker.Failures = b.Failures
+		}
+		if b.Probe != 0 {
+			o.breaker.Probe = b.Probe
+		}
+		if b.Successes != 0 {
+			o.breaker.Successes = b.Successes
+		}
+	}
+}
+
+func (b Breaker) validate() error {
+	switch {
+	case b.Failures < 1 || b.Failures > 1000:
+		return fmt.Errorf("core: WithBreaker: Failures is %d, want 1 to 1000", b.Failures)
+	case b.Probe < time.Millisecond || b.Probe > time.Minute:
+		return fmt.Errorf("core: WithBreaker: Probe is %s, want 1ms to 1m", b.Probe)
+	case b.Successes < 1 || b.Successes > 100:
+		return fmt.Errorf("core: WithBreaker: Successes is %d, want 1 to 100", b.Successes)
+	}
+	return nil
+}

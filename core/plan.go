@@ -15,16 +15,17 @@ import (
 // form of each limit, the fingerprint that names their shared bucket, and the
 // script arguments, computed once and reused by every decision.
 type plan struct {
-	limits      []Limit
-	ticks       []tickLimit
-	local       []tickLimit // the local fallback's limits
-	localLimits []Limit     // the same, as limits, for results
-	localMinB   int64       // the smallest local Burst
-	minB        int64       // the smallest Burst: no single request may cost more
-	fp          string      // fingerprint, part of the Redis key
-	id          uint64      // fingerprint for local maps
-	args        []any       // per-limit script arguments: nlimits, then r, p, b for each
-	maxW        int64       // longest exact reservation in microseconds
+	limits     []Limit
+	ticks      []tickLimit
+	local      share                 // the local fallback's limits, fixed
+	fleetShare atomic.Pointer[share] // the local limits for a fleet's size (see Limiter.share)
+	minB       int64                 // the smallest Burst: no single request may cost more
+	fp         string                // fingerprint, part of the Redis key
+	id         uint64                // fingerprint for local maps
+	args       []any                 // per-limit script arguments: nlimits, then r, p, b for each
+	maxW       int64                 // longest exact reservation in microseconds
+
+	coarse []coarseFallback // fallback limits that could not be used as given
 
 	policyField string   // the RateLimit-Policy header value
 	burstField  []string // X-RateLimit-Limit per limit
@@ -68,23 +69,68 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 		p.burstField = append(p.burstField, strconv.Itoa(l.Burst))
 		p.items = append(p.items, limitItem(l))
 	}
-	p.local, p.localLimits, p.localMinB = p.ticks, p.limits, p.minB
-	if fallback != nil {
-		p.local = make([]tickLimit, len(limits))
-		p.localLimits = make([]Limit, len(limits))
-		for i, l := range limits {
-			fl := fallback(l)
-			t, err := compileLimit(fl)
-			if err != nil {
-				return nil, fmt.Errorf("fallback limit for %s: %w", l, err)
-			}
-			p.local[i], p.localLimits[i] = t, fl
-			if i == 0 || t.b < p.localMinB {
-				p.localMinB = t.b
-			}
+	local, coarse, err := newShare(p.limits, p.ticks, fallback)
+	if err != nil {
+		return nil, err
+	}
+	p.local, p.coarse = *local, coarse
+	return p, nil
+}
+
+// share is the local fallback's view of a plan's limits: each limit's
+// share for one replica.
+type share struct {
+	n      int         // the fleet size it was made for; 0 if fixed
+	ticks  []tickLimit // the local limits
+	limits []Limit     // the same, as limits, for results
+	minB   int64       // the smallest local Burst
+}
+
+// newShare maps limits (compiled as ticks) through fallback, nil for the
+// limits themselves. A limit valid for Redis is never refused because of
+// its fallback: one whose fallback cannot be counted keeps its rate, with
+// the fallback's burst if that is usable, and is returned in coarse.
+func newShare(limits []Limit, ticks []tickLimit, fallback func(Limit) Limit) (*share, []coarseFallback, error) {
+	s := &share{ticks: ticks, limits: limits}
+	for i, t := range ticks {
+		if i == 0 || t.b < s.minB {
+			s.minB = t.b
 		}
 	}
-	return p, nil
+	if fallback == nil {
+		return s, nil, nil
+	}
+	var coarse []coarseFallback
+	s.ticks = make([]tickLimit, len(limits))
+	s.limits = make([]Limit, len(limits))
+	for i, l := range limits {
+		fl := fallback(l)
+		t, err := compileLimit(fl)
+		if err != nil {
+			coarse = append(coarse, coarseFallback{global: l, cause: err})
+			share := fl.Burst
+			fl = Limit{Name: l.Name, Rate: l.Rate, Period: l.Period, Burst: l.Burst}
+			if share >= 1 && share < l.Burst {
+				fl.Burst = share // a smaller burst compiles wherever l's does
+			}
+			if t, err = compileLimit(fl); err != nil {
+				return nil, nil, fmt.Errorf("fallback limit for %s: %w", l, err)
+			}
+		}
+		s.ticks[i], s.limits[i] = t, fl
+		if i == 0 || t.b < s.minB {
+			s.minB = t.b
+		}
+	}
+	return s, coarse, nil
+}
+
+// coarseFallback records a global limit whose fallback limit could not be
+// counted exactly (its share of a long period overflows, say), and was
+// replaced by the global rate.
+type coarseFallback struct {
+	global Limit
+	cause  error
 }
 
 // maxLimits bounds how many limits one decision may check together.
@@ -95,19 +141,29 @@ const maxLimits = 8
 // limit sets, plans are compiled per call and not kept.
 type planCache struct {
 	fallback func(Limit) Limit
-	extra    []Limit              // limits added to every plan (a middleware's WithLimits)
-	last     atomic.Pointer[plan] // the plan used last: a lock-free hit
+	warn     func([]coarseFallback) // told of plans whose fallback was replaced; may be nil
+	extra    []Limit                // limits added to every plan (a middleware's WithLimits)
+	last     atomic.Pointer[plan]   // the plan used last: a lock-free hit
 	mu       sync.RWMutex
 	plans    map[Limit]*plan // single-limit plans, the common case
 }
 
 const maxPlans = 4096
 
+// compile makes limits' plan and reports a replaced fallback.
+func (c *planCache) compile(limits []Limit) (*plan, error) {
+	p, err := newPlan(limits, c.fallback)
+	if err == nil && len(p.coarse) > 0 && c.warn != nil {
+		c.warn(p.coarse)
+	}
+	return p, err
+}
+
 func (c *planCache) get(limits []Limit) (*plan, error) {
 	if len(limits) != 1 {
 		// Several limits on a key are usually fixed per middleware, which
 		// compiles its plan once; direct callers pay the compilation.
-		return newPlan(append(limits[:len(limits):len(limits)], c.extra...), c.fallback)
+		return c.compile(append(limits[:len(limits):len(limits)], c.extra...))
 	}
 	return c.getOne(limits[0])
 }
@@ -135,7 +191,7 @@ func (c *planCache) lookup(l Limit) (*plan, error) {
 	// The limit may come from request memory (a fiber header): keep a copy.
 	l.Name = strings.Clone(l.Name)
 	limits := append([]Limit{l}, c.extra...)
-	p, err := newPlan(limits, c.fallback)
+	p, err := c.compile(limits)
 	if err != nil {
 		return nil, err
 	}

@@ -136,7 +136,7 @@ func NewPolicy(lim *Limiter, limit Limit, key keyfunc.Func, opts ...PolicyOption
 	if p.headers < HeadersLegacy || p.headers > HeadersNone {
 		return nil, fmt.Errorf("core: WithHeaders: unknown style %d", p.headers)
 	}
-	p.plans.fallback = lim.plans.fallback
+	p.plans.fallback, p.plans.warn = lim.plans.fallback, lim.plans.warn
 	base, err := p.plans.getOne(limit)
 	if err != nil {
 		return nil, err

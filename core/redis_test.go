@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,24 +17,31 @@ import (
 )
 
 // timeLines are the script's clock. The differential test against a real
-// Redis replaces them with an instant passed as the last argument, so the
-// script's arithmetic can be compared with the model step by step on a
-// virtual clock. A real Redis expires keys on its own clock, which here runs
-// faster than the virtual one between close steps, so the variant also
-// stretches every expiry by an hour; expiries are compared exactly on
-// miniredis, whose expiry clock the test drives. Everything else in the
-// script is run as shipped.
-const (
-	timeLines  = "local t = call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-	expiryLine = "'PX', ceildiv(ttl, 1000))"
-)
+// Redis replaces them with an instant passed as an extra last argument
+// (and removed from ARGV before the script reads it), so the script's
+// arithmetic can be compared with the model step by step on a virtual
+// clock. A real Redis expires keys on its own clock, which here runs faster
+// than the virtual one between close steps, so the variant also stretches
+// every expiry by an hour; expiries are compared exactly on miniredis, whose
+// expiry clock the test drives. Everything else in the script is run as
+// shipped.
+const timeLines = "local t = call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n"
+
+// expiryExprs are the script's expiries in milliseconds: on the one-limit
+// path and on the several-limit path.
+var expiryExprs = []string{"'PX', (ttl + (-ttl) % 1000) / 1000)", "'PX', ceildiv(ttl, 1000))"}
 
 var injectedTimeScript = func() *redis.Script {
-	if !strings.Contains(bucketLua, timeLines) || !strings.Contains(bucketLua, expiryLine) {
-		panic("bucket.lua no longer reads TIME or sets PX as the test expects")
+	if !strings.Contains(bucketLua, timeLines) {
+		panic("bucket.lua no longer reads TIME as the test expects")
 	}
-	src := strings.Replace(bucketLua, timeLines, "local now = tonumber(ARGV[#ARGV])\n", 1)
-	src = strings.ReplaceAll(src, expiryLine, "'PX', ceildiv(ttl, 1000) + 3600000)")
+	src := strings.Replace(bucketLua, timeLines, "local now = argv[#argv] + 0\nargv[#argv] = nil\n", 1)
+	for _, e := range expiryExprs {
+		if !strings.Contains(src, e) {
+			panic("bucket.lua no longer sets PX as the test expects: " + e)
+		}
+		src = strings.ReplaceAll(src, e, strings.TrimSuffix(e, ")")+" + 3600000)")
+	}
 	return redis.NewScript(src)
 }()
 
@@ -107,7 +115,6 @@ func TestDifferential(t *testing.T) {
 		m := redistest.Miniredis(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		s := &redisStore{rdb: rdb}
 		var last int64
 		runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
 			// Drive both of miniredis's clocks: TIME reads SetTime,
@@ -117,7 +124,7 @@ func TestDifferential(t *testing.T) {
 				m.FastForward(time.Duration(now-last) * time.Microsecond)
 			}
 			last = now
-			return s.decide(ctx, time.Time{}, c)
+			return decideOne(ctx, rdb, c)
 		}, func(rkey string) (time.Duration, bool) {
 			if !m.Exists(rkey) {
 				return 0, false
@@ -205,7 +212,9 @@ func newRedisLimiter(t *testing.T, addr string, opts ...Option) *Limiter {
 
 // TestConcurrentExact hammers one key from 4 limiter instances with 32
 // goroutines each against a real Redis: admissions stay within one token of
-// the ideal burst + rate*elapsed and reach at least 99% of it.
+// the ideal burst + rate*elapsed and reach at least 99% of it, less what a
+// perfect bucket would also lose while no answer came back for longer than
+// it takes to fill (a loaded machine can starve every caller at once).
 func TestConcurrentExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3 s load test")
@@ -241,12 +250,14 @@ func TestConcurrentExact(t *testing.T) {
 	var wg sync.WaitGroup
 	var lastMu sync.Mutex
 	var last time.Time
+	returns := make([][]time.Time, 4*32)
 	for i := range 4 * 32 {
 		wg.Add(1)
 		go func(lim *Limiter) {
 			defer wg.Done()
 			for time.Now().Before(stop) {
 				res, err := lim.Allow(ctx, "hot", limit)
+				returns[i] = append(returns[i], time.Now())
 				offered.Add(1)
 				if err != nil || res.Degraded {
 					errs.Add(1)
@@ -267,15 +278,30 @@ func TestConcurrentExact(t *testing.T) {
 	elapsed := last.Sub(start)
 	ideal := float64(limit.Burst) + float64(limit.Rate)*elapsed.Seconds()
 	got := float64(admitted.Load())
-	t.Logf("offered %d, admitted %d, ideal %.1f over %v (%.3f of ideal)", offered.Load(), admitted.Load(), ideal, elapsed, got/ideal)
+	// Silences: a full bucket that no request reaches discards what it
+	// would refill, whatever the limiter.
+	all := []time.Time{start}
+	for _, r := range returns {
+		all = append(all, r...)
+	}
+	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	fill := time.Duration(limit.Burst) * limit.Period / time.Duration(limit.Rate)
+	var lost float64
+	for i := 1; i < len(all); i++ {
+		if gap := all[i].Sub(all[i-1]); gap > fill {
+			lost += (gap - fill).Seconds() * float64(limit.Rate)
+		}
+	}
+	t.Logf("offered %d, admitted %d, ideal %.1f over %v (%.3f of ideal); silences could cost any bucket %.0f",
+		offered.Load(), admitted.Load(), ideal, elapsed, got/ideal, lost)
 	if errs.Load() != 0 {
 		t.Fatalf("%d errors or degraded decisions", errs.Load())
 	}
 	if got > ideal+1 {
 		t.Fatalf("admitted %v > ideal %.1f + 1", got, ideal)
 	}
-	if got < 0.99*ideal {
-		t.Fatalf("admitted %v < 99%% of ideal %.1f", got, ideal)
+	if got < 0.99*(ideal-lost) {
+		t.Fatalf("admitted %v < 99%% of ideal %.1f less %.0f lost in silences", got, ideal, lost)
 	}
 }
 

@@ -1,11 +1,10 @@
 package core
 
 import (
-	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,11 +13,19 @@ import (
 var bucketLua string
 
 // bucketScript runs by EVALSHA; go-redis falls back to EVAL when Redis
-// answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+// answers NOSCRIPT (after a restart or SCRIPT FLUSH). Its arguments and reply
+// are laid out in the table at the top of bucket.lua, the one description of
+// the protocol: appendArgs builds the lone form, scriptArgs the batch form,
+// parseReply decodes one key's reply.
 var bucketScript = redis.NewScript(bucketLua)
 
 // replyWidth is the number of integers the script returns per key.
 const replyWidth = 5
+
+// errKeyFailed is a key's answer in a batch when the script failed on that
+// key alone (its reply flags are -1); the other keys of the batch have
+// their answers.
+var errKeyFailed = errors.New("core: the script failed on this key (is another program writing to it?)")
 
 // call is one decision asked of a store.
 type call struct {
@@ -26,8 +33,9 @@ type call struct {
 	rkey    string // the stored name (see redisKey)
 	plan    *plan
 	cost    int64
-	maxWait int64 // microseconds; 0 unless reserving
-	penalty int64 // microseconds; 0 for none
+	maxWait int64     // microseconds; 0 unless reserving
+	penalty int64     // microseconds; 0 for none
+	keys    [1]string // rkey, as a lone call's KEYS without an allocation
 }
 
 // appendGroup appends c's script arguments as one group: cost, max wait,
@@ -44,9 +52,35 @@ func (c *call) sameGroup(o *call) bool {
 		(c.plan == o.plan || c.plan.fp == o.plan.fp)
 }
 
-// appendArgs appends c's script arguments for a call that decides c alone.
+// appendArgs appends c's script arguments for a call that decides c alone:
+// under one limit, the lone form (r, p, b, then cost, max wait and penalty,
+// each left out with those after it when they are at their default); under
+// several, the batch form of one group.
 func (c *call) appendArgs(args []any) []any {
-	return c.appendGroup(append(args, "1"))
+	if len(c.plan.ticks) != 1 {
+		return c.appendGroup(append(args, "1"))
+	}
+	args = append(args, c.plan.args[1:4]...) // r, p, b
+	switch {
+	case c.penalty != 0:
+		return append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
+	case c.maxWait != 0:
+		return append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10))
+	case c.cost != 1:
+		return append(args, strconv.FormatInt(c.cost, 10))
+	}
+	return args
+}
+
+// loneArgs returns c's script arguments for a call that decides c alone.
+// For a plain Allow under one limit (the lone form with every trailing
+// argument at its default) they are the plan's own r, p and b, shared and
+// not to be modified; otherwise a new slice (see appendArgs).
+func (c *call) loneArgs() []any {
+	if len(c.plan.ticks) == 1 && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
+		return c.plan.args[1:4:4]
+	}
+	return c.appendArgs(make([]any, 0, 4+len(c.plan.args)))
 }
 
 // scriptArgs returns the keys and script arguments that decide calls in
@@ -89,47 +123,14 @@ func scriptArgs(calls []*call) ([]string, []any) {
 	return keys, args
 }
 
-// redisStore decides in Redis through the bucket script, batching
-// concurrent decisions where the client allows it.
-type redisStore struct {
-	rdb   redis.Scripter
-	batch *batcher // nil: one script call per decision
-}
-
-func newRedisStore(rdb redis.Scripter, timeout time.Duration, inflight int) *redisStore {
-	s := &redisStore{rdb: rdb}
-	if inflight <= 0 {
-		return s
-	}
-	b := &batcher{rdb: rdb, timeout: timeout, maxInflight: inflight, maxBatch: 256}
-	switch c := rdb.(type) {
-	case *redis.Client:
-	case *redis.ClusterClient:
-		b.pipe = c.Pipeline
-	case *redis.Ring:
-		b.pipe = c.Pipeline
-	default:
-		return s // unknown Scripter: one call per decision
-	}
-	s.batch = b
-	return s
-}
-
-// decide decides c by dl (zero for no deadline); ctx is the caller's.
-func (s *redisStore) decide(ctx context.Context, dl time.Time, c *call) (decision, error) {
-	if s.batch != nil {
-		return s.batch.decide(ctx, dl, c)
-	}
-	rctx, cancel := within(ctx, dl)
-	defer cancel()
-	return decideOne(rctx, s.rdb, c)
-}
-
 // parseReply checks and decodes one key's reply: flags (allowed, locked,
-// limit index), remaining, delay (wait if allowed, retry if not), reset,
-// next.
+// limit index; -1 if the script failed on this key), remaining, delay (wait
+// if allowed, retry if not), reset, next.
 func parseReply(v []int64, p *plan) (decision, error) {
 	flags := v[0]
+	if flags == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 {
+		return decision{}, errKeyFailed
+	}
 	d := decision{
 		allowed:   flags&1 == 1,
 		locked:    flags&2 == 2,

@@ -566,10 +566,10 @@ func exported(t *testing.T) map[string]family {
 		obs.ObserveDecision(core.Result{Limit: limit}, src)
 		obs.ObserveDecision(core.Result{Limit: limit, Locked: true}, src)
 	}
-	obs.ObserveStore(time.Millisecond, nil)
-	obs.ObserveStore(50*time.Millisecond, errors.New("down"))
-	obs.ObserveDegraded(errors.New("down"))
-	obs.ObserveRecovered(time.Second)
+	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: time.Millisecond})
+	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: 50 * time.Millisecond, Err: errors.New("down")})
+	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
+	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -181,7 +181,15 @@ func (c *Cluster) Server(addr string) *Server {
 // address.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+	return c.ClientWith(tb, nil)
+}
+
+// ClientWith is [Cluster.Client] with its options changed by edit first (nil
+// for none), for a test that needs other settings, such as go-redis's
+// defaults.
+func (c *Cluster) ClientWith(tb testing.TB, edit func(*redis.ClusterOptions)) *redis.ClusterClient {
+	tb.Helper()
+	opt := &redis.ClusterOptions{
 		Addrs:                      c.Addrs(),
 		DialTimeout:                time.Second,
 		ReadTimeout:                time.Second,
@@ -193,7 +201,11 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
 		},
-	})
+	}
+	if edit != nil {
+		edit(opt)
+	}
+	rdb := redis.NewClusterClient(opt)
 	tb.Cleanup(func() {
 		_ = rdb.Close()
 		drainGoRedis()

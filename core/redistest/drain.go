@@ -19,6 +19,13 @@ var goRedisBackground = [][]byte{
 	[]byte("go-redis/v9.(*clusterStateHolder).LazyReload"),
 }
 
+// Drain waits, up to 3 seconds, until the background goroutines of closed
+// go-redis clients have ended: a pool that was re-dialing a dead server
+// notices its Close only after its next one-second sleep. Call it after
+// closing the clients of a test that killed their server, so that a
+// goroutine leak check does not trip over them.
+func Drain() { drainGoRedis() }
+
 // drainGoRedis waits until no goroutine runs one of goRedisBackground, or
 // until drainTimeout has passed, so that a goroutine leak check at the end of
 // the tests does not trip over a client that has been closed but whose

@@ -21,15 +21,23 @@
 //	    fail_closed).
 //	sluice_deny_cache_hits_total                      counter
 //	    Denials answered by the local deny cache without a Redis call.
-//	sluice_store_up                                    gauge
-//	    1 while the store answers, 0 during an outage (from the first
-//	    failure that opens the circuit breaker to the first success).
-//	sluice_store_outages_total                         counter
-//	    Outages begun: each is one switch to the failure policy.
-//	sluice_store_outage_seconds_total                  counter
-//	    Total length of the outages that have ended.
-//	sluice_store_errors_total                          counter
-//	    Store calls that failed (not counting calls the caller gave up).
-//	sluice_store_latency_seconds{result}               histogram
+//	sluice_store_up{node}                              gauge
+//	    Per store node: 1 while it answers, 0 while its circuit breaker is
+//	    open (from the failure that opens it to the probe that closes it).
+//	    node is a Cluster master's address, the server's address, or
+//	    "sentinel", "ring", "cluster", "redis" (see core.StoreOutage).
+//	    Alert on min(sluice_store_up) == 0: one dead master is enough.
+//	sluice_store_outages_total{node}                   counter
+//	    Outages begun: each is one switch of the node's keys to the
+//	    failure policy.
+//	sluice_store_outage_seconds_total{node}            counter
+//	    Total length of the node's outages, including the time so far of
+//	    one in progress (computed at each scrape).
+//	sluice_store_errors_total{node, reason}            counter
+//	    Store calls that failed (not counting calls the caller gave up),
+//	    by core.ErrorReason: timeout, refused, connection, loading,
+//	    readonly, clusterdown, oom, script, other. Every reason of a node
+//	    starts at 0 when the node is first seen.
+//	sluice_store_latency_seconds{node, result}         histogram
 //	    Store call latency; result is "ok" or "error".
 package sluiceprom

@@ -174,9 +174,9 @@ func (d *dryRunLog) ObserveDecision(res core.Result, _ core.Source) {
 	}
 }
 
-func (d *dryRunLog) ObserveStore(time.Duration, error) {}
-func (d *dryRunLog) ObserveDegraded(error)             {}
-func (d *dryRunLog) ObserveRecovered(time.Duration)    {}
+func (d *dryRunLog) ObserveStore(core.StoreCall)       {}
+func (d *dryRunLog) ObserveDegraded(core.StoreOutage)  {}
+func (d *dryRunLog) ObserveRecovered(core.StoreOutage) {}
 
 const tryIt = `listening on %[1]s; try:
   curl -i -H 'X-API-Key: acme-free-key' %[1]s/reports    # 200, RateLimit-Policy: "free";q=60;w=60

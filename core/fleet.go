@@ -1,0 +1,238 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fleet makes the local fallback share every limit among the live instances
+// of a fleet (see [WithFleet]).
+type Fleet struct {
+	// Name identifies the fleet: limiters with the same Name and key
+	// prefix count each other. Give each service its own. 1 to 64
+	// bytes, no braces.
+	Name string
+	// Heartbeat is how often each instance announces itself in Redis. An
+	// instance is counted until three heartbeats pass without one from
+	// it. Default 1s; from 100ms to 1m.
+	Heartbeat time.Duration
+}
+
+// WithFleet makes the local fallback divide each limit by the number of
+// live instances of the fleet, learnt from Redis while it answers, instead
+// of a replica count fixed at deploy time: a deployment scaled from 3 to 12
+// replicas keeps about one limit's worth of admissions during an outage
+// without a redeploy.
+//
+// Each limiter (one per process and fleet: two limiters of one process
+// count as two instances) runs one goroutine that, every Heartbeat, adds
+// itself to a sorted set in Redis (<prefix>{fleet:<Name>}), drops members
+// silent for three heartbeats and reads how many remain: one script call,
+// never on the request path. [Limiter.Close] stops it and removes the
+// instance at once. While Redis is unreachable the last count stands; an
+// instance that never reached Redis uses the floor. [WithFallbackReplicas]
+// sets that floor: the divisor is never below it (default 1).
+//
+// WithFleet applies to the [FallbackLocal] policy and cannot be combined
+// with [WithFallbackLimit]; [New] returns an error naming the conflict.
+// [Limiter.FleetSize] reports the current count.
+//
+// Default: no fleet (the fallback divides by WithFallbackReplicas).
+func WithFleet(f Fleet) Option {
+	return func(o *options) {
+		o.fleet = f
+		if o.fleet.Heartbeat == 0 {
+			o.fleet.Heartbeat = time.Second
+		}
+	}
+}
+
+func (o *options) validateFleet() error {
+	f := o.fleet
+	switch {
+	case f.Name == "" && f.Heartbeat == 0:
+		return nil
+	case f.Name == "" || len(f.Name) > 64:
+		return fmt.Errorf("core: WithFleet: Name is %d bytes, want 1 to 64", len(f.Name))
+	case strings.ContainsAny(f.Name, "{}"):
+		return fmt.Errorf("core: WithFleet: Name %q contains a brace; the library owns the hash tag", f.Name)
+	case f.Heartbeat < 100*time.Millisecond || f.Heartbeat > time.Minute:
+		return fmt.Errorf("core: WithFleet: Heartbeat is %s, want 100ms to 1m", f.Heartbeat)
+	case o.policy != FallbackLocal:
+		return fmt.Errorf("core: WithFleet sizes the local fallback, but the failure policy is %s", o.policy)
+	case o.fallback != nil:
+		return fmt.Errorf("core: WithFleet cannot be combined with WithFallbackLimit, which sets the fallback's limits itself")
+	}
+	return nil
+}
+
+// fleetScript announces member ARGV[1] in the sorted set KEYS[1], scored by
+// Redis's clock in milliseconds, drops members older than ARGV[2]
+// milliseconds, and returns how many remain.
+var fleetScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('ZCARD', KEYS[1])
+`)
+
+// fleetLeaveScript removes member ARGV[1]; a Scripter has no ZREM.
+var fleetLeaveScript = redis.NewScript("return redis.call('ZREM', KEYS[1], ARGV[1])")
+
+// fleet is one limiter's membership: its heartbeat goroutine and what it
+// last learnt.
+type fleet struct {
+	rdb     redis.Scripter
+	key, id string
+	every   time.Duration
+	floor   int
+	live    atomic.Int64 // members counted at the last heartbeat; 0 before the first
+
+	// Used by the heartbeat goroutine only.
+	lastOK time.Time // the last heartbeat that reached Redis
+	backAt time.Time // the first one after a gap: the set is filling up again
+
+	stop     context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func newFleet(rdb redis.Scripter, prefix string, f Fleet, floor int) *fleet {
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	ctx, cancel := context.WithCancel(context.Background())
+	fl := &fleet{
+		rdb:   rdb,
+		key:   prefix + "{fleet:" + f.Name + "}",
+		id:    hex.EncodeToString(id[:]),
+		every: f.Heartbeat,
+		floor: floor,
+		stop:  cancel,
+		done:  make(chan struct{}),
+	}
+	go fl.run(ctx)
+	return fl
+}
+
+// run beats at once, then every heartbeat, until ctx ends.
+func (f *fleet) run(ctx context.Context) {
+	defer close(f.done)
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		f.beat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat announces the member and learns the fleet's size. A failure keeps
+// the last size: that is what the fallback needs while Redis is away.
+//
+// After a gap (Redis was away long enough for every member's entry to
+// expire, or restarted empty) the members come back one heartbeat at a
+// time, and the first to return would count itself alone and take the
+// whole limit while the others may still be deciding locally. So for three
+// heartbeats after a gap the count may rise but not fall.
+func (f *fleet) beat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, f.every)
+	defer cancel()
+	ttl := 3 * f.every.Milliseconds()
+	n, err := fleetScript.Run(ctx, f.rdb, []string{f.key}, f.id, ttl).Int64()
+	if err != nil || n <= 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(f.lastOK) > 2*f.every {
+		f.backAt = now
+	}
+	f.lastOK = now
+	if now.Sub(f.backAt) < 3*f.every && n < f.live.Load() {
+		return // still refilling: keep the larger count
+	}
+	f.live.Store(n)
+}
+
+// size is the divisor of the fallback's limits: the fleet's last known
+// size, and never below the floor.
+func (f *fleet) size() int {
+	n := f.live.Load()
+	if n > math.MaxInt32 {
+		n = math.MaxInt32
+	}
+	return max(int(n), f.floor)
+}
+
+// close stops the heartbeat and removes the member, within timeout.
+func (f *fleet) close(timeout time.Duration) error {
+	var err error
+	f.stopOnce.Do(func() {
+		f.stop()
+		<-f.done
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if e := fleetLeaveScript.Run(ctx, f.rdb, []string{f.key}, f.id).Err(); e != nil {
+			err = fmt.Errorf("core: leaving fleet %s: %w", f.key, e)
+		}
+	})
+	return err
+}
+
+// FleetSize returns the number of live instances the limiter last counted
+// in its fleet (see [WithFleet]), never below the floor set by
+// [WithFallbackReplicas]; 0 without a fleet.
+func (l *Limiter) FleetSize() int {
+	if l.fleet == nil {
+		return 0
+	}
+	return l.fleet.size()
+}
+
+// Close stops what the limiter runs in the background (the fleet
+// heartbeat of [WithFleet]) and removes this instance from its fleet, so
+// that the others count it out at once. The limiter still decides after
+// Close, with the fleet's size as last counted. Close is safe to call more
+// than once and on a limiter without a fleet; the Redis client stays the
+// caller's to close, after Close.
+func (l *Limiter) Close() error {
+	if l.fleet == nil {
+		return nil
+	}
+	return l.fleet.close(max(l.timeout, 100*time.Millisecond))
+}
+
+// share returns the local fallback's limits for plan p: fixed, or for the
+// fleet's current size.
+func (l *Limiter) share(p *plan) *share {
+	if l.fleet == nil {
+		return &p.local
+	}
+	n := l.fleet.size()
+	if s := p.fleetShare.Load(); s != nil && s.n == n {
+		return s
+	}
+	s, coarse, err := newShare(p.limits, p.ticks, shareOf(n))
+	if err != nil {
+		return &p.local // cannot happen: p's own limits compile
+	}
+	s.n = n
+	if len(coarse) > 0 {
+		l.warnCoarse(coarse)
+	}
+	p.fleetShare.Store(s)
+	return s
+}

@@ -1,0 +1,93 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// Peek reports what a request of cost 1 on key would get now under limits,
+// without taking anything and without writing: Allowed says whether it
+// would be admitted, Remaining how many such requests could pass,
+// RetryAfter (when not allowed) how long until one could, ResetAfter when
+// the buckets are full again, Locked whether a penalty lock holds the key.
+// Use it for a quota endpoint or an operator's tool; a request that will
+// be served should call [Limiter.Allow], which decides and charges in one
+// step (a Peek followed by an Allow is two calls, and the answer may change
+// between them).
+//
+// Peek asks Redis every time, in one script call that writes nothing; the
+// deny cache is neither consulted nor filled, and Observer sees the store
+// call but no decision. Peek never degrades: when the store cannot answer
+// (or its breaker is open) it returns an error wrapping [ErrUnavailable]
+// rather than a guess. It returns an error for an empty key or invalid
+// limits, and the caller's context error.
+func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result, error) {
+	if key == "" {
+		return Result{}, fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
+	}
+	p, err := l.plans.get(limits)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	now := l.now()
+	if l.store == nil {
+		return peekResult(l.local.peek(p.id, key, now, p.ticks), p), nil
+	}
+	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p}
+	nd := l.store.node(ctx, c.rkey)
+	r := nd.brk.route(now)
+	if r == viaLocal {
+		return Result{}, fmt.Errorf("%w: peek %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)
+	}
+	d, err := l.callStore(ctx, nd, &c)
+	if err != nil {
+		if cerr := callerGone(ctx); cerr != nil {
+			nd.brk.abandon(r, now)
+			return Result{}, cerr
+		}
+		l.store.failed()
+		if nd.brk.failure(r, now) {
+			l.degrade(nd.brk, now, err)
+		}
+		return Result{}, fmt.Errorf("%w: peek %q: %w", ErrUnavailable, key, err)
+	}
+	if nd.brk.success(r, now) {
+		l.recovered(nd.brk, now, "")
+	}
+	return peekResult(d, p), nil
+}
+
+// peekResult turns the decision on a request of cost 0 into the Result of
+// a request of cost 1: it passes if it need not wait.
+func peekResult(d decision, p *plan) Result {
+	res := d.result(p)
+	res.Allowed = d.allowed && d.next == 0
+	res.RetryAfter = 0
+	if !res.Allowed {
+		res.RetryAfter = time.Duration(d.next) * time.Microsecond
+	}
+	return res
+}
+
+// peek decides a request of cost 0 on a copy of key's bucket: nothing is
+// inserted or changed.
+func (s *localStore) peek(id uint64, key string, now int64, ticks []tickLimit) decision {
+	k := makeLocalKey(id, key)
+	sh := s.m.shard(k)
+	var buf [maxLimits]tat
+	var b bucket
+	sh.mu.Lock()
+	if e := s.m.entry(sh, k, now, false); e != nil {
+		b = e.b
+		b.tats = buf[:copy(buf[:], e.b.tats)]
+	}
+	sh.mu.Unlock()
+	d, _ := decide(&b, now, ticks, 0, 0, 0)
+	return d
+}

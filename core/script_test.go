@@ -1,0 +1,366 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/redistest"
+)
+
+// scriptServers returns a client for each kind of server the script must
+// run on: a real Redis, and miniredis, whose Lua is gopher-lua.
+func scriptServers(t *testing.T) map[string]*redis.Client {
+	t.Helper()
+	m := redistest.Miniredis(t)
+	mini := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mini.Close() })
+	return map[string]*redis.Client{
+		"redis":     redistest.NewClient(t, redistest.Addr(t)),
+		"miniredis": mini,
+	}
+}
+
+// testKey returns a stored name private to the test.
+func testKey(t *testing.T, p *plan, key string) string {
+	return redisKey(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()), p.fp, key)
+}
+
+func mustPlan(t *testing.T, limits ...Limit) *plan {
+	t.Helper()
+	p, err := newPlan(limits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAppendArgsLoneForm checks the lone form's layout: r, p, b, then cost,
+// max wait and penalty, each left out with those after it at their default.
+func TestAppendArgsLoneForm(t *testing.T) {
+	one := mustPlan(t, PerSecond(5))
+	two := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
+	tests := []struct {
+		name string
+		c    call
+		want []any
+	}{
+		{"plain", call{plan: one, cost: 1}, []any{"1", "200000", "5"}},
+		{"cost", call{plan: one, cost: 3}, []any{"1", "200000", "5", "3"}},
+		{"wait", call{plan: one, cost: 1, maxWait: 700}, []any{"1", "200000", "5", "1", "700"}},
+		{"penalty", call{plan: one, cost: 1, penalty: 9000}, []any{"1", "200000", "5", "1", "0", "9000"}},
+		{"several limits: one group", call{plan: two, cost: 2},
+			[]any{"1", "2", "0", "0", "2", "1", "100000", "3", "1", "1500000", "40"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.appendArgs(nil); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("appendArgs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestScriptKeyFailureIsolated sends batches in which some keys hold a hash
+// (another program's value): those keys, and only those, get errKeyFailed;
+// the others are decided, and the hashes are left alone.
+func TestScriptKeyFailureIsolated(t *testing.T) {
+	a := mustPlan(t, PerSecond(5))
+	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
+	type member struct {
+		p     *plan
+		cost  int64
+		wrong bool // the key holds a hash
+	}
+	tests := []struct {
+		name    string
+		members []member
+	}{
+		{"middle of one group", []member{{a, 1, false}, {a, 1, true}, {a, 1, false}}},
+		{"middle of several groups", []member{{a, 1, false}, {b, 1, true}, {a, 2, false}}},
+		{"first and last", []member{{a, 1, true}, {a, 1, false}, {a, 1, false}, {a, 1, true}}},
+		{"several limits", []member{{b, 2, false}, {b, 1, true}, {b, 1, false}}},
+	}
+	for name, rdb := range scriptServers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					calls := make([]*call, len(tt.members))
+					for i, m := range tt.members {
+						calls[i] = &call{key: fmt.Sprint("k", i), plan: m.p, cost: m.cost}
+						calls[i].rkey = testKey(t, m.p, calls[i].key)
+						if m.wrong {
+							if err := rdb.HSet(ctx, calls[i].rkey, "f", "v").Err(); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+					keys, args := scriptArgs(calls)
+					vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+					if err != nil {
+						t.Fatalf("the call failed: %v", err)
+					}
+					if len(vals) != replyWidth*len(calls) {
+						t.Fatalf("%d integers for %d keys", len(vals), len(calls))
+					}
+					for i, c := range calls {
+						d, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+						typ, _ := rdb.Type(ctx, c.rkey).Result()
+						if tt.members[i].wrong {
+							if !errors.Is(err, errKeyFailed) || typ != "hash" {
+								t.Fatalf("key %d (a hash): %+v, %v; the key is a %s", i, d, err, typ)
+							}
+							continue
+						}
+						// A fresh bucket decides the same at any instant.
+						want, _ := decide(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
+						if err != nil || d != want || typ != "string" {
+							t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestScriptEveryKeyFails checks that a call whose every key fails fails
+// with Redis's own error: a lone call, and a batch.
+func TestScriptEveryKeyFails(t *testing.T) {
+	a := mustPlan(t, PerSecond(5))
+	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
+	for name, rdb := range scriptServers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var calls []*call
+			for i, p := range []*plan{a, a, b} {
+				c := &call{key: fmt.Sprint("k", i), plan: p, cost: 1}
+				c.rkey = testKey(t, p, c.key)
+				if err := rdb.HSet(ctx, c.rkey, "f", "v").Err(); err != nil {
+					t.Fatal(err)
+				}
+				calls = append(calls, c)
+			}
+			for _, c := range calls {
+				err := bucketScript.Run(ctx, rdb, []string{c.rkey}, c.appendArgs(nil)...).Err()
+				if !isCode(name, err, "WRONGTYPE") {
+					t.Fatalf("lone call on a hash (%d limits): %v, want WRONGTYPE", len(c.plan.limits), err)
+				}
+			}
+			for _, batch := range [][]*call{calls[:1], calls[:2], calls} {
+				keys, args := scriptArgs(batch)
+				err := bucketScript.Run(ctx, rdb, keys, args...).Err()
+				if !isCode(name, err, "WRONGTYPE") {
+					t.Fatalf("batch of %d hashes: %v, want WRONGTYPE", len(batch), err)
+				}
+			}
+		})
+	}
+}
+
+// isCode reports whether err is the Redis error code: on a real Redis the
+// reply starts with it (clients act on codes such as READONLY); miniredis
+// words script errors its own way.
+func isCode(server string, err error, code string) bool {
+	if err == nil {
+		return false
+	}
+	if server == "miniredis" {
+		return strings.Contains(err.Error(), code)
+	}
+	return strings.HasPrefix(err.Error(), code+" ")
+}
+
+// TestScriptServerErrorFailsCall runs a batch on a Redis out of memory:
+// the first key is denied (no write), the second needs a write and gets
+// OOM. That is the server's state, not the key's: the call fails with OOM,
+// as a lone call would, rather than answering the first key.
+func TestScriptServerErrorFailsCall(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redistest.NewClient(t, srv.Addr())
+	ctx := context.Background()
+	p := mustPlan(t, PerSecond(5))
+	calls := []*call{{key: "locked", plan: p, cost: 1}, {key: "fresh", plan: p, cost: 1}}
+	for _, c := range calls {
+		c.rkey = testKey(t, p, c.key)
+	}
+	lock := time.Now().Add(time.Hour).UnixMicro()
+	if err := rdb.Set(ctx, calls[0].rkey, fmt.Sprintf("%d %d 0", lock, lock), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys, args := scriptArgs(calls)
+	err := bucketScript.Run(ctx, rdb, keys, args...).Err()
+	if !isCode("redis", err, "OOM") {
+		t.Fatalf("batch on a Redis out of memory: %v, want OOM", err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil || len(vals) != 2*replyWidth || vals[0] != 2 || vals[replyWidth] != 1 {
+		t.Fatalf("with memory again: %v, %v; want the first key locked, the second admitted", vals, err)
+	}
+}
+
+// runAt runs the script with the clock at now (microseconds), through
+// injectedTimeScript.
+func runAt(ctx context.Context, rdb *redis.Client, keys []string, args []any, now int64) ([]int64, error) {
+	return injectedTimeScript.Run(ctx, rdb, keys, append(args, now)...).Int64Slice()
+}
+
+// TestScriptBatchMatchesModel sends random batches, duplicate keys
+// included, at one virtual instant each, on both kinds of server, and
+// compares every answer with the model applied in order. Some batches share
+// one group (the scalar path), the others mix costs, waits, penalties and
+// plans (the general path).
+func TestScriptBatchMatchesModel(t *testing.T) {
+	plans := make([]*plan, len(diffPlans))
+	for i, ls := range diffPlans {
+		plans[i] = mustPlan(t, ls...)
+	}
+	for name, rdb := range scriptServers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())
+			r := rand.New(rand.NewPCG(5, 5))
+			now := int64(1_800_000_000_000_000)
+			model := map[string]*bucket{}
+			decisions := 0
+			for range 300 {
+				now += r.Int64N(400_000)
+				n := 1 + r.IntN(20)
+				shared := r.IntN(2) == 0 // one group for the whole batch
+				sp := plans[r.IntN(len(plans))]
+				calls := make([]*call, n)
+				for i := range calls {
+					p := sp
+					if !shared {
+						p = plans[r.IntN(len(plans))]
+					}
+					c := &call{key: fmt.Sprint("k", r.IntN(4)), plan: p, cost: 1}
+					if !shared {
+						c.cost = 1 + r.Int64N(min(2, p.minB))
+						if r.IntN(8) == 0 {
+							c.penalty = 500_000
+						}
+						if r.IntN(6) == 0 {
+							c.maxWait = min(r.Int64N(1_000_000), p.maxW)
+						}
+					}
+					c.rkey = redisKey(prefix, p.fp, c.key)
+					calls[i] = c
+				}
+				keys, args := scriptArgs(calls)
+				vals, err := runAt(ctx, rdb, keys, args, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, c := range calls {
+					got, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b := model[c.rkey]
+					if b == nil {
+						b = &bucket{}
+						model[c.rkey] = b
+					}
+					want, _ := decide(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+					if got != want {
+						t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
+					}
+					decisions++
+				}
+			}
+			t.Logf("%d decisions in 300 batches identical to the model", decisions)
+		})
+	}
+}
+
+// TestScriptReadsStoredState writes buckets as the script has always
+// stored them ("lock tat1 frac1 ...", decimal) and checks that lone and
+// batch calls read them as the model would, and write them back in that
+// same format: keys in Redis keep their state across an upgrade, in either
+// direction.
+func TestScriptReadsStoredState(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	one := mustPlan(t, PerSecond(5))
+	frac := mustPlan(t, Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 4})
+	two := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
+	tests := []struct {
+		name string
+		p    *plan
+		b    bucket
+		c    call
+	}{
+		{"debt", one, bucket{tats: []tat{{now + 300_000, 0}}}, call{cost: 1}},
+		{"full after a while", one, bucket{tats: []tat{{now - 5_000_000, 0}}}, call{cost: 1}},
+		{"denied", one, bucket{tats: []tat{{now + 900_000, 0}}}, call{cost: 2}},
+		{"fraction", frac, bucket{tats: []tat{{now + 400_000, 5}}}, call{cost: 1}},
+		{"locked", one, bucket{lock: now + 2_000_000, tats: []tat{{now, 0}}}, call{cost: 1}},
+		{"lock ended", one, bucket{lock: now - 1, tats: []tat{{now + 100, 0}}}, call{cost: 1}},
+		{"penalty", one, bucket{tats: []tat{{now + 1_000_000, 0}}}, call{cost: 1, penalty: 3_000_000}},
+		{"wait", frac, bucket{tats: []tat{{now + 800_000, 3}}}, call{cost: 2, maxWait: 900_000}},
+		{"two limits", two, bucket{tats: []tat{{now + 50_000, 0}, {now + 7_000_000, 1}}}, call{cost: 1}},
+	}
+	format := func(b *bucket) string {
+		s := fmt.Sprint(b.lock)
+		for _, x := range b.tats {
+			s += fmt.Sprintf(" %d %d", x.us, x.frac)
+		}
+		return s
+	}
+	for name, rdb := range scriptServers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, tt := range tests {
+				for _, form := range []string{"lone", "batch"} {
+					t.Run(tt.name+"/"+form, func(t *testing.T) {
+						c := tt.c
+						c.plan, c.key = tt.p, "k"
+						c.rkey = testKey(t, tt.p, c.key)
+						b := tt.b
+						b.tats = append([]tat(nil), b.tats...)
+						b.set = true
+						if err := rdb.Set(ctx, c.rkey, format(&b), time.Hour).Err(); err != nil {
+							t.Fatal(err)
+						}
+						keys, args := []string{c.rkey}, c.appendArgs(nil)
+						if form == "batch" {
+							keys, args = scriptArgs([]*call{&c})
+						}
+						vals, err := runAt(ctx, rdb, keys, args, now)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got, err := parseReply(vals, c.plan)
+						if err != nil {
+							t.Fatal(err)
+						}
+						before := format(&b)
+						want, wrote := decide(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+						if got != want {
+							t.Fatalf("from %q: script %+v, model %+v", before, got, want)
+						}
+						stored, err := rdb.Get(ctx, c.rkey).Result()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if wrote && stored != format(&b) || !wrote && stored != before {
+							t.Fatalf("from %q: stored %q, want %q (written: %v)", before, stored, format(&b), wrote)
+						}
+					})
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,263 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
+)
+
+// node is one failure domain of the store: a Redis server, a Cluster
+// master or a Ring shard, with the breaker that judges it and the batcher
+// that coalesces its decisions. An error is charged only to the node whose
+// I/O produced it, and a batch never spans nodes.
+type node struct {
+	brk    *breaker
+	batch  *batch.Batcher[*call, decision] // nil: one script call per decision
+	client *redis.Client                   // the node's own connection pool, for WAIT; nil if unknown
+	short  atomic.Bool                     // the last WAIT on this node fell short (see replicaAck)
+	probed atomic.Int64                    // unix nanoseconds of the last WAIT sent while short
+}
+
+// redisStore decides in Redis through the bucket script. On a single
+// server (or a Sentinel-managed one) it is one node. On a Cluster each
+// master is a node with its own breaker and batcher, found from go-redis's
+// cached slot map; on a Ring each shard has its own batcher and they share
+// one breaker.
+type redisStore struct {
+	rdb       redis.Scripter
+	timerless bool                                                          // the client bounds every wait by the budget (see boundsWaits)
+	whole     node                                                          // the whole store; on a Cluster, keys whose master is unknown
+	nodeOf    func(ctx context.Context, rkey string) (*redis.Client, error) // nil: the store is one node
+	nodes     sync.Map                                                      // *redis.Client -> *node
+	mkNode    func(c *redis.Client) *node
+	reload    func()       // asks the client to reload its slot map; nil when it has none
+	reloaded  atomic.Int64 // unix nanoseconds of the last reload asked for
+	ack       *replicaAck  // WAIT after every script call; nil for none (see WithReplicaAck)
+}
+
+// reloadEvery bounds how often a failing node makes the store ask for a
+// fresh slot map. go-redis reloads in the background and coalesces.
+const reloadEvery = 100 * time.Millisecond
+
+// failed is told of every store failure on a node. On a Cluster it asks
+// go-redis to reload its slot map (at most every reloadEvery): a failed
+// master's slots move to a replica, and with go-redis's default reload
+// interval (60 s) the client would keep sending them to the dead address.
+// Its breaker's probes keep failing until the map moves on, so the map is
+// fresh within about reloadEvery of the failover.
+func (s *redisStore) failed() {
+	if s.reload == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := s.reloaded.Load()
+	if now-last < int64(reloadEvery) || !s.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	s.reload()
+}
+
+// newRedisStore builds the store for rdb; brk is the limiter's breaker, the
+// template of per-master ones. timed asks for each call's I/O time.
+func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int, timed bool) *redisStore {
+	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget)}
+	batched := func(send batch.Sender[*call, decision]) *batch.Batcher[*call, decision] {
+		if inflight <= 0 {
+			return nil
+		}
+		return batch.New(send, batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: timed})
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		s.whole.client = c
+		s.whole.batch = batched(s.sendOne)
+	case *redis.ClusterClient:
+		// A batch is one node's: it goes through the Cluster client
+		// (which follows MOVED and ASK) in a pipeline of its own.
+		s.nodeOf = c.MasterForKey
+		s.reload = func() { c.ReloadState(context.Background()) }
+		s.mkNode = func(m *redis.Client) *node {
+			n := &node{brk: brk.clone(m.Options().Addr), client: m}
+			n.batch = batched(s.sendGrouped(n, c.Pipeline))
+			return n
+		}
+	case *redis.Ring:
+		s.nodeOf = func(_ context.Context, rkey string) (*redis.Client, error) { return c.GetShardClientForKey(rkey) }
+		s.mkNode = func(m *redis.Client) *node {
+			n := &node{brk: brk, client: m}
+			n.batch = batched(s.sendGrouped(n, c.Pipeline))
+			return n
+		}
+	}
+	return s
+}
+
+// maxBatch bounds the decisions in one script call or pipeline.
+const maxBatch = 256
+
+// node returns the node that decides rkey.
+func (s *redisStore) node(ctx context.Context, rkey string) *node {
+	if s.nodeOf == nil {
+		return &s.whole
+	}
+	c, err := s.nodeOf(ctx, rkey)
+	if err != nil || c == nil {
+		return &s.whole
+	}
+	if n, ok := s.nodes.Load(c); ok {
+		return n.(*node)
+	}
+	n, _ := s.nodes.LoadOrStore(c, s.mkNode(c))
+	return n.(*node)
+}
+
+// decide decides c on n and reports how long the store I/O took. A lone
+// decision runs under ctx bounded by budget; a batched one under its
+// batch's own budget, while its caller may leave when ctx ends.
+func (s *redisStore) decide(ctx context.Context, n *node, c *call, budget time.Duration) (decision, time.Duration, error) {
+	if n.batch != nil {
+		return n.batch.Do(ctx, c)
+	}
+	rctx, cancel := ctx, context.CancelFunc(nil)
+	if budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
+			rctx, cancel = context.WithTimeout(ctx, budget)
+		}
+	}
+	start := time.Now() // unbatched: kept simple, a timer per call
+	var d decision
+	var err error
+	if s.ack != nil {
+		d, err = s.decideAcked(rctx, n, c)
+	} else {
+		d, err = decideOne(rctx, s.rdb, c)
+	}
+	took := time.Since(start)
+	if cancel != nil {
+		cancel()
+	}
+	return d, took, err
+}
+
+// sendOne decides a batch on one server in one script call.
+func (s *redisStore) sendOne(ctx context.Context, members []*batch.Member[*call, decision]) {
+	if s.ack != nil {
+		s.sendAcked(ctx, &s.whole, [][]*batch.Member[*call, decision]{members})
+		return
+	}
+	if len(members) == 1 {
+		m := members[0]
+		m.Res, m.Err = decideOne(ctx, s.rdb, m.Req)
+		return
+	}
+	keys, args := batchArgs(members)
+	vals, err := bucketScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	deliver(members, vals, err)
+}
+
+// sendGrouped returns a sender for n, one Cluster master or Ring shard:
+// one script call per hash tag (a script's keys must share a slot),
+// pipelined when there are several.
+func (s *redisStore) sendGrouped(n *node, pipeline func() redis.Pipeliner) batch.Sender[*call, decision] {
+	return func(ctx context.Context, members []*batch.Member[*call, decision]) {
+		groups := byTag(members)
+		if s.ack != nil {
+			s.sendAcked(ctx, n, groups)
+			return
+		}
+		if len(groups) == 1 {
+			s.sendOne(ctx, members)
+			return
+		}
+		pipe := pipeline()
+		cmds := make([]*redis.Cmd, len(groups))
+		for i, group := range groups {
+			keys, args := batchArgs(group)
+			cmds[i] = bucketScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, group := range groups {
+			vals, err := cmds[i].Int64Slice()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				keys, args := batchArgs(group)
+				vals, err = bucketScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+			}
+			deliver(group, vals, err)
+		}
+	}
+}
+
+// byTag splits members by hash tag, in the order of each tag's first
+// member: a script call's keys must share a slot.
+func byTag(members []*batch.Member[*call, decision]) [][]*batch.Member[*call, decision] {
+	if len(members) == 1 {
+		return [][]*batch.Member[*call, decision]{members}
+	}
+	var groups [][]*batch.Member[*call, decision]
+	index := map[string]int{}
+	for _, m := range members {
+		t := hashTag(m.Req.rkey)
+		i, ok := index[t]
+		if !ok {
+			i = len(groups)
+			index[t] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], m)
+	}
+	return groups
+}
+
+// batchArgs lists the keys and script arguments of members, in order.
+func batchArgs(members []*batch.Member[*call, decision]) ([]string, []any) {
+	calls := make([]*call, len(members))
+	for i, m := range members {
+		calls[i] = m.Req
+	}
+	return scriptArgs(calls)
+}
+
+// deliver decodes one script reply for members, or gives them its error.
+// Each key's reply is checked on its own: one bad reply fails only its
+// member.
+func deliver(members []*batch.Member[*call, decision], vals []int64, err error) {
+	if err == nil && len(vals) != replyWidth*len(members) {
+		err = fmt.Errorf("core: unexpected script reply of %d values for %d keys", len(vals), len(members))
+	}
+	for i, m := range members {
+		if err != nil {
+			m.Err = err
+			continue
+		}
+		m.Res, m.Err = parseReply(vals[i*replyWidth:(i+1)*replyWidth], m.Req.plan)
+	}
+}
+
+// hashTag returns the {tag} section of a stored key name.
+func hashTag(rkey string) string {
+	if i := strings.IndexByte(rkey, '{'); i >= 0 {
+		if j := strings.IndexByte(rkey[i:], '}'); j > 0 {
+			return rkey[i+1 : i+j]
+		}
+	}
+	return rkey
+}
+
+// decideOne decides one call in its own script call.
+func decideOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
+	c.keys[0] = c.rkey
+	vals, err := bucketScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64Slice()
+	if err != nil {
+		return decision{}, err
+	}
+	if len(vals) != replyWidth {
+		return decision{}, fmt.Errorf("core: unexpected script reply of %d values, want %d", len(vals), replyWidth)
+	}
+	return parseReply(vals, c.plan)
+}

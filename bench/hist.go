@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"encoding/json"
+	"fmt"
 	"math/bits"
 	"time"
 )
@@ -97,3 +99,44 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 
 // Max returns the largest record (0 for an empty histogram).
 func (h *Histogram) Max() time.Duration { return h.max }
+
+// histJSON is a Histogram's JSON form: its non-empty buckets only.
+type histJSON struct {
+	N       uint64      `json:"n"`
+	Max     int64       `json:"max"`
+	Buckets [][2]uint64 `json:"buckets"` // bucket index, count
+}
+
+// MarshalJSON encodes the histogram compactly, so that a fleet worker
+// process can hand its latencies to the comparison.
+func (h *Histogram) MarshalJSON() ([]byte, error) {
+	j := histJSON{N: h.n, Max: int64(h.max), Buckets: [][2]uint64{}}
+	for i, c := range h.counts {
+		if c > 0 {
+			j.Buckets = append(j.Buckets, [2]uint64{uint64(i), c})
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encoded, replacing h's records.
+func (h *Histogram) UnmarshalJSON(data []byte) error {
+	var j histJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	var out Histogram
+	for _, b := range j.Buckets {
+		if b[0] >= histBuckets {
+			return fmt.Errorf("bench: histogram bucket %d out of range", b[0])
+		}
+		out.counts[b[0]] += b[1]
+		out.n += b[1]
+	}
+	if out.n != j.N || j.Max < 0 {
+		return fmt.Errorf("bench: histogram of %d records has buckets holding %d, or a negative maximum", j.N, out.n)
+	}
+	out.max = time.Duration(j.Max)
+	*h = out
+	return nil
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -36,6 +37,29 @@ func TestHistogramQuantiles(t *testing.T) {
 		got := h.Quantile(q)
 		if diff := float64(got-want) / float64(want); diff > 0.02 || diff < -0.02 {
 			t.Errorf("q%.3f = %s, exact %s (%.1f%% off)", q, got, want, 100*diff)
+		}
+	}
+}
+
+func TestHistogramJSON(t *testing.T) {
+	var h Histogram
+	for _, d := range []time.Duration{0, 1, 150 * time.Microsecond, 151 * time.Microsecond, 3 * time.Second} {
+		h.Record(d)
+	}
+	data, err := json.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Histogram
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != h {
+		t.Errorf("round trip of %s changed the histogram", data)
+	}
+	for _, bad := range []string{`{"n":1,"max":5,"buckets":[]}`, `{"n":1,"max":5,"buckets":[[99999,1]]}`} {
+		if err := json.Unmarshal([]byte(bad), &back); err == nil {
+			t.Errorf("%s: no error", bad)
 		}
 	}
 }

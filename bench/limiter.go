@@ -61,9 +61,29 @@ type Env struct {
 	// Addr is the Redis address (host:port).
 	Addr string
 	// PoolSize is the connection pool size for clients the adapter creates;
-	// the comparison sets it to the largest number of concurrent callers.
+	// the comparison sets it to the largest number of concurrent callers,
+	// and the fleet to ProductionPoolSize.
 	PoolSize int
+	// Production configures the limiter as docs/production.md recommends
+	// for a service replica: its client gets 500 ms dial, read and write
+	// timeouts, one dial attempt and MinIdleConns idle connections (see
+	// NewClient), and sluice keeps its default 50 ms budget instead of
+	// the comparison's 5 s. The fleet section sets it.
+	Production bool
 }
+
+// The client settings of docs/production.md that Env.Production applies.
+const (
+	// ProductionPoolSize is the pool size docs/production.md gives its
+	// example client; the fleet section gives it to every instance.
+	ProductionPoolSize = 32
+	// ProductionTimeout is the dial, read and write timeout.
+	ProductionTimeout = 500 * time.Millisecond
+	// ProductionMinIdle is the number of idle connections kept open.
+	ProductionMinIdle = 4
+	// ProductionMaxIdleTime is how long a connection may stay idle.
+	ProductionMaxIdleTime = 2 * time.Minute
+)
 
 // Built is a limiter ready to use, with what it costs to close it.
 type Built struct {
@@ -86,6 +106,13 @@ type Peer struct {
 	Module string
 	// Redis is false for in-process limiters.
 	Redis bool
+	// Fleet marks a peer measured in the fleet section: Redis-backed, and
+	// able to give each limiter instance a go-redis client of its own
+	// (go-zero cannot: it keeps one client per address per process).
+	Fleet bool
+	// FleetOnly marks a peer measured only in the fleet section: floor, a
+	// reference rather than a limiter.
+	FleetOnly bool
 	// DenyOnly marks a variant that is measured only where it differs from
 	// its base: the deny-heavy scenario.
 	DenyOnly bool
@@ -138,16 +165,31 @@ func (t *Traffic) Snapshot() (roundTrips, commands int64) {
 // timeouts) except for the pool size, no retries, context deadlines honoured
 // (sluice requires it; nobody else sets a deadline), and neither the
 // maintenance-notification handshake nor CLIENT SETINFO on connect (go-zero's
-// client is configured the same way). t, if not nil, is installed as a hook.
+// client is configured the same way). With env.Production it also takes
+// docs/production.md's timeouts and idle connections. t, if not nil, is
+// installed as a hook.
 func NewClient(env Env, t *Traffic) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{
+	opt := &redis.Options{
 		Addr:                     env.Addr,
 		PoolSize:                 env.PoolSize,
 		MaxRetries:               -1,
 		ContextTimeoutEnabled:    true,
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	}
+	if env.Production {
+		opt.DialTimeout = ProductionTimeout
+		opt.DialerRetries = 1
+		opt.ReadTimeout = ProductionTimeout
+		opt.WriteTimeout = ProductionTimeout
+		opt.MinIdleConns = ProductionMinIdle
+		opt.ConnMaxIdleTime = ProductionMaxIdleTime
+		// docs/production.md sets PoolTimeout to the limiter's budget;
+		// here every library's only bound is the 500 ms timeout, which
+		// sluice also gets as its budget, so it is that for all.
+		opt.PoolTimeout = ProductionTimeout
+	}
+	rdb := redis.NewClient(opt)
 	if t != nil {
 		rdb.AddHook(t)
 	}

@@ -80,7 +80,7 @@ func startRedisOnce(bin string, prefix []string) (*RedisServer, error) {
 	}
 	args = append(append([]string(nil), prefix...), args...)
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr = ChildAttr()
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err

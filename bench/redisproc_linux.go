@@ -2,8 +2,9 @@ package bench
 
 import "syscall"
 
-// childAttr makes the kernel kill the child when this process dies, so an
-// interrupted run leaves no redis-server behind.
-func childAttr() *syscall.SysProcAttr {
+// ChildAttr returns the attributes of a child process that the kernel kills
+// when this process dies, so an interrupted run leaves no redis-server or
+// fleet worker behind.
+func ChildAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

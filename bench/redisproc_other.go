@@ -4,4 +4,5 @@ package bench
 
 import "syscall"
 
-func childAttr() *syscall.SysProcAttr { return nil }
+// ChildAttr returns nil: only Linux can have a child killed with its parent.
+func ChildAttr() *syscall.SysProcAttr { return nil }

@@ -33,6 +33,10 @@ type harness struct {
 
 	// Throughput and deny cells, by scenario, callers and peer.
 	cells map[cellKey]*cell
+
+	// Fleet cells, and where the fleet's worker processes ran.
+	fleet       map[fleetKey]*fleetCell
+	workerPlace string
 }
 
 type cellKey struct {
@@ -68,8 +72,17 @@ func (h *harness) reset() {
 
 // keys returns n fresh keys of equal length.
 func (h *harness) keys(n int) []string {
+	return makeKeys(h.keyPrefix(), n)
+}
+
+// keyPrefix returns a prefix no cell has used yet.
+func (h *harness) keyPrefix() string {
 	h.seq++
-	prefix := "b" + h.runID + ":" + strconv.Itoa(h.seq) + ":"
+	return "b" + h.runID + ":" + strconv.Itoa(h.seq) + ":"
+}
+
+// makeKeys returns n keys of equal length under prefix.
+func makeKeys(prefix string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s%05d", prefix, i)
@@ -78,7 +91,13 @@ func (h *harness) keys(n int) []string {
 }
 
 func (h *harness) build(p bench.Peer, lim bench.Limit) (*bench.Built, error) {
-	b, err := p.New(h.env, lim)
+	return h.buildIn(h.env, p, lim)
+}
+
+// buildIn builds p's limiter for lim in env, and keeps a note of how the
+// limit was mapped onto the library, or why it could not be.
+func (h *harness) buildIn(env bench.Env, p bench.Peer, lim bench.Limit) (*bench.Built, error) {
+	b, err := p.New(env, lim)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err != nil {
@@ -110,7 +129,7 @@ func rotate(peers []bench.Peer, i int) []bench.Peer {
 func (h *harness) peersFor(scenario string) []bench.Peer {
 	var out []bench.Peer
 	for _, p := range h.peers {
-		if !p.DenyOnly || scenario == scDeny {
+		if !p.FleetOnly && (!p.DenyOnly || scenario == scDeny) {
 			out = append(out, p)
 		}
 	}
@@ -134,6 +153,9 @@ func (h *harness) plan() time.Duration {
 	if h.cfg.sections["accuracy"] {
 		acc := time.Duration(len(h.peersFor(scHot)))*h.cfg.hammerFor + subDuration
 		d += max(acc, slowResume(h.cfg.slowProbes))
+	}
+	if h.cfg.sections["fleet"] {
+		d += h.fleetPlan()
 	}
 	return d
 }
@@ -207,8 +229,13 @@ func drain(lim bench.Limiter, key string, l bench.Limit) {
 }
 
 func (h *harness) progress(scenario string, callers int, peer, what string) {
+	h.step(fmt.Sprintf("%s, callers %d, %s", scenario, callers, peer), what)
+}
+
+// step reports one finished cell on stderr.
+func (h *harness) step(cell, what string) {
 	h.done++
-	fmt.Fprintf(os.Stderr, "[%d/%d] %s, callers %d, %s: %s\n", h.done, h.total, scenario, callers, peer, what)
+	fmt.Fprintf(os.Stderr, "[%d/%d] %s: %s\n", h.done, h.total, cell, what)
 }
 
 // throughput runs section 1: the hot key and 10k keys under a limit that

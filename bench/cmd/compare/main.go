@@ -5,8 +5,9 @@
 //
 // Run it from the bench directory:
 //
-//	go run ./cmd/compare          # the full run, about 5 minutes
-//	go run ./cmd/compare -quick   # a CI-sized run, about half a minute
+//	go run ./cmd/compare          # the full run, about 11 minutes
+//	go run ./cmd/compare -quick   # a CI-sized run, about a minute and a half
+//	go run ./cmd/compare -fleet   # only the fleet section, about 6 minutes
 //
 // It starts its own redis-server (from PATH) on a free loopback port unless
 // -addr names one, and on a machine with two CPUs or more it pins Redis to
@@ -84,9 +85,14 @@ type config struct {
 	hammerFor   time.Duration
 	slowProbes  int
 	cpuprofile  string
+
+	fleetDuration time.Duration
+	fleetRounds   int
+	fleetShapes   []shape
+	fleetProcs    int
 }
 
-var allSections = []string{"throughput", "deny", "accuracy"}
+var allSections = []string{"throughput", "deny", "accuracy", "fleet"}
 
 func parseFlags() (config, error) {
 	var (
@@ -94,10 +100,12 @@ func parseFlags() (config, error) {
 		callers  string
 		only     string
 		sections string
+		shapes   string
+		fleet    bool
 	)
 	flag.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each throughput cell (one limiter, one scenario, one number of callers)")
 	flag.IntVar(&c.rounds, "rounds", 2, "passes over the throughput and deny cells; each cell's -duration is split evenly over them, so that noise on the machine spreads over the run")
-	flag.BoolVar(&c.quick, "quick", false, "CI-sized run (about 40 s): 100ms cells in one round, shorter accuracy cases; an explicit -duration or -rounds still wins")
+	flag.BoolVar(&c.quick, "quick", false, "CI-sized run (about 1.5 min): 100ms cells in one round, shorter accuracy cases, 300ms fleet cells in one round; an explicit -duration, -rounds, -fleet-duration or -fleet-rounds still wins")
 	flag.StringVar(&callers, "callers", "1,16,64,256", "comma-separated numbers of concurrent callers")
 	flag.IntVar(&c.costCallers, "cost-callers", 64, "number of callers whose cells give the Redis cost tables (the largest of -callers if absent)")
 	flag.StringVar(&only, "only", "", "comma-separated limiters to measure (default all): "+strings.Join(peerNames(), ", "))
@@ -105,6 +113,11 @@ func parseFlags() (config, error) {
 	flag.BoolVar(&c.pin, "pin", true, "pin redis-server to the first CPU and this process to the others, with taskset (Linux, 2+ CPUs)")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the measuring process to this file")
 	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
+	flag.BoolVar(&fleet, "fleet", false, "run only the fleet section (-sections fleet)")
+	flag.DurationVar(&c.fleetDuration, "fleet-duration", time.Second, "measured time of each fleet cell in each round")
+	flag.IntVar(&c.fleetRounds, "fleet-rounds", 3, "rounds over the fleet cells; each figure is the median over them")
+	flag.StringVar(&shapes, "fleet-shapes", "64x1,32x2,8x8,1x64", "comma-separated fleet shapes, instances x callers per instance")
+	flag.IntVar(&c.fleetProcs, "fleet-procs", 4, "most worker processes of the fleet's multi-process layout (one per instance up to this)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", flag.Args())
@@ -121,9 +134,22 @@ func parseFlags() (config, error) {
 			c.rounds = 1
 		}
 		c.hammerFor, c.slowProbes = 500*time.Millisecond, 8
+		if !explicit["fleet-duration"] {
+			c.fleetDuration = 300 * time.Millisecond
+		}
+		if !explicit["fleet-rounds"] {
+			c.fleetRounds = 1
+		}
 	}
 	if c.duration <= 0 || c.rounds < 1 {
 		return c, fmt.Errorf("-duration and -rounds must be positive")
+	}
+	if c.fleetDuration <= 0 || c.fleetRounds < 1 || c.fleetProcs < 1 {
+		return c, fmt.Errorf("-fleet-duration, -fleet-rounds and -fleet-procs must be positive")
+	}
+	var err error
+	if c.fleetShapes, err = parseShapes(shapes); err != nil {
+		return c, fmt.Errorf("-fleet-shapes: %w", err)
 	}
 	c.warmup = min(max(c.duration/time.Duration(c.rounds)/8, 50*time.Millisecond), 250*time.Millisecond)
 
@@ -151,6 +177,12 @@ func parseFlags() (config, error) {
 		}
 	}
 
+	if fleet {
+		if explicit["sections"] {
+			return c, fmt.Errorf("-fleet and -sections: give one")
+		}
+		sections = "fleet"
+	}
 	c.sections = map[string]bool{}
 	for _, f := range strings.Split(sections, ",") {
 		f = strings.TrimSpace(f)
@@ -171,6 +203,9 @@ func peerNames() []string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == workerArg {
+		os.Exit(workerMain(os.Args[2:]))
+	}
 	cfg, err := parseFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
@@ -254,6 +289,10 @@ func run(cfg config, pinned pinning) error {
 	}
 	if cfg.sections["accuracy"] {
 		h.accuracy(out)
+	}
+	if cfg.sections["fleet"] {
+		h.fleetRounds()
+		h.fleetTables(out)
 	}
 	h.notes(out)
 	out.printf("Whole run: %s. Load average at the end: %s.\n", time.Since(started).Round(time.Second), loadAvg())

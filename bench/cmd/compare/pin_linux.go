@@ -104,3 +104,6 @@ func pin(enabled bool) pinning {
 	// Exec returns only on failure.
 	return pinning{Note: "not pinned: re-exec under taskset failed: " + err.Error()}
 }
+
+// affinity lists the CPUs this process may run on, as taskset would.
+func affinity() string { return cpuList(allowedCPUs()) }

@@ -10,3 +10,6 @@ type pinning struct {
 }
 
 func pin(bool) pinning { return pinning{Note: "not pinned: pinning is implemented for Linux only"} }
+
+// affinity is not read on this platform.
+func affinity() string { return "" }

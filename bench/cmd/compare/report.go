@@ -135,15 +135,25 @@ func (h *harness) header(out *report) {
 		{"Go", fmt.Sprintf("%s %s/%s, GOMAXPROCS %d", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))},
 		{"Redis", h.redisDescription()},
 		{"placement", h.placement()},
-		{"cells", fmt.Sprintf("%s measured per cell, in %d round(s) each after %s of warm-up; callers %s; Redis cost at %d callers",
-			h.cfg.duration, h.cfg.rounds, h.cfg.warmup, joinInts(h.cfg.callers), h.cfg.costCallers)},
-		{"load average at start", loadAvg()},
-		{"clients", fmt.Sprintf("each go-redis based limiter has its own client: pool %d, MaxRetries -1, ContextTimeoutEnabled, go-redis's default 5 s timeouts; go-zero uses its own client (see README)", h.env.PoolSize)},
 	}
+	if h.cfg.sections["throughput"] || h.cfg.sections["deny"] {
+		rows = append(rows, []string{"cells", fmt.Sprintf("%s measured per cell, in %d round(s) each after %s of warm-up; callers %s; Redis cost at %d callers",
+			h.cfg.duration, h.cfg.rounds, h.cfg.warmup, joinInts(h.cfg.callers), h.cfg.costCallers)})
+	}
+	if h.cfg.sections["throughput"] || h.cfg.sections["deny"] || h.cfg.sections["accuracy"] {
+		rows = append(rows, []string{"clients", fmt.Sprintf("each go-redis based limiter has its own client: pool %d, MaxRetries -1, ContextTimeoutEnabled, go-redis's default 5 s timeouts; go-zero uses its own client (see README)", h.env.PoolSize)})
+	}
+	if h.cfg.sections["fleet"] {
+		rows = append(rows, h.fleetHeader())
+	}
+	rows = append(rows, []string{"load average at start", loadAvg()})
 	out.table([]string{"", ""}, rows)
 	var mods [][]string
+	single := h.cfg.sections["throughput"] || h.cfg.sections["deny"] || h.cfg.sections["accuracy"]
 	for _, p := range h.peers {
-		mods = append(mods, []string{p.Name, moduleVersion(p.Module)})
+		if (single && !p.FleetOnly) || (h.cfg.sections["fleet"] && p.Fleet) {
+			mods = append(mods, []string{p.Name, moduleVersion(p.Module)})
+		}
 	}
 	out.table([]string{"limiter", "module"}, mods)
 }

@@ -83,8 +83,16 @@ func (t *tally) count(ok bool, err error) {
 // If slot is not zero, the tally also counts the calls returned in each slot
 // of that width from the start (and a little after the end).
 func load(lim bench.Limiter, keys []string, callers int, d, slot time.Duration) (t *tally, start time.Time) {
+	return loadAll([]bench.Limiter{lim}, keys, callers, d, slot, 0)
+}
+
+// loadAll is load over several limiters with each callers of their own:
+// caller i calls lims[i/each]. Caller i draws its keys from a generator
+// seeded with seed+i+1, so processes that share the work can be given
+// seeds that do not repeat one another's key sequences.
+func loadAll(lims []bench.Limiter, keys []string, each int, d, slot time.Duration, seed uint64) (t *tally, start time.Time) {
 	ctx := context.Background()
-	parts := make([]tally, callers)
+	parts := make([]tally, len(lims)*each)
 	if slot > 0 {
 		n := int((d+d/2)/slot) + 1
 		for i := range parts {
@@ -96,7 +104,7 @@ func load(lim bench.Limiter, keys []string, callers int, d, slot time.Duration) 
 	var begin time.Time
 	for i := range parts {
 		wg.Add(1)
-		go func(t *tally, seed uint64) {
+		go func(lim bench.Limiter, t *tally, seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 0x5eed))
 			n := len(keys)
@@ -123,7 +131,7 @@ func load(lim bench.Limiter, keys []string, callers int, d, slot time.Duration) 
 				}
 				t0 = t1
 			}
-		}(&parts[i], uint64(i)+1)
+		}(lims[i/each], &parts[i], seed+uint64(i)+1)
 	}
 	begin = time.Now()
 	close(gate)

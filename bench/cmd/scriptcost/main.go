@@ -1,21 +1,34 @@
 // Command scriptcost measures what sluice's bucket script costs Redis per
-// key, at several keys per call, against a script that only returns (the
-// cost of an EVALSHA and its arguments, whatever the script does) and a
-// script that does the same GET and SET per key without any arithmetic (the
-// least a read-modify-write bucket can cost).
+// key, at several keys per call, against go-redis/redis_rate's script (one
+// key per call), a script that only returns (the cost of an EVALSHA and its
+// arguments, whatever the script does) and a script that does the same GET
+// and SET per key without any arithmetic (the least a read-modify-write
+// bucket can cost).
 //
 // Run from bench/:
 //
 //	go run ./cmd/scriptcost             # Redis CPU µs per key, from INFO (noisy)
 //	go run ./cmd/scriptcost -callgrind  # instructions per key under valgrind (repeatable)
 //
+// Every script decides the same limit, 1000 per second with a burst of a
+// million (nothing is denied), on keys that already hold a bucket: each
+// measurement first decides every key once, then measures -calls script
+// calls cycling over them. sluice's and redis_rate's scripts and arguments
+// are the ones the libraries send: each library is run once against a
+// recording client that captures its EVALSHA. A lone sluice call (1 key
+// per call) sends the lone form of the arguments, a batch the batch form
+// of one group, as described at the top of core/bucket.lua.
+//
 // Each measurement gets its own redis-server (bench.StartRedis). With
-// -callgrind it runs under `valgrind --tool=callgrind`, and the figure is the
-// server's instructions from start to shutdown divided by the keys decided,
-// so start-up is spread thin but included; compare variants, not absolute
-// numbers. Without it, the server is pinned to the first CPU (with taskset,
-// when there are two or more) and measured with INFO cpu, best of three
-// passes.
+// -callgrind it runs under `valgrind --tool=callgrind`; the counters are
+// zeroed (callgrind_control -z) after the first pass, so the figure is the
+// whole server's instructions during the measured calls, from reading the
+// requests to writing the replies, divided by the keys decided. The server's
+// cron runs once a second (CONFIG SET hz 1) so that its share stays small
+// under valgrind's slowdown. Without -callgrind, the server is pinned to the
+// first CPU (with taskset, when there are two or more) and measured with INFO
+// cpu (the whole server) and INFO commandstats (usec_per_call of EVALSHA:
+// the command alone), best of three passes.
 package main
 
 import (
@@ -23,6 +36,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,8 +47,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/core"
 )
 
 // noop costs an EVALSHA with its keys and arguments and a one-value reply
@@ -54,28 +71,40 @@ for k = 1, #KEYS do
 end
 return out`
 
+// The limit every script decides: 1000 per second, burst 10^6. In sluice's
+// ticks (core's compileLimit: rate and period in microseconds reduced by
+// their gcd) that is r = 1, p = 1000, b = 10^6.
+var (
+	limitRate   = 1000
+	limitPeriod = time.Second
+	limitBurst  = 1_000_000
+)
+
+// batchArgs is the batch form of one group of one limit, cost 1, no wait
+// and no penalty, for the limit above: nothing per key.
+var batchArgs = []any{"1", "1", "0", "0", "1", "1", "1000", "1000000"}
+
 type variant struct {
 	name string
 	src  string
+	args func(k int) []any // the arguments of a call of k keys
+	max  int               // the most keys per call; 0 for any
 }
 
 func main() {
-	script := flag.String("script", "../core/bucket.lua", "the bucket script to measure")
+	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/bucket.lua while editing it)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
-	calls := flag.Int("calls", 2000, "script calls per measurement")
+	calls := flag.Int("calls", 2000, "measured script calls per cell")
+	nkeys := flag.Int("keys", 1000, "distinct keys the calls cycle over")
 	useCallgrind := flag.Bool("callgrind", false, "count the server's instructions under valgrind instead of reading its CPU time")
 	flag.Parse()
-	if err := run(*script, *perCall, *calls, *useCallgrind); err != nil {
+	if err := run(*script, *perCall, *calls, *nkeys, *useCallgrind); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)
 	}
 }
 
-func run(scriptPath, perCall string, calls int, useCallgrind bool) error {
-	src, err := os.ReadFile(scriptPath)
-	if err != nil {
-		return err
-	}
+func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error {
 	var ks []int
 	for _, f := range strings.Split(perCall, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
@@ -84,11 +113,37 @@ func run(scriptPath, perCall string, calls int, useCallgrind bool) error {
 		}
 		ks = append(ks, k)
 	}
-	if calls < 1 {
-		return errors.New("-calls must be positive")
+	if calls < 1 || nkeys < 1 {
+		return errors.New("-calls and -keys must be positive")
 	}
-	variants := []variant{{"noop", noop}, {"floor (TIME, GET, SET)", floor}, {"sluice", string(src)}}
-	unit := "Redis CPU µs per key"
+	sl, err := sluiceCall()
+	if err != nil {
+		return err
+	}
+	if scriptPath != "" {
+		src, err := os.ReadFile(scriptPath)
+		if err != nil {
+			return err
+		}
+		sl.src = string(src)
+	}
+	rr, err := redisRateCall()
+	if err != nil {
+		return err
+	}
+	args := func(k int) []any {
+		if k == 1 {
+			return sl.args
+		}
+		return batchArgs
+	}
+	variants := []variant{
+		{name: "noop", src: noop, args: args},
+		{name: "floor (TIME, GET, SET)", src: floor, args: args},
+		{name: "sluice", src: sl.src, args: args},
+		{name: "redis_rate", src: rr.src, args: func(int) []any { return rr.args }, max: 1},
+	}
+	unit := "Redis CPU µs per key (INFO cpu) / EVALSHA µs per key (INFO commandstats usec_per_call)"
 	if useCallgrind {
 		unit = "instructions per key (callgrind)"
 	}
@@ -102,24 +157,28 @@ func run(scriptPath, perCall string, calls int, useCallgrind bool) error {
 	for _, v := range variants {
 		row := []string{v.name}
 		for _, k := range ks {
-			var x float64
-			if useCallgrind {
-				x, err = instructions(v, k, calls)
-			} else {
-				x, err = cpuPerKey(v, k, calls)
-			}
-			if err != nil {
-				return fmt.Errorf("%s at %d keys per call: %w", v.name, k, err)
+			if v.max > 0 && k > v.max {
+				row = append(row, "—")
+				continue
 			}
 			if useCallgrind {
+				x, err := instructions(v, k, calls, nkeys)
+				if err != nil {
+					return fmt.Errorf("%s at %d keys per call: %w", v.name, k, err)
+				}
 				row = append(row, fmt.Sprintf("%.0f", x))
 			} else {
-				row = append(row, fmt.Sprintf("%.2f", x))
+				cpu, cmd, err := cpuPerKey(v, k, calls, nkeys)
+				if err != nil {
+					return fmt.Errorf("%s at %d keys per call: %w", v.name, k, err)
+				}
+				row = append(row, fmt.Sprintf("%.2f / %.2f", cpu, cmd))
 			}
 		}
 		fmt.Printf("| %s |\n", strings.Join(row, " | "))
 	}
-	fmt.Printf("\n%s; %d calls per cell; go run ./cmd/scriptcost%s\n", unit, calls, map[bool]string{true: " -callgrind"}[useCallgrind])
+	flags := map[bool]string{true: " -callgrind"}[useCallgrind]
+	fmt.Printf("\n%s; %d calls per cell over %d keys; go run ./cmd/scriptcost%s\n", unit, calls, nkeys, flags)
 	return nil
 }
 
@@ -131,27 +190,99 @@ func mapInts(xs []int, f func(int) string) []string {
 	return out
 }
 
-// args are the script arguments for a batch of keys under one limit of
-// 10^6 per second, burst 10^9: one group, nothing per key.
-func args() []any { return []any{"1", "1", "0", "0", "1", "1000000", "1", "1000000000"} }
+// captured is one script call a library made.
+type captured struct {
+	src  string
+	args []any
+}
+
+// recorder is a Scripter that answers EVALSHA with NOSCRIPT, so that
+// go-redis's Script.Run sends EVAL with the script's source, and records
+// that EVAL, answering it with reply.
+type recorder struct {
+	redis.Scripter // not called
+	reply          []any
+	got            *captured
+}
+
+func (r *recorder) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	c := redis.NewCmd(ctx)
+	c.SetErr(redis.ErrNoScript)
+	return c
+}
+
+func (r *recorder) Eval(ctx context.Context, src string, _ []string, args ...any) *redis.Cmd {
+	r.got = &captured{src: src, args: args}
+	c := redis.NewCmd(ctx)
+	c.SetVal(r.reply)
+	return c
+}
+
+func (r *recorder) Del(ctx context.Context, _ ...string) *redis.IntCmd {
+	return redis.NewIntResult(0, nil)
+}
+
+// sluiceCall captures the script call of a lone sluice decision.
+func sluiceCall() (*captured, error) {
+	rec := &recorder{reply: []any{int64(1), int64(0), int64(0), int64(0), int64(0)}}
+	lim, err := core.New(rec, core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return nil, err
+	}
+	_, err = lim.Allow(context.Background(), "k", core.Limit{Rate: limitRate, Period: limitPeriod, Burst: limitBurst})
+	if rec.got == nil {
+		return nil, fmt.Errorf("sluice made no script call (%v)", err)
+	}
+	return rec.got, nil
+}
+
+// redisRateCall captures the script call of a redis_rate decision.
+func redisRateCall() (*captured, error) {
+	rec := &recorder{reply: []any{int64(1), int64(0), "0", "0"}}
+	_, err := redis_rate.NewLimiter(rec).Allow(context.Background(), "k", redis_rate.Limit{Rate: limitRate, Period: limitPeriod, Burst: limitBurst})
+	if rec.got == nil {
+		return nil, fmt.Errorf("redis_rate made no script call (%v)", err)
+	}
+	return rec.got, nil
+}
+
+// driver sends a variant's script calls to one server.
+type driver struct {
+	rdb   *redis.Client
+	s     *redis.Script
+	v     variant
+	k     int
+	nkeys int
+	n     int // keys named so far
+}
+
+func newDriver(ctx context.Context, rdb *redis.Client, v variant, k, nkeys int) (*driver, error) {
+	s := redis.NewScript(v.src)
+	if err := s.Load(ctx, rdb).Err(); err != nil {
+		return nil, err
+	}
+	return &driver{rdb: rdb, s: s, v: v, k: k, nkeys: nkeys}, nil
+}
+
+// warm decides every key once.
+func (d *driver) warm(ctx context.Context) error {
+	return d.drive(ctx, (d.nkeys+d.k-1)/d.k)
+}
 
 // drive sends calls script calls of k keys each, pipelined 100 at a time,
-// cycling over 10,000 keys.
-func drive(ctx context.Context, rdb *redis.Client, src string, k, calls int) error {
-	s := redis.NewScript(src)
-	if err := s.Load(ctx, rdb).Err(); err != nil {
-		return err
-	}
-	n := 0
+// cycling over the keys.
+func (d *driver) drive(ctx context.Context, calls int) error {
+	args := d.v.args(d.k)
 	for i := 0; i < calls; i += 100 {
-		pipe := rdb.Pipeline()
+		pipe := d.rdb.Pipeline()
 		for j := i; j < min(i+100, calls); j++ {
-			keys := make([]string, k)
+			keys := make([]string, d.k)
 			for x := range keys {
-				keys[x] = "sluice:{k" + strconv.Itoa(n%10_000) + "}f:k" + strconv.Itoa(n%10_000)
-				n++
+				id := strconv.Itoa(d.n % d.nkeys)
+				keys[x] = "sluice:{k" + id + "}f:k" + id
+				d.n++
 			}
-			s.EvalSha(ctx, pipe, keys, args()...)
+			d.s.EvalSha(ctx, pipe, keys, args...)
 		}
 		cmds, err := pipe.Exec(ctx)
 		if err != nil {
@@ -167,46 +298,87 @@ func drive(ctx context.Context, rdb *redis.Client, src string, k, calls int) err
 }
 
 // cpuPerKey measures on a redis-server pinned to the first CPU (when there
-// are two or more): best of three passes.
-func cpuPerKey(v variant, k, calls int) (float64, error) {
-	cpu := ""
+// are two or more): the server's CPU time and EVALSHA's usec_per_call, per
+// key, best of three passes each.
+func cpuPerKey(v variant, k, calls, nkeys int) (cpu, cmd float64, err error) {
+	pin := ""
 	if runtime.GOOS == "linux" && runtime.NumCPU() >= 2 {
-		cpu = "0"
+		pin = "0"
 	}
-	srv, err := bench.StartRedis(cpu)
+	srv, err := bench.StartRedis(pin)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer srv.Stop()
 	rdb := client(srv)
 	defer rdb.Close()
 	ctx := context.Background()
-	best := -1.0
+	d, err := newDriver(ctx, rdb, v, k, nkeys)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := d.warm(ctx); err != nil {
+		return 0, 0, err
+	}
+	cpu, cmd = -1, -1
 	for range 3 {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			return 0, 0, err
+		}
 		before, err := bench.UsedCPU(ctx, rdb)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		if err := drive(ctx, rdb, v.src, k, calls); err != nil {
-			return 0, err
+		if err := d.drive(ctx, calls); err != nil {
+			return 0, 0, err
 		}
 		after, err := bench.UsedCPU(ctx, rdb)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		if x := (after - before) * 1e6 / float64(k*calls); best < 0 || x < best {
-			best = x
+		if x := (after - before) * 1e6 / float64(k*calls); cpu < 0 || x < cpu {
+			cpu = x
+		}
+		usec, err := evalshaUsecPerCall(ctx, rdb)
+		if err != nil {
+			return 0, 0, err
+		}
+		if x := usec / float64(k); cmd < 0 || x < cmd {
+			cmd = x
 		}
 	}
-	return best, nil
+	return cpu, cmd, nil
 }
 
-// instructions counts the server's instructions under callgrind, from
-// start to shutdown, per key decided.
-func instructions(v variant, k, calls int) (float64, error) {
+// evalshaUsecPerCall reads usec_per_call of EVALSHA from INFO commandstats.
+func evalshaUsecPerCall(ctx context.Context, rdb *redis.Client) (float64, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range bench.InfoFields(info) {
+		if f[0] != "cmdstat_evalsha" {
+			continue
+		}
+		for _, kv := range strings.Split(f[1], ",") {
+			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return 0, errors.New("no cmdstat_evalsha usec_per_call in INFO commandstats")
+}
+
+// instructions counts the server's instructions under callgrind during the
+// measured calls, per key decided.
+func instructions(v variant, k, calls, nkeys int) (float64, error) {
 	vg, err := exec.LookPath("valgrind")
 	if err != nil {
 		return 0, errors.New("-callgrind needs valgrind on PATH (apt-get install valgrind)")
+	}
+	ctl, err := exec.LookPath("callgrind_control")
+	if err != nil {
+		return 0, errors.New("-callgrind needs callgrind_control on PATH (it comes with valgrind)")
 	}
 	dir, err := os.MkdirTemp("", "scriptcost")
 	if err != nil {
@@ -220,11 +392,29 @@ func instructions(v variant, k, calls int) (float64, error) {
 	}
 	defer srv.Stop()
 	rdb := client(srv)
-	err = drive(context.Background(), rdb, v.src, k, calls)
-	rdb.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "hz", "1").Err(); err != nil {
+		return 0, err
+	}
+	d, err := newDriver(ctx, rdb, v, k, nkeys)
 	if err != nil {
 		return 0, err
 	}
+	if err := d.warm(ctx); err != nil {
+		return 0, err
+	}
+	pid, err := serverPID(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	if msg, err := exec.Command(ctl, "-z", pid).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("callgrind_control -z %s: %v: %s", pid, err, msg)
+	}
+	if err := d.drive(ctx, calls); err != nil {
+		return 0, err
+	}
+	rdb.Close()
 	if err := srv.Shutdown(time.Minute); err != nil {
 		return 0, err
 	}
@@ -238,6 +428,21 @@ func instructions(v variant, k, calls int) (float64, error) {
 	}
 	total, err := strconv.ParseInt(string(m[1]), 10, 64)
 	return float64(total) / float64(k*calls), err
+}
+
+// serverPID reads the server's process id (valgrind's, when it runs under
+// valgrind) from INFO server.
+func serverPID(ctx context.Context, rdb *redis.Client) (string, error) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, f := range bench.InfoFields(info) {
+		if f[0] == "process_id" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("no process_id in INFO server")
 }
 
 // client returns a client for srv with room for a slow (valgrind) server.

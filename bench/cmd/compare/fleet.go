@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// The fleet section: N limiter instances, each with a go-redis client of its
+// own configured as docs/production.md recommends, each driven by C callers,
+// all in one process or spread over worker processes. See README.md.
+
+// fleetLimit is the 10,000-key scenario's limit per key: realistic, and
+// never reached (each key gets a few dozen requests a second), so every
+// decision is admitted and written. A huge limit would not do: redis_rate
+// skips its write when the increment vanishes in its floating point.
+var fleetLimit = bench.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+
+const (
+	// fleetWarmup is how long every instance runs before a cell is measured,
+	// so that its client has dialled and its script is loaded.
+	fleetWarmup = 100 * time.Millisecond
+	// fleetCellCost is the time a cell takes besides its warm-up and
+	// measurement (building clients, starting workers), for the estimate.
+	fleetCellCost = 200 * time.Millisecond
+)
+
+// shape is a fleet's shape: n limiter instances with c callers each.
+type shape struct{ n, c int }
+
+func (s shape) String() string { return fmt.Sprintf("%d×%d", s.n, s.c) }
+
+// parseShapes reads a comma-separated list of NxC shapes.
+func parseShapes(list string) ([]shape, error) {
+	var out []shape
+	for _, f := range strings.Split(list, ",") {
+		a, b, ok := strings.Cut(strings.ReplaceAll(strings.TrimSpace(f), "×", "x"), "x")
+		n, err1 := strconv.Atoi(a)
+		c, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || n < 1 || c < 1 {
+			return nil, fmt.Errorf("%q is not instances x callers, such as 8x8", f)
+		}
+		out = append(out, shape{n, c})
+	}
+	return out, nil
+}
+
+// fleetScenario is one key scenario of the fleet section.
+type fleetScenario struct {
+	name  string
+	title string
+	nkeys int
+	limit bench.Limit
+}
+
+func fleetScenarios() []fleetScenario {
+	return []fleetScenario{
+		{scMany, fmt.Sprintf("10,000 keys at %s each", fleetLimit), manyKeys, fleetLimit},
+		{scHot, fmt.Sprintf("One hot key at %s (never reached)", highLimit), hotKeys, highLimit},
+	}
+}
+
+// fleetKey names one fleet cell; procs is the multi-process layout.
+type fleetKey struct {
+	scenario string
+	procs    bool
+	shape    shape
+	peer     string
+}
+
+// fleetRun is one round's measurement of a fleet cell.
+type fleetRun struct {
+	t         *tally
+	redisCPU  float64 // Redis CPU seconds over the measured part; -1 if unknown
+	clientCPU float64 // CPU seconds of the process(es) running the limiters; -1 if unknown
+}
+
+// fleetCell holds a cell's runs, one per round.
+type fleetCell struct {
+	runs []fleetRun
+	err  error // the last failure
+	lost int   // rounds that failed
+}
+
+// fleetEnv is the environment of every fleet instance: one replica's
+// client, configured as docs/production.md recommends.
+func fleetEnv(addr string) bench.Env {
+	return bench.Env{Addr: addr, PoolSize: bench.ProductionPoolSize, Production: true}
+}
+
+func (h *harness) fleetPeers() []bench.Peer {
+	var out []bench.Peer
+	for _, p := range h.peers {
+		if p.Fleet {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// fleetPlan counts the fleet cells and returns about how long they take.
+func (h *harness) fleetPlan() time.Duration {
+	n := len(fleetScenarios()) * 2 * len(h.cfg.fleetShapes) * len(h.fleetPeers()) * h.cfg.fleetRounds
+	h.total += n
+	return time.Duration(n) * (h.cfg.fleetDuration + fleetWarmup + fleetCellCost)
+}
+
+// fleetRounds runs the fleet cells: in each round, every scenario, layout
+// and shape, with the peers in an order that rotates from one group of
+// cells to the next.
+func (h *harness) fleetRounds() {
+	peers := h.fleetPeers()
+	for r := range h.cfg.fleetRounds {
+		k := 0
+		for _, sc := range fleetScenarios() {
+			for _, procs := range []bool{false, true} {
+				for _, s := range h.cfg.fleetShapes {
+					for _, p := range rotate(peers, r+k) {
+						h.runFleetCell(sc, procs, s, p)
+					}
+					k++
+				}
+			}
+		}
+	}
+}
+
+// runFleetCell runs one round of one fleet cell and records it.
+func (h *harness) runFleetCell(sc fleetScenario, procs bool, s shape, p bench.Peer) {
+	defer h.reset()
+	if h.fleet == nil {
+		h.fleet = map[fleetKey]*fleetCell{}
+	}
+	key := fleetKey{sc.name, procs, s, p.Name}
+	c := h.fleet[key]
+	if c == nil {
+		c = new(fleetCell)
+		h.fleet[key] = c
+	}
+	var run fleetRun
+	var err error
+	if procs {
+		run, err = h.fleetProcesses(sc, s, p)
+	} else {
+		run, err = h.fleetInProcess(sc, s, p)
+	}
+	label := fmt.Sprintf("fleet %s, %s, %s, %s", sc.name, h.layoutName(procs, s), s, p.Name)
+	if err != nil {
+		c.err = err
+		c.lost++
+		h.step(label, "failed: "+err.Error())
+		return
+	}
+	c.runs = append(c.runs, run)
+	h.step(label, fmt.Sprintf("%s decisions/s%s", grouped(perSec(run.t.decisions(), run.t.elapsed)), run.t.health()))
+}
+
+// layoutName says where a cell's instances run.
+func (h *harness) layoutName(procs bool, s shape) string {
+	if !procs {
+		return "1 process"
+	}
+	if n := workerCount(s, h.cfg.fleetProcs); n > 1 {
+		return fmt.Sprintf("%d processes", n)
+	}
+	return "1 worker process"
+}
+
+// fleetInProcess measures a fleet whose instances all run in this process.
+func (h *harness) fleetInProcess(sc fleetScenario, s shape, p bench.Peer) (fleetRun, error) {
+	env := fleetEnv(h.env.Addr)
+	lims, closeAll, err := newFleet(s.n, func() (*bench.Built, error) { return h.buildIn(env, p, sc.limit) })
+	if err != nil {
+		return fleetRun{}, err
+	}
+	defer closeAll()
+	keys := h.keys(sc.nkeys)
+	loadAll(lims, keys, s.c, fleetWarmup, 0, 0)
+	return h.aroundRedis(func() (*tally, float64, error) {
+		cpu0, ok := processCPU()
+		t, _ := loadAll(lims, keys, s.c, h.cfg.fleetDuration, 0, 0)
+		cpu1, _ := processCPU()
+		if !ok {
+			return t, -1, nil
+		}
+		return t, cpu1 - cpu0, nil
+	})
+}
+
+// aroundRedis runs measure, which returns its tally and client CPU seconds,
+// between two readings of Redis's CPU time.
+func (h *harness) aroundRedis(measure func() (*tally, float64, error)) (fleetRun, error) {
+	ctx := context.Background()
+	r0, err0 := bench.UsedCPU(ctx, h.admin)
+	t, ccpu, err := measure()
+	if err != nil {
+		return fleetRun{}, err
+	}
+	r1, err1 := bench.UsedCPU(ctx, h.admin)
+	run := fleetRun{t: t, clientCPU: ccpu, redisCPU: r1 - r0}
+	if err0 != nil || err1 != nil {
+		run.redisCPU = -1
+	}
+	return run, nil
+}
+
+// newFleet builds n limiters with build, each on a client of its own;
+// closeAll releases them all.
+func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, closeAll func(), err error) {
+	var built []*bench.Built
+	closeAll = func() {
+		for _, b := range built {
+			b.Close()
+		}
+	}
+	for range n {
+		b, err := build()
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		built = append(built, b)
+		lims = append(lims, b.Limiter)
+	}
+	return lims, closeAll, nil
+}
+
+// fleetSummary is a cell's figures: medians over its runs (NaN where
+// unknown), and counts summed over them.
+type fleetSummary struct {
+	rate, redisUS, clientUS float64
+	p50, p99                time.Duration
+	counts                  *tally // calls by outcome, over all runs; no latencies
+}
+
+func (c *fleetCell) summary() fleetSummary {
+	var rate, redisUS, clientUS, p50, p99 []float64
+	s := fleetSummary{counts: new(tally)}
+	for _, r := range c.runs {
+		d := float64(r.t.decisions())
+		rate = append(rate, perSec(r.t.decisions(), r.t.elapsed))
+		redisUS = append(redisUS, perDecisionUS(r.redisCPU, d))
+		clientUS = append(clientUS, perDecisionUS(r.clientCPU, d))
+		p50 = append(p50, float64(r.t.hist.Quantile(0.5)))
+		p99 = append(p99, float64(r.t.hist.Quantile(0.99)))
+		s.counts.allowed += r.t.allowed
+		s.counts.denied += r.t.denied
+		s.counts.degraded += r.t.degraded
+		s.counts.errs += r.t.errs
+	}
+	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	s.p50, s.p99 = time.Duration(median(p50)), time.Duration(median(p99))
+	return s
+}
+
+// perDecisionUS is seconds of CPU per decision, in µs; NaN if unknown.
+func perDecisionUS(sec, decisions float64) float64 {
+	if sec < 0 || decisions == 0 {
+		return math.NaN()
+	}
+	return sec * 1e6 / decisions
+}
+
+// median returns the median of xs, NaNs left out (the mean of the middle
+// two for an even count); NaN if nothing is left.
+func median(xs []float64) float64 {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	m := len(v) / 2
+	if len(v)%2 == 1 {
+		return v[m]
+	}
+	return (v[m-1] + v[m]) / 2
+}

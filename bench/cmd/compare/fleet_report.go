@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// fleetMetric is one row of a fleet table per shape.
+type fleetMetric struct {
+	name string
+	show func(fleetSummary) string
+}
+
+var fleetMetrics = []fleetMetric{
+	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + s.counts.health() }},
+	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
+	{"client CPU µs/decision", func(s fleetSummary) string { return orNA(s.clientUS, twoPlaces) }},
+	{"p50 / p99 µs", func(s fleetSummary) string { return micros(s.p50) + " / " + micros(s.p99) }},
+	{"without Redis / failed", func(s fleetSummary) string {
+		return grouped(float64(s.counts.degraded)) + " / " + grouped(float64(s.counts.errs))
+	}},
+}
+
+func twoPlaces(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+func orNA(v float64, f func(float64) string) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return f(v)
+}
+
+// fleetTables prints the fleet section: one table per key scenario and
+// process layout, with sluice's throughput ratios under each.
+func (h *harness) fleetTables(out *report) {
+	peers := h.fleetPeers()
+	out.section("4. Fleet: replicas with a limiter and a client each")
+	h.fleetIntro(out)
+	head := []string{"instances × callers"}
+	for _, p := range peers {
+		head = append(head, p.Name)
+	}
+	sub := 'a'
+	for _, sc := range fleetScenarios() {
+		for _, procs := range []bool{false, true} {
+			out.subsection(fmt.Sprintf("4%c. %s, %s", sub, sc.title, h.layoutTitle(procs)))
+			sub++
+			out.table(head, h.fleetRows(sc.name, procs, peers))
+			h.fleetFailures(out, sc.name, procs, peers)
+			h.fleetRatios(out, sc.name, procs, peers)
+		}
+	}
+}
+
+func (h *harness) fleetIntro(out *report) {
+	out.printf("N × C is N limiter instances, each built by the library's constructor on a go-redis client of its own, "+
+		"each driven by C callers calling `Allow` back to back: replicas of a service with one or two requests in flight each, "+
+		"down to one replica with 64. Every client is configured as docs/production.md recommends "+
+		"(PoolSize %d, MinIdleConns %d, %[3]s dial, read, write and pool timeouts, one dial attempt, MaxRetries -1, ContextTimeoutEnabled, "+
+		"no CLIENT SETINFO or maintenance-notification handshake), and sluice's budget is the same %[3]s, every library's only bound here: "+
+		"decisions it made without Redis are counted in the last row, never as decisions. "+
+		"In *one process* the instances are goroutines of this process; in *worker processes* they are spread over min(N, %d) "+
+		"copies of this program, which measure together once all have warmed up, on the CPUs this process was given (%s). "+
+		"`floor` is not a limiter: one EVALSHA per decision of a script that reads TIME, GETs the key and SETs it with PX, "+
+		"the least any limiter that keeps its state in Redis on Redis's clock pays per call. "+
+		"go-zero is left out: it keeps one client per address per process, so its instances cannot have one each.\n\n",
+		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote())
+	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
+		"%d round(s), the peers in an order that rotates from one shape to the next. "+
+		"Each figure is the median over the rounds, taken separately; calls without Redis or failed are totals over the rounds. "+
+		"Redis CPU is the change in INFO cpu over the measured part; client CPU is getrusage of this process (one process) "+
+		"or the sum of the workers' own (worker processes), over the measured part; both per decision. "+
+		"Latency is per call, as the caller sees it.\n\n",
+		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)
+}
+
+func (h *harness) workerPlaceNote() string {
+	if h.workerPlace == "" {
+		return "not recorded"
+	}
+	return "workers on " + h.workerPlace
+}
+
+func (h *harness) layoutTitle(procs bool) string {
+	if procs {
+		return fmt.Sprintf("worker processes (min(N, %d))", h.cfg.fleetProcs)
+	}
+	return "one process"
+}
+
+// fleetRows makes one row per shape and metric, one column per peer.
+func (h *harness) fleetRows(scenario string, procs bool, peers []bench.Peer) [][]string {
+	var rows [][]string
+	for _, s := range h.cfg.fleetShapes {
+		for _, m := range fleetMetrics {
+			row := []string{s.String() + " " + m.name}
+			for _, p := range peers {
+				c := h.fleet[fleetKey{scenario, procs, s, p.Name}]
+				if c == nil || len(c.runs) == 0 {
+					row = append(row, "n/a")
+					continue
+				}
+				row = append(row, m.show(c.summary()))
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// fleetFailures lists the rounds of a table's cells that failed, and why.
+func (h *harness) fleetFailures(out *report, scenario string, procs bool, peers []bench.Peer) {
+	var lines []string
+	for _, s := range h.cfg.fleetShapes {
+		for _, p := range peers {
+			if c := h.fleet[fleetKey{scenario, procs, s, p.Name}]; c != nil && c.lost > 0 {
+				lines = append(lines, fmt.Sprintf("- %s at %s: %d of %d round(s) failed: %v\n", p.Name, s, c.lost, c.lost+len(c.runs), c.err))
+			}
+		}
+	}
+	if len(lines) > 0 {
+		out.printf("%s\n", strings.Join(lines, ""))
+	}
+}
+
+// fleetRatios prints, per shape, sluice's decisions/s divided by
+// redis_rate's, by the fastest other library's (neither a sluice variant
+// nor floor) and by floor's.
+func (h *harness) fleetRatios(out *report, scenario string, procs bool, peers []bench.Peer) {
+	var lines []string
+	for _, s := range h.cfg.fleetShapes {
+		if l := h.ratioLine(scenario, procs, s, peers); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 0 {
+		out.printf("sluice's decisions/s:\n\n%s\n", strings.Join(lines, ""))
+	}
+}
+
+// ratioLine is fleetRatios' line for one shape; "" without sluice.
+func (h *harness) ratioLine(scenario string, procs bool, s shape, peers []bench.Peer) string {
+	rate := func(name string) float64 {
+		if c := h.fleet[fleetKey{scenario, procs, s, name}]; c != nil && len(c.runs) > 0 {
+			return c.summary().rate
+		}
+		return math.NaN()
+	}
+	c := h.fleet[fleetKey{scenario, procs, s, "sluice"}]
+	if c == nil || len(c.runs) == 0 {
+		return ""
+	}
+	own := c.summary()
+	var parts []string
+	if r := rate("redis_rate"); r > 0 {
+		parts = append(parts, fmt.Sprintf("÷ redis_rate %.2f×", own.rate/r))
+	}
+	best, bestName := 0.0, ""
+	for _, p := range peers {
+		if r := rate(p.Name); !strings.HasPrefix(p.Name, "sluice") && !p.FleetOnly && r > best {
+			best, bestName = r, p.Name
+		}
+	}
+	if best > 0 {
+		parts = append(parts, fmt.Sprintf("÷ fastest other library (%s) %.2f×", bestName, own.rate/best))
+	}
+	if r := rate("floor"); r > 0 {
+		parts = append(parts, fmt.Sprintf("÷ floor %.2f×", own.rate/r))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	marks := strings.Replace(own.counts.health(), " (", " (sluice: ", 1)
+	return fmt.Sprintf("- %s: %s%s\n", s, strings.Join(parts, ", "), marks)
+}
+
+// fleetHeader describes the fleet settings for the run's header.
+func (h *harness) fleetHeader() []string {
+	var shapes []string
+	for _, s := range h.cfg.fleetShapes {
+		shapes = append(shapes, s.String())
+	}
+	return []string{"fleet", fmt.Sprintf("shapes %s (instances × callers); %s measured per cell after %s of warm-up, %d round(s), median shown; worker processes min(N, %d)",
+		strings.Join(shapes, ", "), h.cfg.fleetDuration, fleetWarmup, h.cfg.fleetRounds, h.cfg.fleetProcs)}
+}

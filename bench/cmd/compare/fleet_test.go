@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+func TestMedian(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{5}, 5},
+		{[]float64{4, 1}, 2.5},
+		{[]float64{nan, 7, 1, 9}, 7},
+	}
+	for _, tt := range tests {
+		if got := median(tt.xs); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.xs, got, tt.want)
+		}
+	}
+	if got := median([]float64{nan}); !math.IsNaN(got) {
+		t.Errorf("median of NaN alone = %v, want NaN", got)
+	}
+}
+
+func TestParseShapes(t *testing.T) {
+	got, err := parseShapes("64x1, 8×8,1x64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []shape{{64, 1}, {8, 8}, {1, 64}}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	for _, bad := range []string{"", "8", "0x4", "4x", "ax2"} {
+		if _, err := parseShapes(bad); err == nil {
+			t.Errorf("parseShapes(%q): no error", bad)
+		}
+	}
+}
+
+func TestWorkerShare(t *testing.T) {
+	for _, s := range []shape{{64, 1}, {32, 2}, {8, 8}, {1, 64}, {7, 1}} {
+		p := workerCount(s, 4)
+		sum := 0
+		for k := range p {
+			n := workerShare(s.n, p, k)
+			if n < s.n/p || n > s.n/p+1 {
+				t.Errorf("%s: worker %d of %d runs %d instances", s, k, p, n)
+			}
+			sum += n
+		}
+		if sum != s.n {
+			t.Errorf("%s: workers run %d instances in all", s, sum)
+		}
+	}
+}
+
+// yes admits everything at once.
+type yes struct{}
+
+func (yes) Allow(context.Context, string) (bool, error) { return true, nil }
+
+// serve runs serveWorker on the given input lines with build, and returns
+// what it wrote, line by line.
+func serve(t *testing.T, lines []string, build func(workerSpec) ([]bench.Limiter, func(), error)) ([]json.RawMessage, error) {
+	t.Helper()
+	in := make(chan string, len(lines))
+	for _, l := range lines {
+		in <- l
+	}
+	close(in)
+	var out bytes.Buffer
+	err := serveWorker(in, &out, build)
+	var msgs []json.RawMessage
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, err
+}
+
+func TestWorkerProtocol(t *testing.T) {
+	spec := workerSpec{Peer: "fake", KeyPrefix: "k:", Keys: 10, Instances: 3, Callers: 2,
+		Warmup: time.Millisecond, Duration: 5 * time.Millisecond, Seed: 1 << 32}
+	line, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got workerSpec
+	closed := false
+	msgs, err := serve(t, []string{string(line), goLine}, func(s workerSpec) ([]bench.Limiter, func(), error) {
+		got = s
+		return []bench.Limiter{yes{}, yes{}, yes{}}, func() { closed = true }, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != spec {
+		t.Errorf("the worker built %+v, want %+v", got, spec)
+	}
+	if !closed {
+		t.Error("the worker did not close its limiters")
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("%d messages, want ready and result", len(msgs))
+	}
+	var ready workerReady
+	if err := json.Unmarshal(msgs[0], &ready); err != nil || ready.Err != "" || ready.GOMAXPROCS < 1 {
+		t.Errorf("ready = %s (%v)", msgs[0], err)
+	}
+	var res workerResult
+	if err := json.Unmarshal(msgs[1], &res); err != nil {
+		t.Fatal(err)
+	}
+	tl := res.tally()
+	if tl.allowed == 0 || tl.denied+tl.degraded+tl.errs != 0 || tl.hist.Count() != tl.allowed || tl.elapsed < spec.Duration {
+		t.Errorf("result: %d allowed, %d other, %d latencies, elapsed %s", tl.allowed, tl.denied+tl.degraded+tl.errs, tl.hist.Count(), tl.elapsed)
+	}
+}
+
+func TestWorkerBuildError(t *testing.T) {
+	msgs, err := serve(t, []string{`{"peer":"fake"}`}, func(workerSpec) ([]bench.Limiter, func(), error) {
+		return nil, nil, errors.New("cannot express the limit")
+	})
+	if err == nil {
+		t.Error("no error from a failed build")
+	}
+	var ready workerReady
+	if len(msgs) != 1 || json.Unmarshal(msgs[0], &ready) != nil || ready.Err != "cannot express the limit" {
+		t.Errorf("messages %s, want one ready with the error", msgs)
+	}
+}
+
+func TestWorkerStopsWithoutGo(t *testing.T) {
+	msgs, err := serve(t, []string{`{"peer":"fake","keys":1,"instances":1,"callers":1}`}, func(workerSpec) ([]bench.Limiter, func(), error) {
+		return []bench.Limiter{yes{}}, func() {}, nil
+	})
+	if err == nil || len(msgs) != 1 {
+		t.Errorf("stdin ended before go: error %v, %d messages; want an error after ready", err, len(msgs))
+	}
+}
+
+func TestResultRoundTrip(t *testing.T) {
+	var tl tally
+	tl.count(true, nil)
+	tl.count(false, nil)
+	tl.count(true, bench.ErrDegraded)
+	tl.count(false, errors.New("boom"))
+	tl.hist.Record(time.Millisecond)
+	tl.elapsed = time.Second
+	data, err := json.Marshal(resultOf(&tl, 0.25))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r workerResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	back := r.tally()
+	if back.allowed != 1 || back.denied != 1 || back.degraded != 1 || back.admitDeg != 1 || back.errs != 1 ||
+		back.firstErr == nil || back.firstErr.Error() != "boom" || back.elapsed != time.Second || back.hist != tl.hist || r.CPU != 0.25 {
+		t.Errorf("round trip of %s lost something", data)
+	}
+}

@@ -18,12 +18,18 @@ import (
 // generator stands in for that gateway.
 const tenantHeader = "X-Tenant-ID"
 
-// approach is one way of limiting. newReplica builds replica i's handler,
-// which answers 200 or 429 and tells rec about store trouble, and a func
-// that releases what it holds.
+// approach is one way of limiting. newReplica builds replica i, whose
+// handler answers 200 or 429 and tells rec about store trouble.
 type approach struct {
 	name       string
-	newReplica func(i int, prefix string, rec *recorder) (http.Handler, func(), error)
+	newReplica func(i int, prefix string, rec *recorder) (replica, error)
+}
+
+// replica is one replica's limited handler and what it holds.
+type replica struct {
+	handler   http.Handler
+	close     func()     // releases what the replica holds, once it serves no more
+	fleetSize func() int // the instances its limiter counts; nil without a fleet
 }
 
 // ok is every replica's application: it answers 200.
@@ -42,12 +48,12 @@ func (d *demo) approaches() []approach {
 func (d *demo) memoryBuckets() approach {
 	return approach{
 		name: "per-replica memory buckets",
-		newReplica: func(int, string, *recorder) (http.Handler, func(), error) {
+		newReplica: func(int, string, *recorder) (replica, error) {
 			lim, err := core.NewMemory()
 			if err != nil {
-				return nil, nil, err
+				return replica{}, err
 			}
-			return httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), func() {}, nil
+			return replica{handler: httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), close: func() {}}, nil
 		},
 	}
 }
@@ -59,7 +65,7 @@ func (d *demo) memoryBuckets() approach {
 func (d *demo) fixedWindow() approach {
 	return approach{
 		name: "Redis fixed window",
-		newReplica: func(_ int, prefix string, rec *recorder) (http.Handler, func(), error) {
+		newReplica: func(_ int, prefix string, rec *recorder) (replica, error) {
 			rdb := demoredis.NewClient(d.proxy.Addr())
 			limit := int64(d.cfg.limit)
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +81,7 @@ func (d *demo) fixedWindow() approach {
 				}
 				ok(w, r)
 			})
-			return h, func() { rdb.Close() }, nil
+			return replica{handler: h, close: func() { rdb.Close() }}, nil
 		},
 	}
 }
@@ -91,23 +97,58 @@ func countInWindow(ctx context.Context, rdb *redis.Client, key string) (int64, e
 }
 
 // sluice gives each replica its own Redis client and Limiter, as separate
-// pods would have, all on the same Redis. While Redis is away each replica
-// falls back to 1/n of the limit.
+// pods would have, all on the same Redis. The limiters form a fleet: each
+// counts the live instances through a heartbeat in Redis, and while Redis
+// is away each replica falls back to 1/n of the limit, n the last count.
+// Nobody tells them how many replicas run, so a scale-out needs no
+// redeploy.
 func (d *demo) sluice() approach {
+	// A heartbeat of 500ms (the default is 1s) lets the demo's short runs
+	// count a scale-out in about a second; a service would keep the
+	// default, which costs one script call a second per replica. Shorter
+	// beats get counted sooner, but each beat must reach Redis within one
+	// heartbeat, and a busy machine running the embedded miniredis can
+	// miss 250ms.
+	fleet := core.WithFleet(core.Fleet{Name: "api", Heartbeat: 500 * time.Millisecond})
+	return d.sluiceSized("sluice", fleet)
+}
+
+// sluiceStatic is sluice with the fallback sized the old way: each replica
+// enforces 1/n of the limit, n fixed at deploy time.
+func (d *demo) sluiceStatic(n int) approach {
+	return d.sluiceSized(fmt.Sprintf("sluice, WithFallbackReplicas(%d)", n), core.WithFallbackReplicas(n))
+}
+
+// sluiceSized is sluice with the fallback sized by sizing. The limiters of
+// one run share its prefix, so a fleet counts only its own run's replicas.
+func (d *demo) sluiceSized(name string, sizing core.Option) approach {
 	return approach{
-		name: "sluice",
-		newReplica: func(i int, prefix string, rec *recorder) (http.Handler, func(), error) {
+		name: name,
+		newReplica: func(i int, prefix string, rec *recorder) (replica, error) {
 			rdb := demoredis.NewClient(d.proxy.Addr())
 			lim, err := core.New(rdb,
 				core.WithPrefix(prefix),
-				core.WithFallbackReplicas(d.cfg.replicas()),
+				sizing,
 				core.WithObserver(replicaObserver{rec, i}),
 				core.WithLogger(d.logger))
 			if err != nil {
 				rdb.Close()
-				return nil, nil, err
+				return replica{}, err
 			}
-			return httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), func() { rdb.Close() }, nil
+			r := replica{
+				handler: httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok),
+				close: func() {
+					// Close stops the heartbeat and leaves the fleet. Its only
+					// error is a failed leave (Redis away when the demo is
+					// interrupted): the member then ages out in 3 heartbeats.
+					_ = lim.Close()
+					rdb.Close()
+				},
+			}
+			if lim.FleetSize() > 0 { // 0 means no fleet; a fleet counts at least 1
+				r.fleetSize = lim.FleetSize
+			}
+			return r, nil
 		},
 	}
 }

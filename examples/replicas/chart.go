@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html"
 	"math"
@@ -21,9 +22,12 @@ var colors = map[string]string{
 	"sluice":                     "#1f77b4",
 }
 
+// staticColor draws sluice sized by WithFallbackReplicas, whatever the count.
+const staticColor = "#9467bd"
+
 // writeChart draws, for each approach, the requests admitted in the trailing
 // second, every 100 ms: one panel for the main traffic and one for the
-// outage.
+// scale-out and outage.
 func writeChart(path string, cfg *config, main []*phase, out *outagePhase) error {
 	const width, panelH = 1000, 320
 	var b bytes.Buffer
@@ -47,12 +51,13 @@ func writeChart(path string, cfg *config, main []*phase, out *outagePhase) error
 	panel(&b, 0, width, panelH, title, cfg.limit, main[0].length, lines, shade)
 
 	if out != nil {
-		lines = []series{
-			{out.fixed.name, colors[out.fixed.name], out.fixed.admittedTimes()},
-			{out.sluice.name, colors[out.sluice.name], out.sluice.admittedTimes()},
+		lines = nil
+		for _, r := range []*outageRun{out.fixed, out.fleet, out.static} {
+			lines = append(lines, series{r.name, cmp.Or(colors[r.name], staticColor), r.admittedTimes()})
 		}
-		title = fmt.Sprintf("Redis outage (shaded): %d requests/s offered, limit %d/s (separate runs)", cfg.rate, cfg.limit)
-		panel(&b, panelH, width, panelH, title, cfg.limit, out.sluice.length, lines, [][2]time.Duration{{out.sluice.cut, out.sluice.restored}})
+		title = fmt.Sprintf("Redis outage (shaded), %d → %d replicas at %.1f s: %d requests/s offered, limit %d/s (separate runs)",
+			cfg.replicas(), len(out.weights), out.scaleAt.Seconds(), cfg.rate, cfg.limit)
+		panel(&b, panelH, width, panelH, title, cfg.limit, out.fleet.length, lines, [][2]time.Duration{{out.fleet.cut, out.fleet.restored}})
 	}
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, b.Bytes(), 0o644)
@@ -60,7 +65,7 @@ func writeChart(path string, cfg *config, main []*phase, out *outagePhase) error
 
 // panel draws one chart at vertical offset top.
 func panel(b *bytes.Buffer, top, width, height int, title string, limit int, length time.Duration, lines []series, shade [][2]time.Duration) {
-	const left, right, upper, lower = 60, 230, 30, 40
+	const left, right, upper, lower = 60, 250, 30, 40
 	plotW, plotH := float64(width-left-right), float64(height-upper-lower)
 	const step = 100 * time.Millisecond
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,16 +42,18 @@ type phase struct {
 // across second boundaries.
 func (d *demo) runMain(ctx context.Context, a approach) (*phase, error) {
 	offsets, bursts, length := d.mainTraffic()
-	start := nextSecond()
-	p := &phase{name: a.name, rec: newRecorder(start), load: new(loadStats), length: length, steadyEnd: d.cfg.steady, bursts: bursts}
-	c, err := d.startCluster(a, d.prefix(a.name), p.rec)
+	rec := newRecorder()
+	c, err := d.startCluster(ctx, a, d.prefix(a.name), rec)
 	if err != nil {
 		return nil, err
 	}
 	defer c.close()
+	start := nextSecond()
+	rec.begin(start)
+	p := &phase{name: a.name, rec: rec, load: new(loadStats), length: length, steadyEnd: d.cfg.steady, bursts: bursts}
 	stop := d.con.track(a.name, start, length, p.load)
 	defer stop()
-	d.drive(ctx, start, offsets, c.urls, p.load)
+	d.drive(ctx, start, offsets, c.pool, p.load)
 	return p, ctx.Err()
 }
 
@@ -96,65 +99,111 @@ func (d *demo) prefix(name string) string {
 	return "sluice-demo:" + d.runID + ":" + strings.ReplaceAll(name, " ", "-") + ":"
 }
 
-// outagePhase is the fixed window and sluice, one after the other, under
-// the same load while Redis goes away and comes back.
+// outagePhase is the outage scenario, run once per approach under the
+// same load: the replicas start as configured, twice as many run from
+// scaleAt, and Redis goes away and comes back.
 type outagePhase struct {
-	fixed, sluice *outageRun
+	fixed, fleet, static *outageRun
+	scaleAt              time.Duration // when the new replicas start, from each run's start
+	weights              []int         // the balancer's weights after the scale-out
 }
 
-// outageRun is one approach's run through an outage.
+// outageRun is one approach's run through the scale-out and the outage.
 type outageRun struct {
 	*phase
 	cut, restored time.Duration // when Redis went away and came back, from the start
+	counted       time.Duration // when every limiter counted every replica, from the start; 0 without a fleet or if they did not by the cut
+	sizes         []int         // the fleet sizes the limiters counted at the cut; nil without a fleet
 }
 
-// runOutage runs the fixed window, then sluice, under the offered rate, and
-// cuts Redis off for the outage in the middle of each run. The runs do not
-// overlap, so that neither slows the other's Redis.
+// scaledWeights returns the balancer's weights after the scale-out: each
+// replica's weight twice, so that every new replica takes half of its
+// twin's traffic and 60/25/15 becomes 30/12.5/7.5/30/12.5/7.5 (in percent).
+func scaledWeights(w []int) []int {
+	return append(slices.Clone(w), w...)
+}
+
+// runOutage runs the fixed window, sluice (its fleet sized by heartbeats),
+// and sluice sized by a static WithFallbackReplicas of the replica count it
+// was deployed with, through the same scale-out and outage. The runs do not
+// overlap, so that none slows the others' Redis.
 func (d *demo) runOutage(ctx context.Context) (*outagePhase, error) {
-	fixed, err := d.runOutageOf(ctx, d.fixedWindow())
-	if err != nil {
-		return nil, err
+	out := &outagePhase{scaleAt: d.outageLead() / 2, weights: scaledWeights(d.cfg.weights)}
+	for _, r := range []struct {
+		a   approach
+		run **outageRun
+	}{
+		{d.fixedWindow(), &out.fixed},
+		{d.sluice(), &out.fleet},
+		{d.sluiceStatic(d.cfg.replicas()), &out.static},
+	} {
+		var err error
+		if *r.run, err = d.runOutageOf(ctx, r.a, out); err != nil {
+			return nil, err
+		}
 	}
-	sl, err := d.runOutageOf(ctx, d.sluice())
-	if err != nil {
-		return nil, err
-	}
-	return &outagePhase{fixed: fixed, sluice: sl}, nil
+	return out, nil
 }
 
-func (d *demo) runOutageOf(ctx context.Context, a approach) (*outageRun, error) {
-	lead := max(time.Second, wholeSeconds(d.cfg.outage/2))
+// outageLead is how long each outage run goes before Redis is cut off: at
+// least 2 s, so that the fleet has a second or more after the scale-out to
+// count the new replicas.
+func (d *demo) outageLead() time.Duration { return max(2*time.Second, wholeSeconds(d.cfg.outage/2)) }
+
+// runOutageOf runs approach a under the offered rate: at out.scaleAt the
+// replicas double and the balancer spreads over all of them; once every
+// limiter counts them all (if a has a fleet) and not before the lead is
+// over, Redis is cut off for the outage, then restored.
+func (d *demo) runOutageOf(ctx context.Context, a approach, out *outagePhase) (*outageRun, error) {
+	lead := d.outageLead()
 	tail := max(time.Second, wholeSeconds(d.cfg.outage*3/4))
 	length := lead + d.cfg.outage + tail
-	start := nextSecond()
-	r := &outageRun{phase: &phase{name: a.name, rec: newRecorder(start), load: new(loadStats), length: length, steadyEnd: length}}
-	c, err := d.startCluster(a, d.prefix("outage "+a.name), r.rec)
+	rec := newRecorder()
+	prefix := d.prefix("outage " + a.name)
+	c, err := d.startCluster(ctx, a, prefix, rec)
 	if err != nil {
 		return nil, err
 	}
 	defer c.close()
-	stop := d.con.track(fmt.Sprintf("%s, Redis cut off from %v to %v", a.name, lead, lead+d.cfg.outage), start, length, r.load)
+	start := nextSecond()
+	rec.begin(start)
+	r := &outageRun{phase: &phase{name: a.name, rec: rec, load: new(loadStats), length: length, steadyEnd: length}}
+	stop := d.con.track(fmt.Sprintf("%s, %d replicas, %d from %v, Redis cut off from %v for %v", a.name,
+		d.cfg.replicas(), len(out.weights), out.scaleAt, lead, d.cfg.outage), start, length, r.load)
 	defer stop()
 
-	var proxyErr error
+	var runErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if !sleepUntil(ctx, start.Add(out.scaleAt)) {
+			return
+		}
+		if runErr = c.scale(a, prefix, rec, out.weights); runErr != nil {
+			return
+		}
+		// Cut Redis once every limiter counts every replica, but never
+		// before the lead is over, nor so late that the outage would
+		// outlast the load.
+		ok, sizes := c.waitFleet(ctx, start.Add(lead+tail/2))
+		if ok && sizes != nil {
+			r.counted = time.Since(start)
+		}
 		if !sleepUntil(ctx, start.Add(lead)) {
 			return
 		}
+		r.sizes = c.fleetSizes()
 		d.proxy.cut()
 		r.cut = time.Since(start)
-		if !sleepUntil(ctx, start.Add(lead+d.cfg.outage)) {
+		if !sleepUntil(ctx, start.Add(r.cut+d.cfg.outage)) {
 			return
 		}
-		proxyErr = d.proxy.restore()
+		runErr = d.proxy.restore()
 		r.restored = time.Since(start)
 	}()
-	d.drive(ctx, start, evenly(nil, 0, length, d.cfg.rate), c.urls, r.load)
+	d.drive(ctx, start, evenly(nil, 0, length, d.cfg.rate), c.pool, r.load)
 	<-done
-	if err := errors.Join(ctx.Err(), proxyErr); err != nil {
+	if err := errors.Join(ctx.Err(), runErr); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -173,36 +222,112 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// cluster is one approach's replicas: an HTTP server each, on loopback.
+// cluster is one approach's replicas: an HTTP server each, on loopback,
+// and the balancer's pool of them.
 type cluster struct {
-	urls    []string
-	servers []*httptest.Server
-	release []func()
+	pool     *pool
+	replicas []replica
+	servers  []*httptest.Server
 }
 
-func (d *demo) startCluster(a approach, prefix string, rec *recorder) (*cluster, error) {
-	c := &cluster{}
-	for i := range d.cfg.replicas() {
-		h, release, err := a.newReplica(i, prefix, rec)
-		if err != nil {
-			c.close()
-			return nil, err
-		}
-		srv := httptest.NewServer(rec.measure(h))
-		c.urls = append(c.urls, srv.URL+"/")
-		c.servers = append(c.servers, srv)
-		c.release = append(c.release, release)
+// startCluster starts the configured replicas of approach a behind the
+// configured weights and, if they form a fleet, waits until each counts
+// them all, so that the load starts on a fleet that knows its size.
+func (d *demo) startCluster(ctx context.Context, a approach, prefix string, rec *recorder) (*cluster, error) {
+	c := &cluster{pool: &pool{}}
+	if err := c.scale(a, prefix, rec, d.cfg.weights); err != nil {
+		c.close()
+		return nil, err
+	}
+	if ok, sizes := c.waitFleet(ctx, time.Now().Add(fleetDeadline)); !ok {
+		c.close()
+		return nil, errors.Join(ctx.Err(), fmt.Errorf("%s: the replicas counted %v instances after %v, want %d each",
+			a.name, sizes, fleetDeadline, len(c.replicas)))
 	}
 	return c, nil
 }
 
+// fleetDeadline bounds the wait for a new fleet to count itself: a few
+// heartbeats, unless Redis is far too slow for the demo to mean anything.
+const fleetDeadline = 10 * time.Second
+
+// scale starts replicas until there is one per weight, then has the
+// balancer spread the load over all of them by weights.
+func (c *cluster) scale(a approach, prefix string, rec *recorder, weights []int) error {
+	for i := len(c.replicas); i < len(weights); i++ {
+		r, err := a.newReplica(i, prefix, rec)
+		if err != nil {
+			return err
+		}
+		c.replicas = append(c.replicas, r)
+		c.servers = append(c.servers, httptest.NewServer(rec.measure(r.handler)))
+	}
+	var urls []string
+	for _, s := range c.servers {
+		urls = append(urls, s.URL+"/")
+	}
+	c.pool.set(urls, weights)
+	return nil
+}
+
+// fleetSizes returns the instances each replica's limiter counts, or nil
+// if they form no fleet.
+func (c *cluster) fleetSizes() []int {
+	var sizes []int
+	for _, r := range c.replicas {
+		if r.fleetSize != nil {
+			sizes = append(sizes, r.fleetSize())
+		}
+	}
+	return sizes
+}
+
+// waitFleet waits until every replica's limiter counts every replica, and
+// reports whether they do, with the sizes they count (nil without a
+// fleet); it gives up at deadline or when ctx ends.
+func (c *cluster) waitFleet(ctx context.Context, deadline time.Time) (ok bool, sizes []int) {
+	for {
+		sizes = c.fleetSizes()
+		ok = true
+		for _, n := range sizes {
+			ok = ok && n == len(c.replicas)
+		}
+		if ok || time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+			return ok, sizes
+		}
+	}
+}
+
+// close stops the servers, then releases what the replicas hold: a
+// limiter's Close comes after its last request.
 func (c *cluster) close() {
 	for _, s := range c.servers {
 		s.Close()
 	}
-	for _, r := range c.release {
-		r()
+	for _, r := range c.replicas {
+		r.close()
 	}
+}
+
+// pool is the replicas the load balancer spreads requests over. A
+// scale-out replaces it while the load runs; it is safe for concurrent use.
+type pool struct {
+	mu   sync.Mutex
+	urls []string
+	bal  *balancer
+}
+
+func (p *pool) set(urls []string, weights []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.urls, p.bal = urls, newBalancer(weights)
+}
+
+// pick returns the URL of the replica the balancer picks next.
+func (p *pool) pick() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.urls[p.bal.next()]
 }
 
 // loadStats is what the load generator saw.
@@ -214,8 +339,7 @@ type loadStats struct {
 // drive sends a request at start+offsets[i] for every i, to the replica the
 // balancer picks, without waiting for earlier answers (an open-loop load, as
 // real clients are), and returns when all have been answered or ctx ends.
-func (d *demo) drive(ctx context.Context, start time.Time, offsets []time.Duration, urls []string, st *loadStats) {
-	bal := newBalancer(d.cfg.weights)
+func (d *demo) drive(ctx context.Context, start time.Time, offsets []time.Duration, replicas *pool, st *loadStats) {
 	inflight := make(chan struct{}, 512)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -231,7 +355,7 @@ func (d *demo) drive(ctx context.Context, start time.Time, offsets []time.Durati
 		if lag := int64(time.Since(start.Add(off))); lag > st.maxLag.Load() {
 			st.maxLag.Store(lag) // drive is the only writer
 		}
-		url := urls[bal.next()]
+		url := replicas.pick()
 		st.sent.Add(1)
 		wg.Add(1)
 		go func() {
@@ -299,9 +423,8 @@ func (b *balancer) next() int {
 // the replicas see it. It is also a core.Observer, for sluice's own account
 // of where each decision came from. It is safe for concurrent use.
 type recorder struct {
-	start time.Time
-
 	mu        sync.Mutex
+	start     time.Time
 	decisions []decision
 	degraded  []time.Duration // decisions made without Redis (sluice) or despite it (fixed window)
 	recovered []recovery      // a replica went back to Redis
@@ -319,7 +442,15 @@ type decision struct {
 	allowed bool
 }
 
-func newRecorder(start time.Time) *recorder { return &recorder{start: start} }
+func newRecorder() *recorder { return &recorder{} }
+
+// begin sets the phase's start, from which the recorder counts time, before
+// the load starts.
+func (r *recorder) begin(start time.Time) {
+	r.mu.Lock()
+	r.start = start
+	r.mu.Unlock()
+}
 
 // measure wraps a replica's limited handler, timing each request through it.
 func (r *recorder) measure(h http.Handler) http.Handler {
@@ -351,11 +482,11 @@ func (r *recorder) ObserveDecision(res core.Result, src core.Source) {
 }
 
 // ObserveStore implements core.Observer.
-func (r *recorder) ObserveStore(lat time.Duration, err error) {
+func (r *recorder) ObserveStore(c core.StoreCall) {
 	r.storeCalls.Add(1)
 	r.mu.Lock()
-	if err == nil {
-		r.storeLat = append(r.storeLat, lat)
+	if c.Err == nil {
+		r.storeLat = append(r.storeLat, c.Latency)
 	} else {
 		r.storeErrs = append(r.storeErrs, time.Since(r.start))
 	}
@@ -363,10 +494,10 @@ func (r *recorder) ObserveStore(lat time.Duration, err error) {
 }
 
 // ObserveDegraded implements core.Observer.
-func (r *recorder) ObserveDegraded(error) {}
+func (r *recorder) ObserveDegraded(core.StoreOutage) {}
 
 // ObserveRecovered implements core.Observer.
-func (r *recorder) ObserveRecovered(time.Duration) { r.recoveredBy(-1) }
+func (r *recorder) ObserveRecovered(core.StoreOutage) { r.recoveredBy(-1) }
 
 func (r *recorder) recoveredBy(replica int) {
 	r.mu.Lock()
@@ -388,7 +519,7 @@ type replicaObserver struct {
 }
 
 // ObserveRecovered implements core.Observer.
-func (o replicaObserver) ObserveRecovered(time.Duration) { o.recoveredBy(o.replica) }
+func (o replicaObserver) ObserveRecovered(core.StoreOutage) { o.recoveredBy(o.replica) }
 
 // statusWriter remembers the status a handler wrote.
 type statusWriter struct {

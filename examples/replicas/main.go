@@ -5,13 +5,23 @@
 //   - per-replica memory buckets: each replica runs its own in-process
 //     limiter at the full limit, the classic mistake;
 //   - a Redis fixed-window counter: INCR and EXPIRE on a key per second;
-//   - sluice: core.New on the shared Redis, behind httplimit.
+//   - sluice: core.New on the shared Redis, behind httplimit, its
+//     limiters one fleet (core.WithFleet).
 //
 // Each approach gets the same traffic for one tenant: a steady load at three
 // times the limit, then bursts that straddle a second boundary (the fixed
 // window's worst case), spread over the replicas by an uneven load
-// balancer. The program then cuts Redis off for a few seconds under load and
-// shows what the fixed window and sluice do meanwhile. Every number it
+// balancer.
+//
+// Then comes a scale-out and an outage, under the same load: each run
+// starts the replicas as above, doubles them part way through (each new
+// replica takes half of its twin's share of the traffic: 60/25/15 becomes
+// 30/12.5/7.5/30/12.5/7.5), and once the limiters count the new replicas,
+// cuts Redis off for a few seconds. It runs three times: the fixed window;
+// sluice with core.WithFleet, whose replicas count each other through Redis
+// and fall back to 1/n of the limit for the n they last counted; and sluice
+// with core.WithFallbackReplicas set to the replica count before the
+// scale-out, as a deployment configured for it would be. Every number it
 // prints is measured in the run; nothing is computed from a model.
 //
 // It uses an embedded miniredis unless REDIS_ADDR names a real Redis, and
@@ -60,7 +70,7 @@ type config struct {
 	rate     int           // offered load, requests per second
 	steady   time.Duration // steady load per approach, whole seconds
 	bursts   int           // bursts across a second boundary per approach
-	outage   time.Duration // how long Redis is cut off, whole seconds
+	outage   time.Duration // how long Redis is cut off after the scale-out, whole seconds
 	weights  []int         // load balancer weights, one per replica
 	chart    string        // SVG file to write, or ""
 	progress io.Writer     // where progress goes (stderr)
@@ -84,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	rate := fs.Int("rate", 300, "offered load, in requests per second")
 	steady := fs.Duration("duration", 6*time.Second, "steady load per approach, rounded up to whole seconds")
 	bursts := fs.Int("bursts", 2, "bursts across a second boundary per approach, 2 seconds each")
-	outage := fs.Duration("outage", 4*time.Second, "how long Redis is cut off, rounded up to whole seconds (0 skips the outage)")
+	outage := fs.Duration("outage", 4*time.Second, "how long Redis is cut off after the scale-out, rounded up to whole seconds (0 skips the scale-out and outage)")
 	replicas := fs.Int("replicas", 3, "number of replicas (without -weights, replica i gets a share of 1/(i+1))")
 	weights := fs.String("weights", "60,25,15", "load balancer `weights`, one per replica")
 	chart := fs.String("chart", "", "write the admitted rate over time as an SVG line chart to `file`")

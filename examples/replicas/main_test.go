@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,21 +15,25 @@ import (
 )
 
 // TestRun runs the whole demo, briefly and at a lower rate, and checks the
-// story its table tells: sluice holds the limit, per-replica buckets do not.
+// story its tables tell: sluice holds the limit, per-replica buckets do not;
+// after a scale-out from 3 to 6 replicas and with Redis cut off, sluice's
+// fleet still admits about the limit, and a fallback sized by a static
+// WithFallbackReplicas(3) clearly more.
 func TestRun(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "")
 	chart := filepath.Join(t.TempDir(), "out.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	args := []string{"-duration", "1s", "-bursts", "0", "-outage", "1s", "-limit", "50", "-rate", "150", "-chart", chart}
+	args := []string{"-duration", "1s", "-bursts", "0", "-outage", "2s", "-limit", "70", "-rate", "210", "-chart", chart}
 	if err := run(ctx, args, &out, io.Discard); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	s := out.String()
 	t.Log("\n" + s)
 
-	for _, want := range []string{"| approach", "| second", "sluice: 0 errors"} {
+	for _, want := range []string{"| approach", "| second", "sluice (core.WithFleet): 0 errors",
+		"its 6 limiters all counted 6 replicas"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -43,12 +48,35 @@ func TestRun(t *testing.T) {
 		t.Errorf("per-replica buckets admitted %.2f× the limit, want over 1.5× and over 1.5 × sluice's (3 replicas, each at the full limit)", r)
 	}
 
+	// Redis cut off for 2 s after a scale-out from 3 to 6 replicas at 1 s,
+	// 3× the limit offered: each of the fleet's 6 takes 1/6 of the limit;
+	// each of the static 6 takes 1/3, 1.8× in all, as two replicas get less
+	// than that. The bands leave room for a busy machine. The limit is 70
+	// (burst 7), not less, so that a sixth of the burst rounds up to 2: with
+	// a burst of 1 each replica's bucket loses time between discrete
+	// arrivals, and the fleet admits about 0.8× (0.77× measured at -limit 50).
+	if r := outageRatio(t, s, "sluice (core.WithFleet)"); r < 0.8 || r > 1.25 {
+		t.Errorf("during the outage sluice's fleet admitted %.2f× the limit, want 0.8× to 1.25×", r)
+	}
+	if r := outageRatio(t, s, "sluice, WithFallbackReplicas(3)"); r < 1.5 {
+		t.Errorf("during the outage sluice sized for 3 replicas admitted %.2f× the limit, want at least 1.5× (6 replicas, each at 1/3)", r)
+	}
+
+	// Every limiter was closed: no fleet heartbeat outlives the demo.
+	deadline := time.Now().Add(5 * time.Second)
+	for n := heartbeats(); n > 0; n = heartbeats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fleet heartbeats still run after the demo ended: a limiter was not closed", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	svg, err := os.ReadFile(chart)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 5 {
-		t.Errorf("chart is not an SVG with 5 lines:\n%.300s", svg)
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 {
+		t.Errorf("chart is not an SVG with 6 lines:\n%.300s", svg)
 	}
 }
 
@@ -66,6 +94,34 @@ func admittedRatio(t *testing.T, out, approach string) float64 {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// outageRatio reads the ratio to the limit of what an approach admitted
+// while Redis was cut off: "- sluice (core.WithFleet): 101/s (1.01×): ...".
+func outageRatio(t *testing.T, out, approach string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^- ` + regexp.QuoteMeta(approach) + `: \d+/s \(([\d.]+)×\)`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no outage line for %q", approach)
+	}
+	r, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// heartbeats returns how many fleet heartbeat goroutines run.
+func heartbeats() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte("core.(*fleet).run("))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 func TestBalancer(t *testing.T) {

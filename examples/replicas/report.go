@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -112,19 +114,11 @@ func (p *phase) degradedTimes() []time.Duration {
 }
 
 func printSetup(w io.Writer, cfg *config) {
-	total := 0
-	for _, wt := range cfg.weights {
-		total += wt
-	}
-	var shares []string
-	for _, wt := range cfg.weights {
-		shares = append(shares, fmt.Sprintf("%.0f%%", 100*float64(wt)/float64(total)))
-	}
 	fmt.Fprintf(w, "%d replicas, each an HTTP server on loopback, behind a load balancer that sends them\n"+
 		"%s of the requests. One tenant, limited to %d requests/s across the service\n"+
 		"(sluice and the memory buckets: burst %d; the fixed window: %d per calendar second).\n"+
 		"Each approach gets %d requests/s (%.1f× the limit) for %v, ",
-		cfg.replicas(), strings.Join(shares, " / "), cfg.limit, cfg.limitSpec().Burst, cfg.limit,
+		cfg.replicas(), shares(cfg.weights), cfg.limit, cfg.limitSpec().Burst, cfg.limit,
 		cfg.rate, float64(cfg.rate)/float64(cfg.limit), cfg.steady)
 	switch cfg.bursts {
 	case 0:
@@ -141,8 +135,8 @@ func printResults(w io.Writer, cfg *config, main []*phase, out *outagePhase) {
 	ratio := func(x float64) string { return fmt.Sprintf("%.2f×", x/limit) }
 	outRate := map[string]float64{}
 	if out != nil {
-		for _, r := range []*outageRun{out.fixed, out.sluice} {
-			outRate[r.name] = float64(countIn(r.admittedTimes(), r.cut, r.restored)) / (r.restored - r.cut).Seconds()
+		for _, r := range out.runs() {
+			outRate[r.name] = r.downRate()
 		}
 	}
 
@@ -169,7 +163,7 @@ func printResults(w io.Writer, cfg *config, main []*phase, out *outagePhase) {
 		case p.name == "Redis fixed window":
 			outage = fmt.Sprintf("fails open: %.0f/s (%s)", outRate[p.name], ratio(outRate[p.name]))
 		default:
-			outage = fmt.Sprintf("local fallback: %.0f/s (%s), %d errors", outRate[p.name], ratio(outRate[p.name]), out.sluice.load.failed.Load())
+			outage = fmt.Sprintf("local fallback: %.0f/s (%s), %d errors", outRate[p.name], ratio(outRate[p.name]), out.fleet.load.failed.Load())
 		}
 		fmt.Fprintf(tw, "| %s\t| %.0f/s (%s)\t| %d (%s)\t| %s\t| %s / %s\t| %s\t|\n",
 			p.name, s.steadyRate, ratio(s.steadyRate), s.worst, ratio(float64(s.worst)), spike,
@@ -211,7 +205,9 @@ func printResults(w io.Writer, cfg *config, main []*phase, out *outagePhase) {
 	}
 	phases := slices.Clone(main)
 	if out != nil {
-		phases = append(phases, out.fixed.phase, out.sluice.phase)
+		for _, r := range out.runs() {
+			phases = append(phases, r.phase)
+		}
 	}
 	var lag time.Duration
 	for _, p := range phases {
@@ -234,14 +230,28 @@ func redisKind(cfg *config) string {
 	return "the one at REDIS_ADDR"
 }
 
+// runs returns the outage phase's runs, in the order they ran.
+func (out *outagePhase) runs() []*outageRun { return []*outageRun{out.fixed, out.fleet, out.static} }
+
+// downRate returns what r admitted per second while Redis was cut off.
+func (r *outageRun) downRate() float64 {
+	return float64(countIn(r.admittedTimes(), r.cut, r.restored)) / (r.restored - r.cut).Seconds()
+}
+
 func printOutage(w io.Writer, cfg *config, out *outagePhase) {
-	fx, sl := out.fixed, out.sluice
-	fmt.Fprintf(w, "\nRedis outage: the fixed window, then sluice, each under %d requests/s; Redis is cut off (connections\n"+
-		"reset, new ones refused) from %.1f s to %.1f s of each run.\n\n", cfg.rate, sl.cut.Seconds(), sl.restored.Seconds())
-	fixed, admitted, local := fx.admittedTimes(), sl.admittedTimes(), sl.degradedTimes()
+	fx, sl, st := out.fixed, out.fleet, out.static
+	n0, n := cfg.replicas(), len(out.weights)
+	fmt.Fprintf(w, "\nRedis outage after a scale-out. Each run starts with %d replicas behind %s; at %.1f s\n"+
+		"%d more start, and the balancer sends the %d of them %s of the\n"+
+		"requests (each new replica takes half of its twin's share). Then Redis is cut off (connections\n"+
+		"reset, new ones refused) for %v, all under %d requests/s. Three runs, one after another: the fixed\n"+
+		"window; sluice with core.WithFleet, which counts its replicas through Redis; and sluice with\n"+
+		"core.WithFallbackReplicas(%d), the count it was deployed with.\n\n",
+		n0, shares(cfg.weights), out.scaleAt.Seconds(), n-n0, n, shares(out.weights), cfg.outage, cfg.rate, n0)
+	fixed, admitted, local, static := fx.admittedTimes(), sl.admittedTimes(), sl.degradedTimes(), st.admittedTimes()
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| second\t| Redis\t| fixed window admitted\t| sluice admitted\t| sluice decided locally\t|")
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|")
+	fmt.Fprintf(tw, "| second\t| replicas\t| Redis\t| fixed window admitted\t| sluice admitted\t| sluice decided locally\t| WithFallbackReplicas(%d) admitted\t|\n", n0)
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for t := time.Duration(0); t < sl.length; t += time.Second {
 		state := "up"
 		switch down := min(t+time.Second, sl.restored) - max(t, sl.cut); {
@@ -251,10 +261,52 @@ func printOutage(w io.Writer, cfg *config, out *outagePhase) {
 		default:
 			state = "partly"
 		}
-		fmt.Fprintf(tw, "| %d–%d\t| %s\t| %d\t| %d\t| %d\t|\n", int(t.Seconds()), int(t.Seconds())+1, state,
-			countIn(fixed, t, t+time.Second), countIn(admitted, t, t+time.Second), countIn(local, t, t+time.Second))
+		replicas := fmt.Sprintf("%d", n)
+		switch {
+		case t+time.Second <= out.scaleAt:
+			replicas = fmt.Sprintf("%d", n0)
+		case t < out.scaleAt:
+			replicas = fmt.Sprintf("%d → %d", n0, n)
+		}
+		fmt.Fprintf(tw, "| %d–%d\t| %s\t| %s\t| %d\t| %d\t| %d\t| %d\t|\n", int(t.Seconds()), int(t.Seconds())+1, replicas, state,
+			countIn(fixed, t, t+time.Second), countIn(admitted, t, t+time.Second), countIn(local, t, t+time.Second),
+			countIn(static, t, t+time.Second))
 	}
 	tw.Flush()
+
+	limit := float64(cfg.limit)
+	fmt.Fprintf(w, "\nAdmitted while Redis was cut off (%.1f s to %.1f s of each run), against the limit of %d/s:\n",
+		sl.cut.Seconds(), sl.restored.Seconds(), cfg.limit)
+	if sl.counted > 0 {
+		fmt.Fprintf(w, "- sluice (core.WithFleet): %.0f/s (%.2f×): its %d limiters all counted %d replicas %v after the scale-out,\n"+
+			"  and each allowed 1/%d of the limit, with nobody telling it the count.\n",
+			sl.downRate(), sl.downRate()/limit, n, n, (sl.counted - out.scaleAt).Round(10*time.Millisecond), n)
+	} else {
+		fmt.Fprintf(w, "- sluice (core.WithFleet): %.0f/s (%.2f×): at the cut its %d limiters counted %v replicas\n"+
+			"  (not every heartbeat had reached Redis), and each allowed 1/n of the limit for the n it counted.\n",
+			sl.downRate(), sl.downRate()/limit, n, sl.sizes)
+	}
+	fmt.Fprintf(w, "- sluice, WithFallbackReplicas(%d): %.0f/s (%.2f×): each of the %d replicas allowed 1/%d of the limit,\n"+
+		"  sized for the %d it was deployed with", n0, st.downRate(), st.downRate()/limit, n, n0, n0)
+	total := 0
+	for _, wt := range out.weights {
+		total += wt
+	}
+	quiet := map[float64]int{} // offered rate -> replicas offered less than their 1/n0
+	for _, wt := range out.weights {
+		if offered := float64(cfg.rate) * float64(wt) / float64(total); offered < limit/float64(n0) {
+			quiet[offered]++
+		}
+	}
+	if len(quiet) > 0 {
+		var qs []string
+		for _, rate := range slices.Sorted(maps.Keys(quiet)) {
+			qs = append(qs, fmt.Sprintf("%d at %.1f/s", quiet[rate], rate))
+		}
+		fmt.Fprintf(w, " (the replicas offered less, %s, admit all they get)", strings.Join(qs, ", "))
+	}
+	fmt.Fprintf(w, ".%s\n", otherWindow(st, sl))
+	fmt.Fprintf(w, "- Redis fixed window: %.0f/s (%.2f×): it fails open.%s\n", fx.downRate(), fx.downRate()/limit, otherWindow(fx, sl))
 
 	// Each replica's first recovery after Redis returned.
 	first := map[int]time.Duration{}
@@ -271,10 +323,10 @@ func printOutage(w io.Writer, cfg *config, out *outagePhase) {
 		for _, t := range first {
 			ts = append(ts, t)
 		}
-		back = fmt.Sprintf("%d of %d replicas went back to Redis %v to %v after it returned", len(ts), cfg.replicas(),
+		back = fmt.Sprintf("%d of %d replicas went back to Redis %v to %v after it returned", len(ts), n,
 			slices.Min(ts).Round(time.Millisecond), slices.Max(ts).Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "\nsluice: %d errors (answers other than 200 and 429) in %d requests;\n%s.\n",
+	fmt.Fprintf(w, "\nsluice (core.WithFleet): %d errors (answers other than 200 and 429) in %d requests;\n%s.\n",
 		sl.load.failed.Load(), sl.load.sent.Load(), back)
 	if n := countIn(local, 0, sl.cut); n > 0 {
 		fmt.Fprintf(w, "Before the cut, %d decisions were made locally: Redis answered later than the 50 ms budget.\n", n)
@@ -282,13 +334,34 @@ func printOutage(w io.Writer, cfg *config, out *outagePhase) {
 	if n := countIn(local, sl.restored, sl.length); n > 0 {
 		fmt.Fprintf(w, "After Redis returned, %d decisions were made locally while the replicas found it again.\n", n)
 	}
-	if n := countIn(admitted, sl.restored, sl.restored+time.Second); float64(n) > 1.1*float64(cfg.limit) {
+	if n := countIn(admitted, sl.restored, sl.restored+time.Second); float64(n) > 1.1*limit {
 		fmt.Fprintf(w, "In the second after Redis returned sluice admitted %d (%.2f× the limit): the replicas back on Redis\n"+
-			"shared the global bucket while the others still spent their local share.\n", n, float64(n)/float64(cfg.limit))
+			"shared the global bucket while the others still spent their local share.\n", n, float64(n)/limit)
 	}
-	fmt.Fprintf(w, "Each replica's fallback allows 1/%d of the limit (core.WithFallbackReplicas(%d)), so the busiest replica\n"+
-		"denies early and the quietest admits all it gets: together they stay near the limit, not at %d times it.\n",
-		cfg.replicas(), cfg.replicas(), cfg.replicas())
+}
+
+// otherWindow says when Redis was cut off in run r if that was not when
+// it was in run ref, give or take 100 ms (the fleet's run waits for its
+// count, the others do not); "" otherwise.
+func otherWindow(r, ref *outageRun) string {
+	if (r.cut-ref.cut).Abs() <= 100*time.Millisecond && (r.restored-ref.restored).Abs() <= 100*time.Millisecond {
+		return ""
+	}
+	return fmt.Sprintf(" (Redis cut off from %.1f s to %.1f s in this run)", r.cut.Seconds(), r.restored.Seconds())
+}
+
+// shares formats weights as percentages of their sum: "60% / 25% / 15%".
+func shares(weights []int) string {
+	total := 0
+	for _, wt := range weights {
+		total += wt
+	}
+	var ss []string
+	for _, wt := range weights {
+		s := strconv.FormatFloat(100*float64(wt)/float64(total), 'f', 1, 64)
+		ss = append(ss, strings.TrimSuffix(s, ".0")+"%")
+	}
+	return strings.Join(ss, " / ")
 }
 
 // short formats a latency compactly.

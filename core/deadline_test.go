@@ -199,8 +199,10 @@ func TestImpatientCallersKeepTheLimit(t *testing.T) {
 // queued callers started with part of their budget already spent, and 99%
 // of decisions degraded at 60% of the budget: a caller queued behind a busy
 // batch for 60% and then waited 60% for its own. The budget is large enough
-// that the remaining 40% (600 ms) covers this machine's scheduling under
-// load and -race; at 80% of a 1 s budget one decision in a CI run missed it.
+// that the remaining 40% (1 s) covers this machine's scheduling under load
+// and -race, with other packages' tests and builds beside it: at 80% of a
+// 1 s budget one decision in a CI run missed it, and at 60% of 1.5 s four
+// batches did once, beside two CPU hogs and a compiler.
 func TestLatencyBelowBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
@@ -209,7 +211,7 @@ func TestLatencyBelowBudget(t *testing.T) {
 	for _, tc := range []struct {
 		budget   time.Duration
 		inflight int
-	}{{1500 * time.Millisecond, 4}, {1500 * time.Millisecond, 0}} {
+	}{{2500 * time.Millisecond, 4}, {2500 * time.Millisecond, 0}} {
 		budget, inflight := tc.budget, tc.inflight
 		delay := budget * 6 / 10
 		t.Run(fmt.Sprintf("budget=%v,inflight=%d", budget, inflight), func(t *testing.T) {

@@ -15,9 +15,11 @@ import (
 
 // storeHealth counts what a limiter tells its observer about the store.
 type storeHealth struct {
-	storeErrs atomic.Int64
-	degraded  atomic.Int64 // outages begun
-	lastErr   atomic.Value
+	storeErrs  atomic.Int64
+	degraded   atomic.Int64 // outages begun
+	lastErr    atomic.Value
+	fastFailed atomic.Int64 // the longest failed call shorter than minFail, if any
+	minFail    time.Duration
 }
 
 func (h *storeHealth) ObserveDecision(Result, Source) {}
@@ -25,6 +27,9 @@ func (h *storeHealth) ObserveStore(c StoreCall) {
 	if err := c.Err; err != nil {
 		h.storeErrs.Add(1)
 		h.lastErr.Store(err.Error())
+		if c.Latency < h.minFail {
+			h.fastFailed.Store(int64(max(c.Latency, 1)))
+		}
 	}
 }
 func (h *storeHealth) ObserveDegraded(StoreOutage)  { h.degraded.Add(1) }
@@ -194,15 +199,20 @@ func TestImpatientCallersKeepTheLimit(t *testing.T) {
 	}
 }
 
-// TestLatencyBelowBudget: Redis answering in 60% of the budget degrades no
-// decision, batched or not, with 16 callers. Before, a batch formed from
-// queued callers started with part of their budget already spent, and 99%
-// of decisions degraded at 60% of the budget: a caller queued behind a busy
-// batch for 60% and then waited 60% for its own. The budget is large enough
-// that the remaining 40% (1 s) covers this machine's scheduling under load
-// and -race, with other packages' tests and builds beside it: at 80% of a
-// 1 s budget one decision in a CI run missed it, and at 60% of 1.5 s four
-// batches did once, beside two CPU hogs and a compiler.
+// TestLatencyBelowBudget: Redis answering in 60% of the budget fails no
+// decision for want of time, batched or not, with 16 callers. Before, a
+// batch formed from queued callers started with part of their budget
+// already spent, and 99% of decisions degraded at 60% of the budget: a
+// caller queued behind a busy batch for 60% and then waited 60% for its
+// own.
+//
+// What is checked is that property, not the machine's speed: every store
+// call that failed must have run for the whole budget from its own send (a
+// call cut short by time spent queued would fail sooner), and most
+// decisions must be made by Redis. On a machine loaded past the budget's
+// 40% of slack (1 s here: the CI runs other packages' builds and tests
+// beside this one) a call can really outrun the budget; that is logged,
+// not failed.
 func TestLatencyBelowBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
@@ -216,7 +226,7 @@ func TestLatencyBelowBudget(t *testing.T) {
 		delay := budget * 6 / 10
 		t.Run(fmt.Sprintf("budget=%v,inflight=%d", budget, inflight), func(t *testing.T) {
 			proxy := redistest.NewProxy(t, srv.Addr())
-			h := &storeHealth{}
+			h := &storeHealth{minFail: budget - time.Millisecond}
 			// Every caller's connection is open before the link slows
 			// down, and none sends a handshake on first use (HELLO,
 			// CLIENT SETINFO): that would cross the slow link too, and
@@ -266,8 +276,11 @@ func TestLatencyBelowBudget(t *testing.T) {
 			}
 			wg.Wait()
 			t.Logf("%d decisions with Redis %v away and a %v budget: %d degraded; %s", decisions.Load(), delay, budget, degraded.Load(), h)
-			if degraded.Load() > 0 || h.storeErrs.Load() > 0 {
-				t.Fatalf("%d of %d decisions degraded; %s", degraded.Load(), decisions.Load(), h)
+			if fast := time.Duration(h.fastFailed.Load()); fast > 0 {
+				t.Errorf("a store call failed after %v, before its %v budget: time spent queued was charged to it; %s", fast, budget, h)
+			}
+			if 2*degraded.Load() > decisions.Load() {
+				t.Errorf("%d of %d decisions degraded, more than half; %s", degraded.Load(), decisions.Load(), h)
 			}
 		})
 	}

@@ -17,11 +17,11 @@ func BenchmarkLocalDecide(b *testing.B) {
 	s := newLocalStore(100_000)
 	p, _ := newPlan([]Limit{PerSecond(1 << 30)}, nil)
 	now := int64(1_000_000_000)
-	s.decide(p.id, "known", now, p.ticks, 1, 0, 0)
+	s.take(p.id, "known", now, p.ticks, 1, 0, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		s.decide(p.id, "known", now, p.ticks, 1, 0, 0)
+		s.take(p.id, "known", now, p.ticks, 1, 0, 0)
 	}
 }
 

@@ -152,3 +152,35 @@ func ExampleErrorReason() {
 	// timeout
 	// connection
 }
+
+func ExampleLimiter_Prepare() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second))
+	// A login handler's limits, validated and compiled once: 3 attempts a
+	// minute and 10 an hour per user.
+	login, err := lim.Prepare(core.PerMinute(3).WithName("login"), core.PerHour(10))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for range 4 {
+		res, err := login.Allow(ctx, "user:ada")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Allowed, res.Remaining, res.RetryAfter.Round(time.Second))
+	}
+	// After a password reset, the user may try again at once.
+	if err := login.Reset(ctx, "user:ada"); err != nil {
+		panic(err)
+	}
+	res, _ := login.Allow(ctx, "user:ada")
+	fmt.Println(res.Allowed, res.Remaining)
+	// Output:
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 20s
+	// true 2
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // Limiter is the engine: it decides requests against token buckets kept in
@@ -190,7 +189,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Resul
 // only if every limit admits it, and a denied event consumes nothing.
 //
 // A denial is a Result with Allowed false and a nil error. AllowN returns an
-// error for an empty key (wrapping [keyfunc.ErrNoKey]), for no limits, an
+// error for an empty key, for no limits, an
 // invalid limit, n < 1 or n greater than a limit's Burst (wrapping
 // [ErrInvalidLimit]), for the caller's own ended context (its error), and,
 // under [FailClosed] only, while the store is unavailable (wrapping
@@ -200,7 +199,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int, limits ...Limit
 	if err != nil {
 		return Result{}, err
 	}
-	res, _, err := l.decide(ctx, key, p, n, 0)
+	res, _, err := l.admit(ctx, key, p, n, 0)
 	return res, err
 }
 
@@ -230,7 +229,7 @@ func (l *Limiter) wait(ctx context.Context, key string, p *plan, n int) (Result,
 		}
 		maxWait = min(maxWait, int64(left/time.Microsecond))
 	}
-	res, d, err := l.decide(ctx, key, p, n, maxWait)
+	res, d, err := l.admit(ctx, key, p, n, maxWait)
 	if err != nil || !res.Allowed || d.wait == 0 {
 		return res, err
 	}
@@ -244,11 +243,11 @@ func (l *Limiter) wait(ctx context.Context, key string, p *plan, n int) (Result,
 	}
 }
 
-// decide validates a request and decides it: from the deny cache, the
-// store, or, when the store is unavailable, under the failure policy.
-func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWait int64) (Result, decision, error) {
+// admit validates a request on key and decides it: from the deny cache,
+// the store, or, when the store is unavailable, under the failure policy.
+func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait int64) (Result, decision, error) {
 	if key == "" {
-		return Result{}, decision{}, fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
+		return Result{}, decision{}, errEmptyKey
 	}
 	if n < 1 {
 		return Result{}, decision{}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
@@ -263,7 +262,7 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, n int, maxWai
 	cost := int64(n)
 
 	if l.store == nil {
-		d := l.local.decide(p.id, key, now, p.ticks, cost, maxWait, l.penalty)
+		d := l.local.take(p.id, key, now, p.ticks, cost, maxWait, l.penalty)
 		return l.done(d, p, SourceStore, false)
 	}
 
@@ -360,12 +359,17 @@ var resetScript = redis.NewScript("return redis.call('DEL', KEYS[1])")
 // invalid limits, the caller's context error, and, wrapping
 // [ErrUnavailable], a store failure (the key is then unchanged in Redis).
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
-	if key == "" {
-		return fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
-	}
 	p, err := l.plans.get(limits)
 	if err != nil {
 		return err
+	}
+	return l.reset(ctx, key, p)
+}
+
+// reset is Reset with a compiled plan.
+func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
+	if key == "" {
+		return errEmptyKey
 	}
 	l.local.delete(p.id, key)
 	if l.denies != nil {
@@ -431,7 +435,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// then takes the whole share, rather than being denied for as long
 	// as the outage lasts.
 	sh := l.share(p)
-	d := l.local.decide(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penalty)
+	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penalty)
 	res, d, err := l.done(d, p, SourceFallback, true)
 	res.Limit = sh.limits[d.index] // the limit actually enforced
 	return res, d, err

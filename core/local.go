@@ -261,8 +261,8 @@ func newLocalStore(capacity int) *localStore {
 	return &localStore{m: newShardedMap(capacity, (*localEntry).weight)}
 }
 
-// decide applies one request to key's bucket under ticks at now.
-func (s *localStore) decide(id uint64, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
+// take applies one request to key's bucket under ticks at now.
+func (s *localStore) take(id uint64, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {
 	k := makeLocalKey(id, key)
 	sh := s.m.shard(k)
 	sh.mu.Lock()

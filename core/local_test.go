@@ -12,7 +12,7 @@ func TestLocalStoreBounded(t *testing.T) {
 	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
 	now := int64(1_000_000_000)
 	for i := range 200_000 {
-		s.decide(p.id, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.id, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
 	}
 	if n := s.m.len(); n > capacity {
 		t.Fatalf("%d entries after 200000 keys, capacity %d", n, capacity)
@@ -31,16 +31,16 @@ func TestLocalEvictionKeepsLimitedKeys(t *testing.T) {
 	for i := range capacity / 8 {
 		k := "abuser" + strconv.Itoa(i)
 		for range 3 {
-			s.decide(p.id, k, now, p.ticks, 1, 0, 0)
+			s.take(p.id, k, now, p.ticks, 1, 0, 0)
 		}
 		limited = append(limited, k)
 	}
 	for i := range 20 * capacity {
-		s.decide(p.id, "flood"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.id, "flood"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
 	}
 	kept := 0
 	for _, k := range limited {
-		if d := s.decide(p.id, k, now, p.ticks, 1, 0, 0); !d.allowed {
+		if d := s.take(p.id, k, now, p.ticks, 1, 0, 0); !d.allowed {
 			kept++
 		}
 	}
@@ -54,10 +54,10 @@ func TestLocalDecideNoAlloc(t *testing.T) {
 	s := newLocalStore(1000)
 	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)
 	now := int64(1_000_000_000)
-	s.decide(p.id, "known", now, p.ticks, 1, 0, 0)
+	s.take(p.id, "known", now, p.ticks, 1, 0, 0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now++
-		s.decide(p.id, "known", now, p.ticks, 1, 0, 0)
+		s.take(p.id, "known", now, p.ticks, 1, 0, 0)
 	})
 	if allocs != 0 {
 		t.Fatalf("local decision on a known key: %v allocs, want 0", allocs)
@@ -79,7 +79,7 @@ func TestMillionKeysBounded(t *testing.T) {
 	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
 	now := int64(1_000_000_000)
 	for i := range 1_000_000 {
-		s.decide(p.id, "tenant:customer-"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.id, "tenant:customer-"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -92,7 +92,7 @@ func driveLocalMaps(t *testing.T, capacity, n, keyBytes int, bound int64) (peak 
 		for i := from; i < end; i += 2 {
 			k := bigKey(i, fill)
 			if i%2 == 0 {
-				s.decide(p.id, k, now, p.ticks, 1, 0, 0)
+				s.take(p.id, k, now, p.ticks, 1, 0, 0)
 			} else {
 				c.put(p.id, k, now, denial{until: now + 6e7, expires: now + 6e7})
 			}
@@ -181,7 +181,7 @@ func TestLocalLongKeys(t *testing.T) {
 	p, _ := newPlan([]Limit{PerHour(1)}, nil)
 	const now = int64(1_000_000_000)
 	s := newLocalStore(1000)
-	if d := s.decide(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
+	if d := s.take(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
 		t.Fatalf("decide(%q) = denied, want allowed (first request)", long)
 	}
 	for _, tc := range []struct {
@@ -198,13 +198,13 @@ func TestLocalLongKeys(t *testing.T) {
 		{"another plan", p.id + 1, long, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if d := s.decide(tc.id, tc.key, now, p.ticks, 1, 0, 0); d.allowed != tc.allowed {
+			if d := s.take(tc.id, tc.key, now, p.ticks, 1, 0, 0); d.allowed != tc.allowed {
 				t.Errorf("decide(%d, %q) allowed = %v, want %v", tc.id, tc.key, d.allowed, tc.allowed)
 			}
 		})
 	}
 	s.delete(p.id, strings.Clone(long))
-	if d := s.decide(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
+	if d := s.take(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
 		t.Errorf("decide(%q) after delete = denied, want allowed", long)
 	}
 
@@ -228,10 +228,10 @@ func TestLocalLongKeyNoAlloc(t *testing.T) {
 	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)
 	now := int64(1_000_000_000)
 	key := strings.Repeat("k", 10<<10)
-	s.decide(p.id, key, now, p.ticks, 1, 0, 0)
+	s.take(p.id, key, now, p.ticks, 1, 0, 0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now++
-		s.decide(p.id, key, now, p.ticks, 1, 0, 0)
+		s.take(p.id, key, now, p.ticks, 1, 0, 0)
 	})
 	if allocs != 0 {
 		t.Fatalf("local decision on a known 10 KB key: %v allocs, want 0", allocs)
@@ -247,11 +247,11 @@ func BenchmarkLocalDecideLongKey(b *testing.B) {
 			p, _ := newPlan([]Limit{PerSecond(1 << 30)}, nil)
 			now := int64(1_000_000_000)
 			key := strings.Repeat("k", n)
-			s.decide(p.id, key, now, p.ticks, 1, 0, 0)
+			s.take(p.id, key, now, p.ticks, 1, 0, 0)
 			b.ReportAllocs()
 			for b.Loop() {
 				now++
-				s.decide(p.id, key, now, p.ticks, 1, 0, 0)
+				s.take(p.id, key, now, p.ticks, 1, 0, 0)
 			}
 		})
 	}

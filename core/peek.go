@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // Peek reports what a request of cost 1 on key would get now under limits,
@@ -25,12 +23,17 @@ import (
 // rather than a guess. It returns an error for an empty key or invalid
 // limits, and the caller's context error.
 func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result, error) {
-	if key == "" {
-		return Result{}, fmt.Errorf("core: empty key: %w", keyfunc.ErrNoKey)
-	}
 	p, err := l.plans.get(limits)
 	if err != nil {
 		return Result{}, err
+	}
+	return l.peek(ctx, key, p)
+}
+
+// peek is Peek with a compiled plan.
+func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error) {
+	if key == "" {
+		return Result{}, errEmptyKey
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err

@@ -26,10 +26,6 @@ type plan struct {
 	maxW       int64                 // longest exact reservation in microseconds
 
 	coarse []coarseFallback // fallback limits that could not be used as given
-
-	policyField string   // the RateLimit-Policy header value
-	burstField  []string // X-RateLimit-Limit per limit
-	items       []string // each limit's RateLimit item name
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -64,11 +60,6 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 	sum := h.Sum(nil)
 	p.fp = hex.EncodeToString(sum[:6])
 	p.id = binary.LittleEndian.Uint64(sum[8:16])
-	p.policyField = policyFieldOf(limits)
-	for _, l := range limits {
-		p.burstField = append(p.burstField, strconv.Itoa(l.Burst))
-		p.items = append(p.items, limitItem(l))
-	}
 	local, coarse, err := newShare(p.limits, p.ticks, fallback)
 	if err != nil {
 		return nil, err
@@ -142,7 +133,6 @@ const maxLimits = 8
 type planCache struct {
 	fallback func(Limit) Limit
 	warn     func([]coarseFallback) // told of plans whose fallback was replaced; may be nil
-	extra    []Limit                // limits added to every plan (a middleware's WithLimits)
 	last     atomic.Pointer[plan]   // the plan used last: a lock-free hit
 	mu       sync.RWMutex
 	plans    map[Limit]*plan // single-limit plans, the common case
@@ -161,14 +151,14 @@ func (c *planCache) compile(limits []Limit) (*plan, error) {
 
 func (c *planCache) get(limits []Limit) (*plan, error) {
 	if len(limits) != 1 {
-		// Several limits on a key are usually fixed per middleware, which
-		// compiles its plan once; direct callers pay the compilation.
-		return c.compile(append(limits[:len(limits):len(limits)], c.extra...))
+		// Several limits on a key are usually prepared once (a Rule);
+		// direct callers pay the compilation.
+		return c.compile(limits)
 	}
 	return c.getOne(limits[0])
 }
 
-// getOne returns the plan of l together with the cache's extra limits.
+// getOne returns the plan of l alone.
 func (c *planCache) getOne(l Limit) (*plan, error) {
 	if p := c.last.Load(); p != nil && p.limits[0] == l {
 		return p, nil
@@ -190,8 +180,7 @@ func (c *planCache) lookup(l Limit) (*plan, error) {
 	}
 	// The limit may come from request memory (a fiber header): keep a copy.
 	l.Name = strings.Clone(l.Name)
-	limits := append([]Limit{l}, c.extra...)
-	p, err := c.compile(limits)
+	p, err := c.compile([]Limit{l})
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/redistest"
-	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // TestFallbackNeverRefusesAValidLimit: a limit valid for Redis is never
@@ -135,8 +134,8 @@ func TestResetReleasesEveryReplica(t *testing.T) {
 	if res, err := b.Allow(ctx, "user:7", limit); err != nil || !res.Allowed {
 		t.Fatalf("B a second after Reset: %+v, %v; want admitted", res, err)
 	}
-	if err := a.Reset(ctx, "", limit); !errors.Is(err, keyfunc.ErrNoKey) {
-		t.Errorf("Reset with an empty key = %v, want ErrNoKey", err)
+	if err := a.Reset(ctx, "", limit); !errors.Is(err, errEmptyKey) {
+		t.Errorf("Reset with an empty key = %v, want %v", err, errEmptyKey)
 	}
 	mem, _ := NewMemory()
 	mem.Allow(ctx, "m", PerHour(1))

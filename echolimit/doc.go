@@ -12,7 +12,7 @@
 //	e.GET("/search", search, echolimit.New(lim, core.PerSecond(5), keyfunc.IP()))
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
-// dry run, header values) is [core.Policy]'s; this package only adapts echo
+// dry run, header values) is [policy.Policy]'s; this package only adapts echo
 // to it.
 //
 // # Answers

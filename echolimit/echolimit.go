@@ -6,13 +6,14 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // New returns echo middleware that limits requests by key under limit, on
 // lim. One Limiter serves any number of middlewares; each names its own
 // limit and key function. The middleware is safe for concurrent use.
 //
-// Each request is run through a [core.Policy] with the request's context:
+// Each request is run through a [policy.Policy] with the request's context:
 // admitted requests get the rate-limit fields and go on to the next
 // handler; denied ones get the fields, Retry-After and the deny handler
 // (see [WithDenyHandler]); requests that cannot be decided get the error
@@ -24,14 +25,7 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) echo.MiddlewareFunc {
-	var o options
-	for i, opt := range opts {
-		if opt == nil {
-			panic(fmt.Sprintf("echolimit: option %d is nil", i))
-		}
-		opt(&o)
-	}
-	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
 		panic(fmt.Errorf("echolimit: %w", err))
 	}
@@ -39,10 +33,10 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		return func(c echo.Context) error {
 			v := p.Decide(c.Request().Context(), request{c})
 			switch v.Action {
-			case core.Continue:
+			case policy.Continue:
 				v.WriteHeaders(c.Response().Header())
 				return next(c)
-			case core.Deny:
+			case policy.Deny:
 				v.WriteHeaders(c.Response().Header())
 				if o.deny != nil {
 					return o.deny(c, v.Result)
@@ -51,7 +45,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 				if o.onError != nil {
 					return o.onError(c, v.Err)
 				}
-				if !o.problem {
+				if !p.ProblemJSON() {
 					return echo.NewHTTPError(v.Status).SetInternal(v.Err)
 				}
 			}
@@ -60,3 +54,6 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		}
 	}
 }
+
+// native is the framework's request behind the view a policy is given.
+func native(r keyfunc.Request) echo.Context { return r.(request).c }

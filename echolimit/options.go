@@ -1,106 +1,44 @@
 package echolimit
 
 import (
-	"time"
-
 	"github.com/labstack/echo/v4"
+
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
-// Option configures the middleware that [New] returns. When an option is
-// passed twice, the last one wins. A nil Option makes New panic.
-type Option func(*options)
+// Option configures the middleware that [New] returns: the options every
+// adapter shares, defined once in package policy, and this package's deny
+// and error handlers. When an option is passed twice, the last one wins. A
+// nil Option makes New panic.
+type Option = policy.Option[echo.Context, handlers]
 
-type options struct {
-	policy  []core.PolicyOption
+// handlers holds the settings only this adapter has.
+type handlers struct {
 	deny    func(echo.Context, core.Result) error
 	onError func(echo.Context, error) error
-	problem bool
 }
 
-// WithSkip exempts requests for which f reports true, such as health checks
-// or an allowlist: they pass without a decision and without rate-limit
-// fields. f must be safe for concurrent use. A nil f skips nothing.
-//
-// Default: none skipped.
-func WithSkip(f func(echo.Context) bool) Option {
-	var g func(keyfunc.Request) bool
-	if f != nil {
-		g = func(r keyfunc.Request) bool { return f(r.(request).c) }
-	}
-	return policy(core.WithSkip(g))
-}
-
-// WithCost sets each request's cost in tokens. A cost below 1 or above the
-// limit's Burst fails the request (500 by default); it never passes
-// unlimited. f must be safe for concurrent use. A nil f costs 1.
-//
-// Default: 1 per request.
-func WithCost(f func(echo.Context) int) Option {
-	var g func(keyfunc.Request) int
-	if f != nil {
-		g = func(r keyfunc.Request) int { return f(r.(request).c) }
-	}
-	return policy(core.WithCost(g))
-}
-
-// WithLimitFunc chooses the limit per request, replacing the one given to
-// [New], for example by the tenant's plan. An error from f fails the
-// request like a key error (400 when it wraps [keyfunc.ErrNoKey], else
-// 500). Limits from [WithLimits] still apply. f must be safe for concurrent
-// use. A nil f uses New's limit.
-//
-// Default: the limit given to New.
-func WithLimitFunc(f func(echo.Context) (core.Limit, error)) Option {
-	var g func(keyfunc.Request) (core.Limit, error)
-	if f != nil {
-		g = func(r keyfunc.Request) (core.Limit, error) { return f(r.(request).c) }
-	}
-	return policy(core.WithLimitFunc(g))
-}
-
-// WithLimits adds limits checked and consumed together with the main one on
-// the same key, such as an hourly cap beside a per-second rate. New panics
-// if one is invalid.
-//
-// Default: none.
-func WithLimits(more ...core.Limit) Option { return policy(core.WithLimits(more...)) }
-
-// WithHeaders selects the rate-limit fields written on responses (see
-// [core.HeaderStyle]). Retry-After is sent on every 429 whatever the style.
-// New panics on an unknown style.
-//
-// Default: [core.HeadersLegacy].
-func WithHeaders(style core.HeaderStyle) Option { return policy(core.WithHeaders(style)) }
-
-// WithDryRun makes the middleware decide and set the rate-limit fields as
-// usual but let every request through, to try a new limit on live traffic.
-//
-// Default: false.
-func WithDryRun(on bool) Option { return policy(core.WithDryRun(on)) }
-
-// WithWait makes a request that would be denied wait up to max for its
-// tokens instead; one whose tokens cannot be due within max is denied at
-// once. The request's context ends the wait (answered 503 by default). Zero
-// disables waiting; New panics if max is negative.
-//
-// Default: 0.
-func WithWait(max time.Duration) Option { return policy(core.WithWait(max)) }
-
-// WithProblemJSON makes the default 429 body RFC 9457 problem details
-// (application/problem+json) instead of plain status text, and makes the
-// middleware answer failures itself with problem details instead of
-// returning an *echo.HTTPError, which echo's error handler would render as
-// its own JSON.
-//
-// Default: false.
-func WithProblemJSON(on bool) Option {
-	return func(o *options) {
-		o.problem = on
-		o.policy = append(o.policy, core.WithProblemJSON(on))
-	}
-}
+// The options every adapter shares, each documented in package policy.
+// Those that take a function pass it the request's echo.Context.
+var (
+	// WithSkip is [policy.WithSkip].
+	WithSkip = policy.WithSkip[echo.Context, handlers]
+	// WithCost is [policy.WithCost].
+	WithCost = policy.WithCost[echo.Context, handlers]
+	// WithLimitFunc is [policy.WithLimitFunc].
+	WithLimitFunc = policy.WithLimitFunc[echo.Context, handlers]
+	// WithLimits is [policy.WithLimits].
+	WithLimits = policy.WithLimits[echo.Context, handlers]
+	// WithHeaders is [policy.WithHeaders].
+	WithHeaders = policy.WithHeaders[echo.Context, handlers]
+	// WithDryRun is [policy.WithDryRun].
+	WithDryRun = policy.WithDryRun[echo.Context, handlers]
+	// WithWait is [policy.WithWait].
+	WithWait = policy.WithWait[echo.Context, handlers]
+	// WithProblemJSON is [policy.WithProblemJSON].
+	WithProblemJSON = policy.WithProblemJSON[echo.Context, handlers]
+)
 
 // WithDenyHandler sets the handler that answers denied requests; the
 // middleware returns what f returns, and never calls the next handler. The
@@ -110,7 +48,7 @@ func WithProblemJSON(on bool) Option {
 //
 // Default: 429 with the status text as a plain-text body.
 func WithDenyHandler(f func(c echo.Context, res core.Result) error) Option {
-	return func(o *options) { o.deny = f }
+	return func(c *policy.Config[echo.Context, handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -125,9 +63,5 @@ func WithDenyHandler(f func(c echo.Context, res core.Result) error) Option {
 // text as its message and err as its Internal error (see the package
 // documentation).
 func WithErrorHandler(f func(c echo.Context, err error) error) Option {
-	return func(o *options) { o.onError = f }
-}
-
-func policy(opt core.PolicyOption) Option {
-	return func(o *options) { o.policy = append(o.policy, opt) }
+	return func(c *policy.Config[echo.Context, handlers]) { c.Adapter.onError = f }
 }

@@ -12,7 +12,7 @@
 //	app.Get("/items/:id", fiberlimit.New(lim, core.PerSecond(5), keyfunc.Route()), items)
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
-// dry run, header values) is [core.Policy]'s; this package only adapts
+// dry run, header values) is [policy.Policy]'s; this package only adapts
 // fiber to it.
 //
 // # Answers

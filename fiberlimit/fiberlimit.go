@@ -6,13 +6,14 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // New returns fiber middleware that limits requests by key under limit, on
 // lim. One Limiter serves any number of middlewares; each names its own
 // limit and key function. The middleware is safe for concurrent use.
 //
-// Each request is run through a [core.Policy] with the context's user
+// Each request is run through a [policy.Policy] with the context's user
 // context (fiber.Ctx.UserContext): admitted requests get the rate-limit
 // fields and go on to the next handler; denied ones get the fields,
 // Retry-After and the deny handler (see [WithDenyHandler]); requests that
@@ -24,24 +25,17 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) fiber.Handler {
-	var o options
-	for i, opt := range opts {
-		if opt == nil {
-			panic(fmt.Sprintf("fiberlimit: option %d is nil", i))
-		}
-		opt(&o)
-	}
-	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
 		panic(fmt.Errorf("fiberlimit: %w", err))
 	}
 	return func(c *fiber.Ctx) error {
 		v := p.Decide(c.UserContext(), request{c})
 		switch v.Action {
-		case core.Continue:
+		case policy.Continue:
 			v.Headers(c.Set)
 			return c.Next()
-		case core.Deny:
+		case policy.Deny:
 			v.Headers(c.Set)
 			if o.deny != nil {
 				return o.deny(c, v.Result)
@@ -50,7 +44,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 			if o.onError != nil {
 				return o.onError(c, v.Err)
 			}
-			if !o.problem {
+			if !p.ProblemJSON() {
 				// Not wrapped: fiber's default error handler writes the
 				// error's whole text.
 				return fiber.NewError(v.Status)
@@ -61,3 +55,6 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		return c.Status(v.Status).Send(body)
 	}
 }
+
+// native is the framework's request behind the view a policy is given.
+func native(r keyfunc.Request) *fiber.Ctx { return r.(request).c }

@@ -11,7 +11,7 @@
 //	r.GET("/search", ginlimit.New(lim, core.PerSecond(5), keyfunc.IP()), search)
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
-// dry run, header values) is [core.Policy]'s; this package only adapts gin
+// dry run, header values) is [policy.Policy]'s; this package only adapts gin
 // to it.
 //
 // # Answers

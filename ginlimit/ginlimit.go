@@ -6,13 +6,14 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // New returns gin middleware that limits requests by key under limit, on
 // lim. One Limiter serves any number of middlewares; each names its own
 // limit and key function. The middleware is safe for concurrent use.
 //
-// Each request is run through a [core.Policy] with the request's context:
+// Each request is run through a [policy.Policy] with the request's context:
 // admitted requests get the rate-limit fields and go on down the chain;
 // denied ones get the fields, Retry-After and the deny handler (see
 // [WithDenyHandler]); requests that cannot be decided get the error handler
@@ -24,25 +25,18 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) gin.HandlerFunc {
-	var o options
-	for i, opt := range opts {
-		if opt == nil {
-			panic(fmt.Sprintf("ginlimit: option %d is nil", i))
-		}
-		opt(&o)
-	}
-	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
 		panic(fmt.Errorf("ginlimit: %w", err))
 	}
 	return func(c *gin.Context) {
 		v := p.Decide(c.Request.Context(), request{c})
 		switch v.Action {
-		case core.Continue:
+		case policy.Continue:
 			v.WriteHeaders(c.Writer.Header())
 			c.Next()
 			return
-		case core.Deny:
+		case policy.Deny:
 			v.WriteHeaders(c.Writer.Header())
 			if o.deny != nil {
 				o.deny(c, v.Result)
@@ -62,3 +56,6 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		c.Data(v.Status, ct, body)
 	}
 }
+
+// native is the framework's request behind the view a policy is given.
+func native(r keyfunc.Request) *gin.Context { return r.(request).c }

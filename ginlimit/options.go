@@ -1,97 +1,44 @@
 package ginlimit
 
 import (
-	"time"
-
 	"github.com/gin-gonic/gin"
+
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
-// Option configures the middleware that [New] returns. When an option is
-// passed twice, the last one wins. A nil Option makes New panic.
-type Option func(*options)
+// Option configures the middleware that [New] returns: the options every
+// adapter shares, defined once in package policy, and this package's deny
+// and error handlers. When an option is passed twice, the last one wins. A
+// nil Option makes New panic.
+type Option = policy.Option[*gin.Context, handlers]
 
-type options struct {
-	policy  []core.PolicyOption
+// handlers holds the settings only this adapter has.
+type handlers struct {
 	deny    func(*gin.Context, core.Result)
 	onError func(*gin.Context, error)
 }
 
-// WithSkip exempts requests for which f reports true, such as health checks
-// or an allowlist: they pass without a decision and without rate-limit
-// fields. f must be safe for concurrent use. A nil f skips nothing.
-//
-// Default: none skipped.
-func WithSkip(f func(*gin.Context) bool) Option {
-	var g func(keyfunc.Request) bool
-	if f != nil {
-		g = func(r keyfunc.Request) bool { return f(r.(request).c) }
-	}
-	return policy(core.WithSkip(g))
-}
-
-// WithCost sets each request's cost in tokens. A cost below 1 or above the
-// limit's Burst fails the request (500 by default); it never passes
-// unlimited. f must be safe for concurrent use. A nil f costs 1.
-//
-// Default: 1 per request.
-func WithCost(f func(*gin.Context) int) Option {
-	var g func(keyfunc.Request) int
-	if f != nil {
-		g = func(r keyfunc.Request) int { return f(r.(request).c) }
-	}
-	return policy(core.WithCost(g))
-}
-
-// WithLimitFunc chooses the limit per request, replacing the one given to
-// [New], for example by the tenant's plan. An error from f fails the
-// request like a key error (400 when it wraps [keyfunc.ErrNoKey], else
-// 500). Limits from [WithLimits] still apply. f must be safe for concurrent
-// use. A nil f uses New's limit.
-//
-// Default: the limit given to New.
-func WithLimitFunc(f func(*gin.Context) (core.Limit, error)) Option {
-	var g func(keyfunc.Request) (core.Limit, error)
-	if f != nil {
-		g = func(r keyfunc.Request) (core.Limit, error) { return f(r.(request).c) }
-	}
-	return policy(core.WithLimitFunc(g))
-}
-
-// WithLimits adds limits checked and consumed together with the main one on
-// the same key, such as an hourly cap beside a per-second rate. New panics
-// if one is invalid.
-//
-// Default: none.
-func WithLimits(more ...core.Limit) Option { return policy(core.WithLimits(more...)) }
-
-// WithHeaders selects the rate-limit fields written on responses (see
-// [core.HeaderStyle]). Retry-After is sent on every 429 whatever the style.
-// New panics on an unknown style.
-//
-// Default: [core.HeadersLegacy].
-func WithHeaders(style core.HeaderStyle) Option { return policy(core.WithHeaders(style)) }
-
-// WithDryRun makes the middleware decide and set the rate-limit fields as
-// usual but let every request through, to try a new limit on live traffic.
-//
-// Default: false.
-func WithDryRun(on bool) Option { return policy(core.WithDryRun(on)) }
-
-// WithWait makes a request that would be denied wait up to max for its
-// tokens instead; one whose tokens cannot be due within max is denied at
-// once. The request's context ends the wait (answered 503 by default). Zero
-// disables waiting; New panics if max is negative.
-//
-// Default: 0.
-func WithWait(max time.Duration) Option { return policy(core.WithWait(max)) }
-
-// WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
-// problem details (application/problem+json) instead of plain status text.
-//
-// Default: false.
-func WithProblemJSON(on bool) Option { return policy(core.WithProblemJSON(on)) }
+// The options every adapter shares, each documented in package policy.
+// Those that take a function pass it the request's *gin.Context.
+var (
+	// WithSkip is [policy.WithSkip].
+	WithSkip = policy.WithSkip[*gin.Context, handlers]
+	// WithCost is [policy.WithCost].
+	WithCost = policy.WithCost[*gin.Context, handlers]
+	// WithLimitFunc is [policy.WithLimitFunc].
+	WithLimitFunc = policy.WithLimitFunc[*gin.Context, handlers]
+	// WithLimits is [policy.WithLimits].
+	WithLimits = policy.WithLimits[*gin.Context, handlers]
+	// WithHeaders is [policy.WithHeaders].
+	WithHeaders = policy.WithHeaders[*gin.Context, handlers]
+	// WithDryRun is [policy.WithDryRun].
+	WithDryRun = policy.WithDryRun[*gin.Context, handlers]
+	// WithWait is [policy.WithWait].
+	WithWait = policy.WithWait[*gin.Context, handlers]
+	// WithProblemJSON is [policy.WithProblemJSON].
+	WithProblemJSON = policy.WithProblemJSON[*gin.Context, handlers]
+)
 
 // WithDenyHandler sets the handler that answers denied requests. The
 // rate-limit fields and Retry-After are already set on the response when it
@@ -100,7 +47,7 @@ func WithProblemJSON(on bool) Option { return policy(core.WithProblemJSON(on)) }
 //
 // Default: 429 with the status text as a plain-text body.
 func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
-	return func(o *options) { o.deny = f }
+	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -114,9 +61,5 @@ func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
 // missing key, 503 when the store is unavailable or the client gave up, and
 // 500 otherwise, with the status text as the body.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return func(o *options) { o.onError = f }
-}
-
-func policy(opt core.PolicyOption) Option {
-	return func(o *options) { o.policy = append(o.policy, opt) }
+	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.onError = f }
 }

@@ -11,7 +11,7 @@
 //	http.ListenAndServe(addr, httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant"))(mux))
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
-// dry run, header values) is [core.Policy]'s; this package only adapts
+// dry run, header values) is [policy.Policy]'s; this package only adapts
 // net/http to it.
 //
 // # Answers

@@ -6,13 +6,14 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // New returns middleware that limits requests by key under limit, on lim.
 // One Limiter serves any number of middlewares; each names its own limit
 // and key function. The middleware is safe for concurrent use.
 //
-// Each request is run through a [core.Policy] with the request's context:
+// Each request is run through a [policy.Policy] with the request's context:
 // admitted requests get the rate-limit fields and go on to the next
 // handler; denied ones get the fields, Retry-After and the deny handler
 // (see [WithDenyHandler]); requests that cannot be decided get the error
@@ -24,14 +25,7 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
-	var o options
-	for i, opt := range opts {
-		if opt == nil {
-			panic(fmt.Sprintf("httplimit: option %d is nil", i))
-		}
-		opt(&o)
-	}
-	p, err := core.NewPolicy(lim, limit, key, o.policy...)
+	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
 		panic(fmt.Errorf("httplimit: %w", err))
 	}
@@ -39,10 +33,10 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			v := p.Decide(r.Context(), request{r})
 			switch v.Action {
-			case core.Continue:
+			case policy.Continue:
 				v.WriteHeaders(w.Header())
 				next.ServeHTTP(w, r)
-			case core.Deny:
+			case policy.Deny:
 				v.WriteHeaders(w.Header())
 				if o.deny != nil {
 					o.deny(w, r, v.Result)
@@ -61,7 +55,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 }
 
 // write sends the verdict's default answer, as http.Error does.
-func write(w http.ResponseWriter, v *core.Verdict) {
+func write(w http.ResponseWriter, v *policy.Verdict) {
 	ct, body := v.Body()
 	h := w.Header()
 	h.Set("Content-Type", ct)
@@ -69,3 +63,6 @@ func write(w http.ResponseWriter, v *core.Verdict) {
 	w.WriteHeader(v.Status)
 	_, _ = w.Write(body)
 }
+
+// native is the framework's request behind the view a policy is given.
+func native(r keyfunc.Request) *http.Request { return r.(request).r }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // OK is the body, sent as plain text with status 200, of every route
@@ -83,7 +84,7 @@ type Middleware struct {
 	Cost        func(Call) int
 	LimitFunc   func(Call) (core.Limit, error)
 	Limits      []core.Limit
-	Headers     core.HeaderStyle
+	Headers     policy.HeaderStyle
 	DryRun      bool
 	Wait        time.Duration
 	ProblemJSON bool

@@ -1,6 +1,6 @@
 // Package adaptertest holds the conformance scenarios for sluice adapters:
 // one table of requests and expected answers that every rate-limiting
-// middleware built on [core.Policy] must pass, whatever its framework.
+// middleware built on [policy.Policy] must pass, whatever its framework.
 //
 // sluice's own adapters (httplimit, ginlimit, echolimit and fiberlimit) run
 // it in their tests, and so can anyone writing an adapter for another

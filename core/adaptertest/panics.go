@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // RunPanics checks that an adapter's constructor panics on each programming
@@ -34,7 +35,7 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "invalid limit", lim: lim, m: Middleware{Limit: core.PerSecond(0), Key: keyfunc.IP()}, invalid: true},
 		{name: "invalid extra limit", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Limits: []core.Limit{{Rate: 1}}}, invalid: true},
 		{name: "negative wait", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Wait: -time.Second}},
-		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: core.HeadersNone + 1}},
+		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: policy.HeadersNone + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Answers shared by the scenarios.
@@ -209,7 +210,7 @@ func Scenarios() []Scenario {
 		{
 			Name:    "IETF fields",
 			Limiter: FrozenRedis,
-			Use:     &Middleware{Limit: core.PerMinute(2).WithName("api"), Key: keyfunc.Static("all"), Headers: core.HeadersIETF},
+			Use:     &Middleware{Limit: core.PerMinute(2).WithName("api"), Key: keyfunc.Static("all"), Headers: policy.HeadersIETF},
 			Routes:  items,
 			Steps: []Step{
 				{Request: get("/items/1"), Want: Want{Status: 200, Header: ietf(`"api";q=2;w=60`, `"api";r=1;t=30`), Absent: legacyFields}},
@@ -222,7 +223,7 @@ func Scenarios() []Scenario {
 		{
 			Name:    "legacy and IETF fields together",
 			Limiter: FrozenRedis,
-			Use:     &Middleware{Limit: core.PerMinute(2), Key: keyfunc.Static("all"), Headers: core.HeadersBoth},
+			Use:     &Middleware{Limit: core.PerMinute(2), Key: keyfunc.Static("all"), Headers: policy.HeadersBoth},
 			Routes:  items,
 			Steps: []Step{
 				{Request: get("/items/1"), Want: Want{Status: 200, Header: with(legacy(2, 1, 30),
@@ -232,7 +233,7 @@ func Scenarios() []Scenario {
 		{
 			Name:    "no rate-limit fields but Retry-After",
 			Limiter: Memory,
-			Use:     &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), Headers: core.HeadersNone},
+			Use:     &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), Headers: policy.HeadersNone},
 			Routes:  items,
 			Steps: []Step{
 				{Request: get("/items/1"), Want: Want{Status: 200, Absent: allFields}},

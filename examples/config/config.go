@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Config is a validated configuration file. Parse returns it; build turns
@@ -22,7 +23,7 @@ type Config struct {
 	Redis            RedisConfig
 	Policy           core.FailurePolicy
 	FallbackReplicas int
-	Headers          core.HeaderStyle
+	Headers          policy.HeaderStyle
 	ProblemJSON      bool
 	TrustedProxies   []netip.Prefix
 	TrustedHeader    string
@@ -383,7 +384,7 @@ func (s *source) config(root *node) *Config {
 		Redis:            RedisConfig{Prefix: "sluice:", Timeout: 50 * time.Millisecond, Batching: 4},
 		Policy:           core.FallbackLocal,
 		FallbackReplicas: 1,
-		Headers:          core.HeadersLegacy,
+		Headers:          policy.HeadersLegacy,
 		Plans:            map[string]core.Limit{},
 	}
 	if root.kind != kindObject {
@@ -409,7 +410,7 @@ func (s *source) config(root *node) *Config {
 	}
 	if v := o.get("headers"); v != nil {
 		if name, ok := s.str(v, "headers"); ok {
-			styles := map[string]core.HeaderStyle{"legacy": core.HeadersLegacy, "ietf": core.HeadersIETF, "both": core.HeadersBoth, "none": core.HeadersNone}
+			styles := map[string]policy.HeaderStyle{"legacy": policy.HeadersLegacy, "ietf": policy.HeadersIETF, "both": policy.HeadersBoth, "none": policy.HeadersNone}
 			if st, known := styles[name]; known {
 				cfg.Headers = st
 			} else {

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // tenant is what authentication learned about the caller. Its String is the
@@ -111,12 +112,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			return core.Limit{}, fmt.Errorf("tenant %q has no plan %q", t.name, t.plan)
 		}),
-		httplimit.WithHeaders(core.HeadersBoth))
+		httplimit.WithHeaders(policy.HeadersBoth))
 	// On trial: 50 a minute for free tenants. A dry run decides and
 	// observes, but lets every request through; HeadersNone keeps its
 	// fields from replacing the real plan's on the response.
 	freeTrial := httplimit.New(trial, core.PerMinute(50).WithName("free-50"), byTenant,
-		httplimit.WithDryRun(true), httplimit.WithHeaders(core.HeadersNone),
+		httplimit.WithDryRun(true), httplimit.WithHeaders(policy.HeadersNone),
 		httplimit.WithSkip(func(r *http.Request) bool {
 			t, _ := r.Context().Value(tenantKey).(tenant)
 			return t.plan != "free"

@@ -1,4 +1,4 @@
-package core
+package policy
 
 import (
 	"context"
@@ -8,8 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
 )
+
+// The tests' middleware takes the request view itself as its native
+// request, and has no adapter settings.
+type (
+	req = keyfunc.Request
+	opt = Option[req, struct{}]
+)
+
+func self(r keyfunc.Request) keyfunc.Request { return r }
 
 // fakeReq is a keyfunc.Request for policy tests.
 type fakeReq struct {
@@ -29,23 +39,24 @@ func headersOf(v Verdict) map[string]string {
 	return h
 }
 
-func newTestPolicy(t *testing.T, limit Limit, key keyfunc.Func, opts ...PolicyOption) (*Policy, *int64) {
+// newTestPolicy builds a policy on an in-memory limiter. The tests run
+// on the real clock: each makes its requests within microseconds, far from
+// the whole seconds the header fields are rounded to.
+func newTestPolicy(t *testing.T, limit core.Limit, key keyfunc.Func, opts ...opt) *Policy {
 	t.Helper()
-	lim, err := NewMemory()
+	lim, err := core.NewMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := int64(1_000_000_000_000)
-	lim.now = func() int64 { return now }
-	p, err := NewPolicy(lim, limit, key, opts...)
+	p, _, err := New(lim, limit, key, self, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, &now
+	return p
 }
 
 func TestPolicyHeaders(t *testing.T) {
-	limit := Limit{Name: "api", Rate: 2, Period: 3 * time.Second, Burst: 2}
+	limit := core.Limit{Name: "api", Rate: 2, Period: 3 * time.Second, Burst: 2}
 	tests := []struct {
 		name  string
 		style HeaderStyle
@@ -65,7 +76,7 @@ func TestPolicyHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, _ := newTestPolicy(t, limit, keyfunc.Static("x"), WithHeaders(tt.style))
+			p := newTestPolicy(t, limit, keyfunc.Static("x"), WithHeaders[req, struct{}](tt.style))
 			for i, want := range tt.want {
 				v := p.Decide(context.Background(), fakeReq{})
 				if got := headersOf(v); !maps.Equal(got, want) {
@@ -79,7 +90,7 @@ func TestPolicyHeaders(t *testing.T) {
 func TestPolicyVerdicts(t *testing.T) {
 	ctx := context.Background()
 	t.Run("deny body and status", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"))
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Static("x"))
 		p.Decide(ctx, fakeReq{})
 		v := p.Decide(ctx, fakeReq{})
 		ct, body := v.Body()
@@ -88,7 +99,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	})
 	t.Run("problem json", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithProblemJSON(true))
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Static("x"), WithProblemJSON[req, struct{}](true))
 		p.Decide(ctx, fakeReq{})
 		v := p.Decide(ctx, fakeReq{})
 		ct, body := v.Body()
@@ -98,7 +109,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	})
 	t.Run("missing key is 400, never a pass", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Tenant("X-Tenant"))
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Tenant("X-Tenant"))
 		v := p.Decide(ctx, fakeReq{})
 		if v.Action != Fail || v.Status != 400 || !errors.Is(v.Err, keyfunc.ErrNoKey) {
 			t.Fatalf("Decide = %+v", v)
@@ -107,14 +118,21 @@ func TestPolicyVerdicts(t *testing.T) {
 			t.Fatalf("body leaks the error: %s", body)
 		}
 	})
+	t.Run("an empty key from a custom key function is 400", func(t *testing.T) {
+		empty := func(keyfunc.Request) (string, error) { return "", nil }
+		p := newTestPolicy(t, core.PerMinute(1), empty)
+		if v := p.Decide(ctx, fakeReq{}); v.Action != Fail || v.Status != 400 || !errors.Is(v.Err, keyfunc.ErrNoKey) {
+			t.Fatalf("Decide = %+v", v)
+		}
+	})
 	t.Run("cost above burst is 500", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(2), keyfunc.Static("x"), WithCost(func(keyfunc.Request) int { return 3 }))
-		if v := p.Decide(ctx, fakeReq{}); v.Action != Fail || v.Status != 500 || !errors.Is(v.Err, ErrInvalidLimit) {
+		p := newTestPolicy(t, core.PerMinute(2), keyfunc.Static("x"), WithCost[req, struct{}](func(keyfunc.Request) int { return 3 }))
+		if v := p.Decide(ctx, fakeReq{}); v.Action != Fail || v.Status != 500 || !errors.Is(v.Err, core.ErrInvalidLimit) {
 			t.Fatalf("Decide = %+v", v)
 		}
 	})
 	t.Run("skip", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithSkip(func(r keyfunc.Request) bool { return r.Route() == "/healthz" }))
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Static("x"), WithSkip[req, struct{}](func(r keyfunc.Request) bool { return r.Route() == "/healthz" }))
 		for range 3 {
 			v := p.Decide(ctx, fakeReq{route: "/healthz"})
 			if v.Action != Continue || len(headersOf(v)) != 0 {
@@ -123,7 +141,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	})
 	t.Run("dry run", func(t *testing.T) {
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Static("x"), WithDryRun(true))
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Static("x"), WithDryRun[req, struct{}](true))
 		p.Decide(ctx, fakeReq{})
 		v := p.Decide(ctx, fakeReq{})
 		if v.Action != Continue || v.Result.Allowed || headersOf(v)["X-RateLimit-Remaining"] != "0" {
@@ -131,16 +149,16 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	})
 	t.Run("limit per request with extra limit", func(t *testing.T) {
-		plans := map[string]Limit{"free": PerMinute(1), "pro": PerMinute(3)}
-		p, _ := newTestPolicy(t, PerMinute(1), keyfunc.Tenant("X-Tenant"),
-			WithLimitFunc(func(r keyfunc.Request) (Limit, error) {
+		plans := map[string]core.Limit{"free": core.PerMinute(1), "pro": core.PerMinute(3)}
+		p := newTestPolicy(t, core.PerMinute(1), keyfunc.Tenant("X-Tenant"),
+			WithLimitFunc[req, struct{}](func(r keyfunc.Request) (core.Limit, error) {
 				l, ok := plans[r.Header("X-Plan")]
 				if !ok {
-					return Limit{}, keyfunc.ErrNoKey
+					return core.Limit{}, keyfunc.ErrNoKey
 				}
 				return l, nil
 			}),
-			WithLimits(PerHour(100)))
+			WithLimits[req, struct{}](core.PerHour(100)))
 		count := func(tenant, plan string) int {
 			n := 0
 			for range 5 {
@@ -161,17 +179,20 @@ func TestPolicyVerdicts(t *testing.T) {
 		}
 	})
 	t.Run("invalid setup", func(t *testing.T) {
-		lim, _ := NewMemory()
-		if _, err := NewPolicy(nil, PerMinute(1), keyfunc.IP()); err == nil {
+		lim, _ := core.NewMemory()
+		if _, _, err := New(lim, core.PerMinute(1), keyfunc.IP(), self, opt(nil)); err == nil || !strings.Contains(err.Error(), "option 0 is nil") {
+			t.Fatalf("nil option: %v", err)
+		}
+		if _, _, err := New[req, struct{}](nil, core.PerMinute(1), keyfunc.IP(), self); err == nil {
 			t.Fatal("nil limiter accepted")
 		}
-		if _, err := NewPolicy(lim, PerMinute(1), nil); err == nil {
+		if _, _, err := New[req, struct{}](lim, core.PerMinute(1), nil, self); err == nil {
 			t.Fatal("nil key accepted")
 		}
-		if _, err := NewPolicy(lim, Limit{}, keyfunc.IP()); !errors.Is(err, ErrInvalidLimit) {
+		if _, _, err := New[req, struct{}](lim, core.Limit{}, keyfunc.IP(), self); !errors.Is(err, core.ErrInvalidLimit) {
 			t.Fatalf("zero limit: %v", err)
 		}
-		if _, err := NewPolicy(lim, PerMinute(1), keyfunc.IP(), WithWait(-time.Second)); err == nil {
+		if _, _, err := New[req, struct{}](lim, core.PerMinute(1), keyfunc.IP(), self, WithWait[req, struct{}](-time.Second)); err == nil {
 			t.Fatal("negative wait accepted")
 		}
 	})

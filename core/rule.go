@@ -1,0 +1,73 @@
+package core
+
+import (
+	"context"
+	"errors"
+)
+
+// Rule is a set of limits compiled once and bound to the [Limiter] that
+// made it: the limits' validation, fingerprint and script arguments are
+// done when it is prepared, not on each call. Its methods are those of the
+// Limiter without the limits argument, and decide exactly as the Limiter's
+// do with the same limits (the same buckets in Redis).
+//
+// Prepare a Rule where the limits are known ahead, such as a middleware or
+// a login handler:
+//
+//	login, err := lim.Prepare(core.PerMinute(5), core.PerHour(20))
+//	...
+//	res, err := login.Allow(ctx, "user:"+id)
+//
+// A Rule is safe for concurrent use and needs no closing. Its zero value is
+// not usable; get one from [Limiter.Prepare].
+type Rule struct {
+	lim *Limiter
+	p   *plan
+}
+
+// Prepare validates and compiles limits, checked and consumed together on
+// each key, into a [Rule]. It returns an error wrapping [ErrInvalidLimit]
+// for no limits, more than eight, or an invalid one.
+func (l *Limiter) Prepare(limits ...Limit) (*Rule, error) {
+	p, err := l.plans.get(limits)
+	if err != nil {
+		return nil, err
+	}
+	return &Rule{lim: l, p: p}, nil
+}
+
+// Limits returns a copy of the rule's limits, in the order they were
+// given.
+func (r *Rule) Limits() []Limit { return append([]Limit(nil), r.p.limits...) }
+
+// Allow is shorthand for [Rule.AllowN] with a cost of 1.
+func (r *Rule) Allow(ctx context.Context, key string) (Result, error) {
+	res, _, err := r.lim.admit(ctx, key, r.p, 1, 0)
+	return res, err
+}
+
+// AllowN is [Limiter.AllowN] under the rule's limits.
+func (r *Rule) AllowN(ctx context.Context, key string, n int) (Result, error) {
+	res, _, err := r.lim.admit(ctx, key, r.p, n, 0)
+	return res, err
+}
+
+// Wait is [Limiter.Wait] under the rule's limits.
+func (r *Rule) Wait(ctx context.Context, key string, n int) (Result, error) {
+	return r.lim.wait(ctx, key, r.p, n)
+}
+
+// Peek is [Limiter.Peek] under the rule's limits.
+func (r *Rule) Peek(ctx context.Context, key string) (Result, error) {
+	return r.lim.peek(ctx, key, r.p)
+}
+
+// Reset is [Limiter.Reset] under the rule's limits.
+func (r *Rule) Reset(ctx context.Context, key string) error {
+	return r.lim.reset(ctx, key, r.p)
+}
+
+// errEmptyKey is returned for an empty key: every key must name something.
+// Key functions report a missing key with their own error before the
+// limiter is called.
+var errEmptyKey = errors.New("core: empty key")

@@ -1,0 +1,22 @@
+// Package policy is what a rate-limiting middleware does with a request,
+// written once for every framework: skip it, find its key, choose its
+// limits and cost, ask the engine (or wait for tokens), and say what to
+// answer: the status, the rate-limit header fields and the body.
+//
+// The adapters (httplimit, ginlimit, echolimit, fiberlimit) only translate:
+// each wraps its framework's request in a [keyfunc.Request], calls
+// [Policy.Decide], and writes the [Verdict] the way its framework expects.
+// Their options are this package's, instantiated for the framework's
+// request type, so the four cannot drift apart:
+//
+//	// in ginlimit:
+//	type Option = policy.Option[*gin.Context, handlers]
+//	var WithSkip = policy.WithSkip[*gin.Context, handlers]
+//
+// Users of an adapter never need this package, except to name a
+// [HeaderStyle]. Someone writing an adapter for another framework builds
+// on [New] and runs the conformance table in the adaptertest package.
+//
+// The engine that decides a key lives in core; this package decides a
+// request.
+package policy

@@ -1,0 +1,110 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Option configures a middleware whose framework passes requests as C (the
+// framework's context or request type). H holds the adapter's own settings,
+// such as its deny and error handlers, which only the adapter defines.
+// When an option is passed twice, the last one wins.
+type Option[C, H any] func(*Config[C, H])
+
+// Config is what the options of one middleware set. Only this package and
+// the adapter that instantiates it touch it: the adapter's own options set
+// Adapter, and [New] returns it.
+type Config[C, H any] struct {
+	// Adapter holds the adapter's own settings.
+	Adapter H
+
+	skip    func(C) bool
+	cost    func(C) int
+	limitFn func(C) (core.Limit, error)
+	extra   []core.Limit
+	headers HeaderStyle
+	dryRun  bool
+	wait    time.Duration
+	problem bool
+}
+
+// WithSkip exempts requests for which f reports true, such as health checks
+// or an allowlist: they pass without a decision and without rate-limit
+// fields. f must be safe for concurrent use. A nil f skips nothing.
+//
+// Default: none skipped.
+func WithSkip[C, H any](f func(C) bool) Option[C, H] {
+	return func(c *Config[C, H]) { c.skip = f }
+}
+
+// WithCost sets each request's cost in tokens. A cost below 1 or above the
+// limit's Burst fails the request (500 by default); it never passes
+// unlimited. f must be safe for concurrent use. A nil f costs 1.
+//
+// Default: 1 per request.
+func WithCost[C, H any](f func(C) int) Option[C, H] {
+	return func(c *Config[C, H]) { c.cost = f }
+}
+
+// WithLimitFunc chooses the limit per request, replacing the one given to
+// the middleware, for example by the tenant's plan (free 60/min, pro
+// 600/min). An error from f fails the request like a key error (400 when it
+// wraps [keyfunc.ErrNoKey], else 500). Limits from [WithLimits] still
+// apply. f must be safe for concurrent use. A nil f uses the middleware's
+// limit.
+//
+// Default: the limit given to the middleware for every request.
+func WithLimitFunc[C, H any](f func(C) (core.Limit, error)) Option[C, H] {
+	return func(c *Config[C, H]) { c.limitFn = f }
+}
+
+// WithLimits adds limits checked and consumed together with the main one on
+// the same key, such as an hourly cap beside a per-second rate. The
+// middleware's constructor fails (an adapter panics) if one is invalid.
+//
+// Default: none.
+func WithLimits[C, H any](more ...core.Limit) Option[C, H] {
+	return func(c *Config[C, H]) { c.extra = append([]core.Limit(nil), more...) }
+}
+
+// WithHeaders selects the rate-limit fields written on responses (see
+// [HeaderStyle]). Retry-After is sent on every 429 whatever the style. The
+// constructor fails (an adapter panics) on an unknown style.
+//
+// Default: [HeadersLegacy].
+func WithHeaders[C, H any](style HeaderStyle) Option[C, H] {
+	return func(c *Config[C, H]) { c.headers = style }
+}
+
+// WithDryRun makes the middleware decide and set the rate-limit fields as
+// usual but let every request through, to try a new limit on live traffic:
+// the verdict's Result tells what would have happened.
+//
+// Default: false.
+func WithDryRun[C, H any](on bool) Option[C, H] {
+	return func(c *Config[C, H]) { c.dryRun = on }
+}
+
+// WithWait makes a request that would be denied wait up to max for its
+// tokens instead (traffic smoothing): it reserves them and continues when
+// they are due. One whose tokens cannot be due within max is denied at
+// once, reserving nothing. The request's context ends the wait (answered
+// 503 by default). Zero disables waiting; the constructor fails (an adapter
+// panics) if max is negative.
+//
+// Default: 0.
+func WithWait[C, H any](max time.Duration) Option[C, H] {
+	return func(c *Config[C, H]) { c.wait = max }
+}
+
+// WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
+// problem details (application/problem+json) instead of plain status text.
+// Adapters whose framework has an error type of its own (echo, fiber)
+// answer failures by returning that error unless this is on; with it on,
+// they answer failures themselves with problem details, as the others do.
+//
+// Default: false.
+func WithProblemJSON[C, H any](on bool) Option[C, H] {
+	return func(c *Config[C, H]) { c.problem = on }
+}

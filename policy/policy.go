@@ -1,0 +1,185 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// Policy decides requests for one middleware: its limit, key function and
+// options. A Policy is safe for concurrent use. Create one with [New].
+type Policy struct {
+	key     keyfunc.Func
+	base    *rule
+	rules   ruleCache
+	skip    func(keyfunc.Request) bool
+	cost    func(keyfunc.Request) int
+	limitFn func(keyfunc.Request) (core.Limit, error)
+	headers HeaderStyle
+	dryRun  bool
+	wait    time.Duration
+	problem bool
+}
+
+// New returns the policy limiting requests by key under limit on lim,
+// configured by opts, and the adapter's own settings as the options left
+// them. native turns the request view the adapter passes to
+// [Policy.Decide] back into the framework's request, for the options that
+// take a function of it; it must not allocate.
+//
+// New returns an error for a nil limiter, key function or option, an
+// invalid limit or extra limit (wrapping [core.ErrInvalidLimit]), a
+// negative wait or an unknown header style. Adapters panic with it, as
+// their constructors document.
+func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
+	var cfg Config[C, H]
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, cfg.Adapter, fmt.Errorf("option %d is nil", i)
+		}
+		opt(&cfg)
+	}
+	if lim == nil {
+		return nil, cfg.Adapter, errors.New("nil Limiter")
+	}
+	if key == nil {
+		return nil, cfg.Adapter, errors.New("nil key function")
+	}
+	if cfg.wait < 0 {
+		return nil, cfg.Adapter, fmt.Errorf("WithWait: negative duration %s", cfg.wait)
+	}
+	if cfg.headers < HeadersLegacy || cfg.headers > HeadersNone {
+		return nil, cfg.Adapter, fmt.Errorf("WithHeaders: unknown style %d", cfg.headers)
+	}
+	p := &Policy{key: key, rules: ruleCache{lim: lim, extra: cfg.extra}, headers: cfg.headers,
+		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
+	if f := cfg.skip; f != nil {
+		p.skip = func(r keyfunc.Request) bool { return f(native(r)) }
+	}
+	if f := cfg.cost; f != nil {
+		p.cost = func(r keyfunc.Request) int { return f(native(r)) }
+	}
+	if f := cfg.limitFn; f != nil {
+		p.limitFn = func(r keyfunc.Request) (core.Limit, error) { return f(native(r)) }
+	}
+	base, err := p.rules.get(limit)
+	if err != nil {
+		return nil, cfg.Adapter, err
+	}
+	p.base = base
+	return p, cfg.Adapter, nil
+}
+
+// ProblemJSON reports whether [WithProblemJSON] is on: an adapter whose
+// framework has its own error type returns that error for a failure only
+// when it is off.
+func (p *Policy) ProblemJSON() bool { return p.problem }
+
+// Action is what the adapter must do with a request.
+type Action int8
+
+const (
+	// Continue passes the request on, after writing the verdict's
+	// headers.
+	Continue Action = iota
+	// Deny answers 429 (or calls the user's deny handler), with the
+	// verdict's headers, Retry-After included.
+	Deny
+	// Fail answers the verdict's Status (or calls the user's error
+	// handler with Err).
+	Fail
+)
+
+// Verdict is a policy's answer for one request.
+type Verdict struct {
+	// Action says what to do.
+	Action Action
+	// Result is the limiter's decision; zero when skipped or failed.
+	Result core.Result
+	// Err is why the request failed, for Fail: it wraps
+	// [keyfunc.ErrNoKey], [core.ErrUnavailable], [core.ErrInvalidLimit]
+	// or a context error.
+	Err error
+	// Status is the HTTP status of the default answer: 429 for Deny; for
+	// Fail 400 (no key), 503 (store unavailable under FailClosed, or the
+	// request gave up while waiting) or 500 (anything else); 0 for
+	// Continue.
+	Status int
+
+	style   HeaderStyle
+	rule    *rule
+	decided bool
+	problem bool
+}
+
+// Decide runs the policy for one request. It never panics on request
+// content; failures come back as a Verdict with Action Fail.
+func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
+	if p.skip != nil && p.skip(r) {
+		return Verdict{Action: Continue}
+	}
+	key, err := p.key(r)
+	if err == nil && key == "" {
+		err = fmt.Errorf("policy: the key function returned an empty key: %w", keyfunc.ErrNoKey)
+	}
+	if err != nil {
+		return p.fail(err)
+	}
+	rl := p.base
+	if p.limitFn != nil {
+		l, err := p.limitFn(r)
+		if err != nil {
+			return p.fail(err)
+		}
+		if rl, err = p.rules.get(l); err != nil {
+			return p.fail(err)
+		}
+	}
+	n := 1
+	if p.cost != nil {
+		n = p.cost(r)
+	}
+	var res core.Result
+	if p.wait > 0 {
+		res, err = p.waitFor(ctx, key, rl, n)
+	} else {
+		res, err = rl.engine.AllowN(ctx, key, n)
+	}
+	if err != nil {
+		return p.fail(err)
+	}
+	v := Verdict{Result: res, style: p.headers, rule: rl, decided: true, problem: p.problem}
+	if !res.Allowed && !p.dryRun {
+		v.Action, v.Status = Deny, 429
+	}
+	return v
+}
+
+// waitFor reserves n tokens due within the policy's wait and sleeps until
+// they are.
+func (p *Policy) waitFor(ctx context.Context, key string, rl *rule, n int) (core.Result, error) {
+	wctx, cancel := context.WithTimeout(ctx, p.wait)
+	defer cancel()
+	res, err := rl.engine.Wait(wctx, key, n)
+	if err != nil && res.Allowed && ctx.Err() == nil {
+		// Our own bound ended the sleep as the tokens fell due: the
+		// reservation stands.
+		err = nil
+	}
+	return res, err
+}
+
+func (p *Policy) fail(err error) Verdict {
+	v := Verdict{Action: Fail, Err: err, Status: 500, problem: p.problem}
+	switch {
+	case errors.Is(err, keyfunc.ErrNoKey):
+		v.Status = 400
+	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		v.Status = 503
+	}
+	return v
+}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // BenchmarkLocalDecide is the local store's decision on a known key: the

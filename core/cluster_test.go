@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // These tests run the limiter against a real Redis Cluster of three masters

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // TestFailoverTable measures, on the real Sentinel and Cluster kits, how

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // flakyScripter fails the script calls for which fail returns true, at

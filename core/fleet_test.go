@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // waitFleet polls until every limiter counts want members, or fails after

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/redistest"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // exhausted is a key whose bucket a writer emptied through the limiter.

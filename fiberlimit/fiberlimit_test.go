@@ -9,7 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/valyala/fasthttp"
 )

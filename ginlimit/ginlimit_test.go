@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 

@@ -3,7 +3,7 @@ package adaptertest_test
 import (
 	"fmt"
 
-	"github.com/sluicehq/sluice/core/adaptertest"
+	"github.com/sluicehq/sluice/adaptertest"
 )
 
 func ExampleRoute_ColonPattern() {

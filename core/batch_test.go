@@ -82,7 +82,7 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], setTime
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, _ := decide(b, now.UnixMicro(), c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now.UnixMicro(), c.plan.ticks, c.cost, c.maxWait, c.penalty)
 			if m.Res != want {
 				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.key, m.Res, want)
 			}

@@ -1,27 +1,36 @@
 -- sluice: exact token buckets (GCRA), one or more per key, decided atomically.
 --
--- The script's protocol, the one description of it (store_redis.go builds
--- the arguments and decodes the reply by it):
+-- The layout table: the script's protocol, described here and nowhere else.
+-- Everything else points here: in Go, store_redis.go builds the arguments
+-- (appendArgs the lone form, scriptArgs the batch form) and decodes the
+-- reply (parseReply), and gcra.go's stepBucket is the model of the arithmetic;
+-- docs/architecture.md describes the round trip. Names are the script's
+-- own. A limit travels in ticks, as limit.go's tickLimit: ticks_per_us,
+-- ticks_per_event and burst are its r, p and b.
 --
 -- KEYS     one bucket per key, decided in order.
 --
 -- ARGV, lone form (#ARGV < 8): one key under one limit. Trailing
 -- arguments at their default are left out: a plain Allow sends three.
---   | 1..3 | r, p, b  | the limit: one microsecond is r ticks, one      |
---   |      |          | event p ticks, capacity b events                |
---   | 4    | cost     | events taken; absent: 1; 0 peeks: the reply of  |
---   |      |          | a request taking nothing, and nothing written   |
---   | 5    | max_wait | microseconds a reservation may wait; absent: 0  |
---   | 6    | penalty  | microseconds a denial locks the key; absent: 0  |
+--   | 1 | ticks_per_us    | r: one microsecond is r ticks                  |
+--   | 2 | ticks_per_event | p: one event is p ticks                        |
+--   | 3 | burst           | b: the capacity, in events (b * p ticks)       |
+--   | 4 | cost            | events taken; absent: 1; 0 peeks: the reply of |
+--   |   |                 | a request taking nothing, and nothing written  |
+--   | 5 | max_wait_us     | how long a reservation may wait; absent: 0     |
+--   | 6 | penalty_us      | how long a denial locks the key; absent: 0     |
 --
 -- ARGV, batch form (#ARGV >= 8): any keys, in groups of equal numbers.
---   | 1         | g        | the number of groups                       |
---   | then, per | cost,    | as in the lone form                        |
---   | group     | max_wait,|                                            |
---   |           | penalty  |                                            |
---   |           | n        | the number of limits, 1 to 8               |
---   |           | r, p, b  | n times, one limit each                    |
---   | then      | group    | with g > 1 only: each key's group, 1-based |
+--   | 1         | ngroups          | the number of groups                  |
+--   | then, per | cost             | as in the lone form                   |
+--   | group     | max_wait_us      | as in the lone form                   |
+--   |           | penalty_us       | as in the lone form                   |
+--   |           | nlimits          | the number of limits, 1 to 8          |
+--   |           | ticks_per_us,    | nlimits times, one limit each, as in  |
+--   |           | ticks_per_event, | the lone form                         |
+--   |           | burst            |                                       |
+--   | then      | group            | with ngroups > 1 only: each key's     |
+--   |           |                  | group, 1-based, in key order          |
 --   A batch of one group of one limit, the usual case, has 8 arguments
 --   and nothing per key.
 --
@@ -43,10 +52,15 @@
 -- key (with the first key's error): then the batch fails as a lone call
 -- does, with Redis's error code.
 --
--- Stored: "lock tat1 frac1 tat2 frac2 ..." in decimal: lock is the
--- microsecond a penalty lock ends (0 for none); each limit's theoretical
--- arrival time is tat microseconds plus frac/r. Every write sets an expiry
--- of when the buckets are full again (and not before a lock ends).
+-- Stored: each key's value, decimal integers separated by spaces.
+--   | 1         | lock_until   | the microsecond a penalty lock ends; 0: none |
+--   | then, per | arrival_us   | the limit's theoretical arrival time (when   |
+--   | limit     | arrival_frac | its bucket is full again): arrival_us        |
+--   |           |              | microseconds plus arrival_frac ticks, fewer  |
+--   |           |              | than ticks_per_us                            |
+--   A value with another number of fields is read as a full bucket. Every
+--   write sets an expiry of when the buckets are full again (and not before
+--   a lock ends).
 --
 -- Numbers are doubles here; every value stays an integer below 2^53 (the
 -- limits are validated for it). There a / b never rounds across an integer,
@@ -56,127 +70,149 @@
 -- What costs most in Redis's Lua, and is avoided on the per-key path:
 -- tonumber (two strtod; arithmetic on a string converts it once), function
 -- calls, closures with upvalues (each script call makes them anew), tables,
--- and every integer in the reply.
+-- and every integer in the reply. Names cost nothing: a local is a register.
 
 local call, format, match = redis.call, string.format, string.match
 local keys, argv = KEYS, ARGV
+-- Redis's clock, read once: t is TIME's reply, now the instant in
+-- microseconds every key is decided at.
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
--- one decides a key under one limit, in the order of decide in gcra.go,
--- and returns its five integers. cp is cost * p, mw max_wait * r and cap
--- b * p, in ticks; pen is the penalty in microseconds. It takes what it
--- uses as arguments: a closure's upvalues cost more than its body.
-local function one(key, now, call, format, match, cp, mw, pen, r, p, cap)
-  local raw = call('GET', key)
-  local lock, d, t1, f1 = 0, 0, nil, nil
-  if raw then
-    local l1
-    l1, t1, f1 = match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-    if l1 then
-      if l1 ~= '0' then lock = l1 + 0 end
-      d = (t1 - now) * r + f1
-      if d < 0 then d = 0 end
+-- decide_one decides a key under one limit, in the order of decide in
+-- gcra.go, and returns its five integers. cost_ticks is cost *
+-- ticks_per_event, max_wait_ticks max_wait_us * ticks_per_us and capacity
+-- burst * ticks_per_event, all in ticks; penalty_us is in microseconds. It
+-- takes what it uses as arguments: a closure's upvalues cost more than its
+-- body.
+local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+  local stored = call('GET', key)
+  -- debt: the ticks the bucket holds now, 0 when it is full.
+  local lock_until, debt, stored_us, stored_frac = 0, 0, nil, nil
+  if stored then
+    local stored_lock
+    stored_lock, stored_us, stored_frac = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+    if stored_lock then
+      if stored_lock ~= '0' then lock_until = stored_lock + 0 end
+      debt = (stored_us - now) * ticks_per_us + stored_frac
+      if debt < 0 then debt = 0 end
     end
   end
-  local d2 = d + cp
-  local over = d2 - cap
-  local wait = 0
-  if over > 0 then
-    wait = (over + (-over) % r) / r
+  local debt_after = debt + cost_ticks
+  -- excess: the ticks debt_after is over capacity (negative: room left).
+  local excess = debt_after - capacity
+  local wait_us = 0
+  if excess > 0 then
+    wait_us = (excess + (-excess) % ticks_per_us) / ticks_per_us
   end
-  if over > mw or now < lock then
+  if excess > max_wait_ticks or now < lock_until then
     -- Denied, or locked: nothing is consumed.
-    local remaining = cap - d
-    if remaining > 0 then remaining = (remaining - remaining % p) / p else remaining = 0 end
-    local nxt = d + p - cap
-    if nxt > 0 then nxt = (nxt + (-nxt) % r) / r else nxt = 0 end
-    local flags, retry = 0, wait
-    if now < lock then
+    local remaining = capacity - debt
+    if remaining > 0 then remaining = (remaining - remaining % ticks_per_event) / ticks_per_event else remaining = 0 end
+    local next_us = debt + ticks_per_event - capacity
+    if next_us > 0 then next_us = (next_us + (-next_us) % ticks_per_us) / ticks_per_us else next_us = 0 end
+    local flags, retry_us = 0, wait_us
+    if now < lock_until then
       flags, remaining = 2, 0
-      if lock - now > retry then retry = lock - now end
-      if lock - now > nxt then nxt = lock - now end
-    elseif pen > 0 then
+      if lock_until - now > retry_us then retry_us = lock_until - now end
+      if lock_until - now > next_us then next_us = lock_until - now end
+    elseif penalty_us > 0 then
       -- Lock the key. Its bucket is written back unchanged (a missing one
       -- as full), so the lock is the only effect of the denial.
       flags, remaining = 2, 0
-      if pen > retry then retry = pen end
-      if pen > nxt then nxt = pen end
-      local tu, tf = now, 0
-      if t1 then tu, tf = t1 + 0, f1 + 0 end
-      lock = now + pen
-      local ttl = (tu - now) * r + tf
-      ttl = (ttl + (-ttl) % r) / r
-      if pen > ttl then ttl = pen end
-      call('SET', key, format('%d %d %d', lock, tu, tf), 'PX', (ttl + (-ttl) % 1000) / 1000)
+      if penalty_us > retry_us then retry_us = penalty_us end
+      if penalty_us > next_us then next_us = penalty_us end
+      local arrival_us, arrival_frac = now, 0
+      if stored_us then arrival_us, arrival_frac = stored_us + 0, stored_frac + 0 end
+      lock_until = now + penalty_us
+      local ttl = (arrival_us - now) * ticks_per_us + arrival_frac
+      ttl = (ttl + (-ttl) % ticks_per_us) / ticks_per_us
+      if penalty_us > ttl then ttl = penalty_us end
+      call('SET', key, format('%d %d %d', lock_until, arrival_us, arrival_frac), 'PX', (ttl + (-ttl) % 1000) / 1000)
     end
-    return flags, remaining, retry, (d + (-d) % r) / r, nxt
+    return flags, remaining, retry_us, (debt + (-debt) % ticks_per_us) / ticks_per_us, next_us
   end
-  -- Admitted: d2 ticks of debt from now on. The key lives until the bucket
-  -- is full again, reset microseconds.
-  local q = (d2 - d2 % r) / r
-  local reset = (d2 + (-d2) % r) / r
-  if cp > 0 then -- cost 0 is a peek: nothing is written
-    local ttl = reset
+  -- Admitted: debt_after ticks of debt from now on. The key lives until the
+  -- bucket is full again, reset_us microseconds.
+  local whole_us = (debt_after - debt_after % ticks_per_us) / ticks_per_us
+  local reset_us = (debt_after + (-debt_after) % ticks_per_us) / ticks_per_us
+  if cost_ticks > 0 then -- cost 0 is a peek: nothing is written
+    local ttl = reset_us
     if ttl < 1 then ttl = 1 end
-    call('SET', key, format('0 %d %d', now + q, d2 - q * r), 'PX', (ttl + (-ttl) % 1000) / 1000)
+    call('SET', key, format('0 %d %d', now + whole_us, debt_after - whole_us * ticks_per_us), 'PX', (ttl + (-ttl) % 1000) / 1000)
   end
-  local nxt = over + p
-  if nxt > 0 then nxt = (nxt + (-nxt) % r) / r else nxt = 0 end
-  local remaining = -over
-  if remaining > 0 then remaining = (remaining - remaining % p) / p else remaining = 0 end
-  return 1, remaining, wait, reset, nxt
+  local next_us = excess + ticks_per_event
+  if next_us > 0 then next_us = (next_us + (-next_us) % ticks_per_us) / ticks_per_us else next_us = 0 end
+  local remaining = -excess
+  if remaining > 0 then remaining = (remaining - remaining % ticks_per_event) / ticks_per_event else remaining = 0 end
+  return 1, remaining, wait_us, reset_us, next_us
 end
 
-local na, nk = #argv, #keys
-if na < 8 then
-  -- The lone form. No pcall: the one caller gets the script's error.
-  local r, p = argv[1] + 0, argv[2] + 0
-  local cp, mw, pen = p, 0, 0
-  if na > 3 then
-    cp = argv[4] * p
-    if na > 4 then
-      mw = argv[5] * r
-      if na > 5 then pen = argv[6] + 0 end
+local nargs, nkeys = #argv, #keys
+if nargs < 8 then
+  -- The lone form, the single-limit fast path: one key under one limit,
+  -- its numbers parsed straight into scalars, no table but the reply's, no
+  -- pcall (the one caller gets the script's error). Measured under
+  -- callgrind, the whole server's instructions per call for a plain Allow
+  -- of one key on a stored bucket (Redis 7.0.15, 2026-11-24): about 60k
+  -- here (59.7k to 61.1k over 15 runs), against 74.1k for the same
+  -- decision in the batch form (one group of one limit, the scalar path
+  -- below) and 106k on the batch form's table path. The first figure is
+  -- `go run ./cmd/scriptcost -callgrind` (from bench/), "1 key per call".
+  -- scriptcost sends the batch form only with 10 and 32 keys per call
+  -- (34.4k and 30.6k per key, no figure for one key): the other two come
+  -- from a copy of it that sends the batch form for one key ("01" as the
+  -- group count takes the table path).
+  local ticks_per_us, ticks_per_event = argv[1] + 0, argv[2] + 0
+  local cost_ticks, max_wait_ticks, penalty_us = ticks_per_event, 0, 0
+  if nargs > 3 then
+    cost_ticks = argv[4] * ticks_per_event
+    if nargs > 4 then
+      max_wait_ticks = argv[5] * ticks_per_us
+      if nargs > 5 then penalty_us = argv[6] + 0 end
     end
   end
-  return { one(keys[1], now, call, format, match, cp, mw, pen, r, p, argv[3] * p) }
+  return { decide_one(keys[1], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, argv[3] * ticks_per_event) }
 end
 
 -- The batch form. Each key's decision may fail alone: the keys are decided
 -- under pcall and, after a failure, on from the next key.
-local out = {}
--- from(k, ...) decides keys k.. in order into out, five integers each.
-local from, cp, mw, pen, r, p, cap
+local reply = {}
+-- decide_from(first_key, ...) decides keys first_key.. in order into reply,
+-- five integers each.
+local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity
 if argv[1] == '1' and argv[5] == '1' then
   -- One group of one limit, the usual batch: its numbers are parsed once
   -- and passed as arguments, scalars all the way down.
-  r, p = argv[6] + 0, argv[7] + 0
-  cp, mw, pen, cap = argv[2] * p, argv[3] * r, argv[4] + 0, argv[8] * p
-  from = function(k, nk, keys, out, one, now, call, format, match, cp, mw, pen, r, p, cap)
-    for k = k, nk do
-      local m = 5 * k - 5
-      out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = one(keys[k], now, call, format, match, cp, mw, pen, r, p, cap)
+  ticks_per_us, ticks_per_event = argv[6] + 0, argv[7] + 0
+  cost_ticks, max_wait_ticks, penalty_us, capacity = argv[2] * ticks_per_event, argv[3] * ticks_per_us, argv[4] + 0, argv[8] * ticks_per_event
+  decide_from = function(first_key, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+    for k = first_key, nkeys do
+      local at = 5 * k - 5 -- the key's first integer in reply, less one
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_one(keys[k], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
     end
   end
 else
-  -- Several groups, or several limits: each group parsed once, into tables.
-  local ng = argv[1] + 0
-  local gcost, gwait, gpen, gn, gr, gp, gb = {}, {}, {}, {}, {}, {}, {}
-  local a = 2
-  for g = 1, ng do
-    gcost[g], gwait[g], gpen[g], gn[g] = argv[a] + 0, argv[a + 1] + 0, argv[a + 2] + 0, argv[a + 3] + 0
-    a = a + 4
-    local rs, ps, bs = {}, {}, {}
-    for i = 1, gn[g] do
-      rs[i], ps[i], bs[i] = argv[a] + 0, argv[a + 1] + 0, argv[a + 2] + 0
-      a = a + 3
+  -- Several groups, or several limits: each group parsed once, into tables
+  -- indexed by group (and each limit's numbers by limit).
+  local ngroups = argv[1] + 0
+  local group_cost, group_max_wait_us, group_penalty_us, group_nlimits = {}, {}, {}, {}
+  local group_ticks_per_us, group_ticks_per_event, group_burst = {}, {}, {}
+  local arg_at = 2 -- the next argument to parse
+  for group = 1, ngroups do
+    group_cost[group], group_max_wait_us[group], group_penalty_us[group], group_nlimits[group] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0, argv[arg_at + 3] + 0
+    arg_at = arg_at + 4
+    local limit_ticks_per_us, limit_ticks_per_event, limit_burst = {}, {}, {}
+    for i = 1, group_nlimits[group] do
+      limit_ticks_per_us[i], limit_ticks_per_event[i], limit_burst[i] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0
+      arg_at = arg_at + 3
     end
-    gr[g], gp[g], gb[g] = rs, ps, bs
+    group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group] = limit_ticks_per_us, limit_ticks_per_event, limit_burst
   end
+  -- arg_at is now the first key's group, when ngroups > 1.
 
   local floor, max = math.floor, math.max
-  local function idiv(a, b)
+  local function floordiv(a, b)
     local q = floor(a / b)
     if q * b > a then
       q = q - 1
@@ -186,162 +222,163 @@ else
     return q
   end
   local function ceildiv(a, b)
-    return idiv(a + b - 1, b)
+    return floordiv(a + b - 1, b)
   end
-  -- unitwait is how long, with debt d ticks, a unit request waits.
-  local function unitwait(d, r, p, b)
-    return max(0, ceildiv(d + p - b * p, r))
+  -- unit_wait is how long, with debt ticks of debt, a unit request waits.
+  local function unit_wait(debt, ticks_per_us, ticks_per_event, burst)
+    return max(0, ceildiv(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us))
   end
 
-  -- many decides a key under several limits, with tables, in the order of
-  -- decide in gcra.go.
-  local function many(key, cost, maxwait, penalty, n, r, p, b)
-    local raw = call('GET', key)
-    local set = false
-    local lock = 0
-    local tu, tf = {}, {}
-    if raw then
-      local f = {}
-      for w in string.gmatch(raw, '%-?%d+') do
-        f[#f + 1] = w + 0
+  -- decide_many decides a key under several limits, with tables indexed by
+  -- limit, in the order of decide in gcra.go.
+  local function decide_many(key, cost, max_wait_us, penalty_us, nlimits, ticks_per_us, ticks_per_event, burst)
+    local stored = call('GET', key)
+    local exists = false -- a stored value of the plan's shape
+    local lock_until = 0
+    local arrival_us, arrival_frac = {}, {}
+    if stored then
+      local fields = {}
+      for field in string.gmatch(stored, '%-?%d+') do
+        fields[#fields + 1] = field + 0
       end
-      if #f == 1 + 2 * n then
-        set = true
-        lock = f[1]
-        for i = 1, n do
-          tu[i] = f[2 * i]
-          tf[i] = f[2 * i + 1]
+      if #fields == 1 + 2 * nlimits then
+        exists = true
+        lock_until = fields[1]
+        for i = 1, nlimits do
+          arrival_us[i] = fields[2 * i]
+          arrival_frac[i] = fields[2 * i + 1]
         end
       end
     end
 
-    local d = {}
-    for i = 1, n do
-      d[i] = 0
-      if set then
-        local x = (tu[i] - now) * r[i] + tf[i]
-        if x > 0 then d[i] = x end
+    local debt = {}
+    for i = 1, nlimits do
+      debt[i] = 0
+      if exists then
+        local stored_debt = (arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i]
+        if stored_debt > 0 then debt[i] = stored_debt end
       end
     end
 
     local denied = false
-    local retry, wait, ridx = 0, 0, 0
-    for i = 1, n do
-      local over = d[i] + cost * p[i] - b[i] * p[i]
-      if over > 0 then
-        local w = ceildiv(over, r[i])
-        if over > maxwait * r[i] then denied = true end
-        if w > retry then retry, ridx = w, i - 1 end
-        if w > wait then wait = w end
+    local retry_us, wait_us, retry_index = 0, 0, 0
+    for i = 1, nlimits do
+      local excess = debt[i] + cost * ticks_per_event[i] - burst[i] * ticks_per_event[i]
+      if excess > 0 then
+        local limit_wait_us = ceildiv(excess, ticks_per_us[i])
+        if excess > max_wait_us * ticks_per_us[i] then denied = true end
+        if limit_wait_us > retry_us then retry_us, retry_index = limit_wait_us, i - 1 end
+        if limit_wait_us > wait_us then wait_us = limit_wait_us end
       end
     end
 
-    local locked = set and now < lock
-    local allowed, remaining, reset, idx, lk, nxt = 0, -1, 0, 0, 0, 0
+    local locked = exists and now < lock_until
+    local allowed, remaining, reset_us, index, lock_flag, next_us = 0, -1, 0, 0, 0, 0
     local write = false
     if locked or denied then
-      for i = 1, n do
-        local rem = idiv(max(0, b[i] * p[i] - d[i]), p[i])
-        if remaining < 0 or rem < remaining then
-          remaining = rem
-          if not denied then idx = i - 1 end
+      for i = 1, nlimits do
+        local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
+        if remaining < 0 or limit_remaining < remaining then
+          remaining = limit_remaining
+          if not denied then index = i - 1 end
         end
-        reset = max(reset, ceildiv(d[i], r[i]))
-        nxt = max(nxt, unitwait(d[i], r[i], p[i], b[i]))
+        reset_us = max(reset_us, ceildiv(debt[i], ticks_per_us[i]))
+        next_us = max(next_us, unit_wait(debt[i], ticks_per_us[i], ticks_per_event[i], burst[i]))
       end
-      if denied then idx = ridx end
+      if denied then index = retry_index end
       if locked then
-        lk = 1
+        lock_flag = 1
         remaining = 0
-        retry = max(retry, lock - now)
-        nxt = max(nxt, lock - now)
-      elseif penalty > 0 then
-        lk = 1
+        retry_us = max(retry_us, lock_until - now)
+        next_us = max(next_us, lock_until - now)
+      elseif penalty_us > 0 then
+        lock_flag = 1
         remaining = 0
-        retry = max(retry, penalty)
-        nxt = max(nxt, penalty)
-        if not set then
-          for i = 1, n do
-            tu[i], tf[i] = now, 0
+        retry_us = max(retry_us, penalty_us)
+        next_us = max(next_us, penalty_us)
+        if not exists then
+          for i = 1, nlimits do
+            arrival_us[i], arrival_frac[i] = now, 0
           end
         end
-        lock = now + penalty
+        lock_until = now + penalty_us
         write = true
       end
     else
       allowed = 1
-      for i = 1, n do
-        local d2 = d[i] + cost * p[i]
-        local q = idiv(d2, r[i])
-        tu[i], tf[i] = now + q, d2 - q * r[i]
-        local rem = idiv(max(0, b[i] * p[i] - d2), p[i])
-        if remaining < 0 or rem < remaining then
-          remaining, idx = rem, i - 1
+      for i = 1, nlimits do
+        local debt_after = debt[i] + cost * ticks_per_event[i]
+        local whole_us = floordiv(debt_after, ticks_per_us[i])
+        arrival_us[i], arrival_frac[i] = now + whole_us, debt_after - whole_us * ticks_per_us[i]
+        local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt_after), ticks_per_event[i])
+        if remaining < 0 or limit_remaining < remaining then
+          remaining, index = limit_remaining, i - 1
         end
-        reset = max(reset, ceildiv(d2, r[i]))
-        nxt = max(nxt, unitwait(d2, r[i], p[i], b[i]))
+        reset_us = max(reset_us, ceildiv(debt_after, ticks_per_us[i]))
+        next_us = max(next_us, unit_wait(debt_after, ticks_per_us[i], ticks_per_event[i], burst[i]))
       end
-      lock = 0
+      lock_until = 0
       write = cost > 0 -- cost 0 is a peek: nothing is written
-      retry = 0
+      retry_us = 0
     end
 
     if write then
-      local ttl = lock - now
-      local parts = { format('%d', lock) }
-      for i = 1, n do
-        parts[#parts + 1] = format('%d %d', tu[i], tf[i])
-        ttl = max(ttl, ceildiv((tu[i] - now) * r[i] + tf[i], r[i]))
+      local ttl = lock_until - now
+      local parts = { format('%d', lock_until) }
+      for i = 1, nlimits do
+        parts[#parts + 1] = format('%d %d', arrival_us[i], arrival_frac[i])
+        ttl = max(ttl, ceildiv((arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i], ticks_per_us[i]))
       end
       ttl = max(ttl, 1)
       call('SET', key, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
     end
 
-    local delay = retry
-    if allowed == 1 then delay = wait end
-    return allowed + 2 * lk + 4 * idx, remaining, delay, reset, nxt
+    local delay_us = retry_us
+    if allowed == 1 then delay_us = wait_us end
+    return allowed + 2 * lock_flag + 4 * index, remaining, delay_us, reset_us, next_us
   end
 
   -- Each key is decided by its group.
-  from = function(k)
-    for k = k, nk do
-      local g = 1
-      if ng > 1 then g = argv[a + k - 1] + 0 end
-      local n, rs, ps = gn[g], gr[g], gp[g]
-      local m = 5 * k - 5
-      if n == 1 then
-        local r, p = rs[1], ps[1]
-        out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] =
-          one(keys[k], now, call, format, match, gcost[g] * p, gwait[g] * r, gpen[g], r, p, gb[g][1] * p)
+  decide_from = function(first_key)
+    for k = first_key, nkeys do
+      local group = 1
+      if ngroups > 1 then group = argv[arg_at + k - 1] + 0 end
+      local nlimits, limit_ticks_per_us, limit_ticks_per_event = group_nlimits[group], group_ticks_per_us[group], group_ticks_per_event[group]
+      local at = 5 * k - 5 -- the key's first integer in reply, less one
+      if nlimits == 1 then
+        local ticks_per_us, ticks_per_event = limit_ticks_per_us[1], limit_ticks_per_event[1]
+        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
+          decide_one(keys[k], now, call, format, match, group_cost[group] * ticks_per_event, group_max_wait_us[group] * ticks_per_us, group_penalty_us[group], ticks_per_us, ticks_per_event, group_burst[group][1] * ticks_per_event)
       else
-        out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = many(keys[k], gcost[g], gwait[g], gpen[g], n, rs, ps, gb[g])
+        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_many(keys[k], group_cost[group], group_max_wait_us[group], group_penalty_us[group], nlimits, limit_ticks_per_us, limit_ticks_per_event, group_burst[group])
       end
     end
   end
 end
 
-local k, failed, first = 1, 0, nil
+-- Decide every key; after a failing key, go on from the next one.
+local k, nfailed, first_error = 1, 0, nil
 while true do
-  local ok, e = pcall(from, k, nk, keys, out, one, now, call, format, match, cp, mw, pen, r, p, cap)
+  local ok, err = pcall(decide_from, k, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
   if ok then break end
-  -- Key k failed: its five integers are not in out yet. Redis 7.0 hands
+  -- Key k failed: its five integers are not in reply yet. Redis 7.0 hands
   -- pcall a redis.call error as a string, later versions as {err = ...};
   -- raised again as a table it keeps its code, which clients act on.
-  if type(e) == 'string' and match(e, '^%u+ ') then e = { err = e } end
-  local code = type(e) == 'table' and type(e.err) == 'string' and match(e.err, '^%u+')
+  if type(err) == 'string' and match(err, '^%u+ ') then err = { err = err } end
+  local code = type(err) == 'table' and type(err.err) == 'string' and match(err.err, '^%u+')
   if code and code ~= 'WRONGTYPE' and code ~= 'ERR' then
     -- The server's state (READONLY, OOM, ...), not the key's value: the
     -- call fails, as a lone call would.
-    error(e, 0)
+    error(err, 0)
   end
-  k = #out / 5 + 1
-  out[5 * k - 4], out[5 * k - 3], out[5 * k - 2], out[5 * k - 1], out[5 * k] = -1, 0, 0, 0, 0
-  failed = failed + 1
-  first = first or e
+  k = #reply / 5 + 1
+  reply[5 * k - 4], reply[5 * k - 3], reply[5 * k - 2], reply[5 * k - 1], reply[5 * k] = -1, 0, 0, 0, 0
+  nfailed = nfailed + 1
+  first_error = first_error or err
   k = k + 1
-  if k > nk then break end
+  if k > nkeys then break end
 end
-if failed == nk then
-  error(first, 0)
+if nfailed == nkeys then
+  error(first_error, 0)
 end
-return out
+return reply

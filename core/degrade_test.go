@@ -504,7 +504,7 @@ func TestDenyCacheNeverOverDenies(t *testing.T) {
 				t.Fatalf("step %d: deny cache holds %s without a Redis decision", i, key)
 			}
 			copyB := bucket{lock: b.lock, tats: append([]tat(nil), b.tats...), set: b.set}
-			if d, _ := decide(&copyB, now.UnixMicro(), p.ticks, 1, 0, 0); d.allowed {
+			if d, _ := stepBucket(&copyB, now.UnixMicro(), p.ticks, 1, 0, 0); d.allowed {
 				t.Fatalf("step %d: the deny cache denies %s under %v, but Redis would admit it", i, key, ls)
 			}
 		}
@@ -517,7 +517,7 @@ func TestDenyCacheNeverOverDenies(t *testing.T) {
 			b = &bucket{}
 			models[p.fp+key] = b
 		}
-		want, _ := decide(b, now.UnixMicro(), p.ticks, int64(n), 0, 0)
+		want, _ := stepBucket(b, now.UnixMicro(), p.ticks, int64(n), 0, 0)
 		if res.Allowed != want.allowed {
 			t.Fatalf("step %d: limiter allowed=%v, model %v", i, res.Allowed, want.allowed)
 		}

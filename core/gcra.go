@@ -3,7 +3,8 @@ package core
 // This file is the bucket's arithmetic in Go. It is the reference model the
 // Lua script is tested against, step by step, and it is what the in-memory
 // store and the local fallback run, so a key decided locally follows exactly
-// the rules Redis applies.
+// the rules Redis applies. The script's arguments, reply and stored value:
+// see the layout table at the top of core/bucket.lua.
 //
 // A bucket is a generic cell rate algorithm (GCRA) per limit: the state is the
 // theoretical arrival time (TAT), the moment the bucket would be full again.
@@ -44,11 +45,11 @@ type bucket struct {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// decide applies one request of the given cost to b at time now (in
+// stepBucket applies one request of the given cost to b at time now (in
 // microseconds) and reports whether b must be written back. maxWait is the
 // longest reservation accepted (0 for a plain Allow), penalty the lock set on
 // a denial (0 for none).
-func decide(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
+func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
 	var d [maxLimits]int64 // current debt per limit in ticks
 	for i, t := range ticks {
 		if b.set && i < len(b.tats) {

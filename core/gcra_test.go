@@ -23,16 +23,16 @@ func runSteps(t *testing.T, limits []Limit, steps []step) {
 	const t0 = 1_700_000_000_000_000
 	var b bucket
 	for i, s := range steps {
-		got, _ := decide(&b, t0+s.at, p.ticks, s.cost, s.maxWait, s.penalty)
+		got, _ := stepBucket(&b, t0+s.at, p.ticks, s.cost, s.maxWait, s.penalty)
 		next := got.next
 		got.next = 0
 		if got != s.want {
-			t.Fatalf("step %d at %dµs: decide(cost %d) = %+v, want %+v", i, s.at, s.cost, got, s.want)
+			t.Fatalf("step %d at %dµs: stepBucket(cost %d) = %+v, want %+v", i, s.at, s.cost, got, s.want)
 		}
 		// next must be what a unit request at the same instant would be
 		// told: 0 if it passes, else its RetryAfter.
 		probe := bucket{lock: b.lock, tats: append([]tat(nil), b.tats...), set: b.set}
-		u, _ := decide(&probe, t0+s.at, p.ticks, 1, 0, 0)
+		u, _ := stepBucket(&probe, t0+s.at, p.ticks, 1, 0, 0)
 		if want := map[bool]int64{true: 0, false: u.retry}[u.allowed]; next != want {
 			t.Fatalf("step %d at %dµs: next = %d, a unit request would wait %d", i, s.at, next, want)
 		}

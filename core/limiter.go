@@ -410,7 +410,7 @@ func callerGone(ctx context.Context) error {
 // moment its batch is sent (time queued for a batch is not the store's). The
 // caller's own context bounds only the caller's wait.
 func (l *Limiter) callStore(ctx context.Context, n *node, c *call) (decision, error) {
-	d, took, err := l.store.decide(ctx, n, c, l.timeout)
+	d, took, err := l.store.submit(ctx, n, c, l.timeout)
 	if l.obs != nil && callerGone(ctx) == nil {
 		l.obs.ObserveStore(StoreCall{Node: n.brk.node, Latency: took, Err: err})
 	}

@@ -270,7 +270,7 @@ func (s *localStore) take(id uint64, key string, now int64, ticks []tickLimit, c
 	if !e.b.set && e.b.tats == nil {
 		e.b.tats = e.buf[:0]
 	}
-	d, _ := decide(&e.b, now, ticks, cost, maxWait, penalty)
+	d, _ := stepBucket(&e.b, now, ticks, cost, maxWait, penalty)
 	sh.mu.Unlock()
 	return d
 }

@@ -91,6 +91,6 @@ func (s *localStore) peek(id uint64, key string, now int64, ticks []tickLimit) d
 		b.tats = buf[:copy(buf[:], e.b.tats)]
 	}
 	sh.mu.Unlock()
-	d, _ := decide(&b, now, ticks, 0, 0, 0)
+	d, _ := stepBucket(&b, now, ticks, 0, 0, 0)
 	return d
 }

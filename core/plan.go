@@ -22,7 +22,7 @@ type plan struct {
 	minB       int64                 // the smallest Burst: no single request may cost more
 	fp         string                // fingerprint, part of the Redis key
 	id         uint64                // fingerprint for local maps
-	args       []any                 // per-limit script arguments: nlimits, then r, p, b for each
+	args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
 	maxW       int64                 // longest exact reservation in microseconds
 
 	coarse []coarseFallback // fallback limits that could not be used as given

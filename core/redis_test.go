@@ -124,7 +124,7 @@ func TestDifferential(t *testing.T) {
 				m.FastForward(time.Duration(now-last) * time.Microsecond)
 			}
 			last = now
-			return decideOne(ctx, rdb, c)
+			return evalOne(ctx, rdb, c)
 		}, func(rkey string) (time.Duration, bool) {
 			if !m.Exists(rkey) {
 				return 0, false
@@ -173,7 +173,7 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, wrote := decide(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
+			want, wrote := stepBucket(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
 			got, err := run(ctx, &c, now)
 			if err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)

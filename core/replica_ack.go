@@ -189,8 +189,8 @@ type scriptCall struct {
 	err  error
 }
 
-// decideAcked decides c alone on n, followed by WAIT.
-func (s *redisStore) decideAcked(ctx context.Context, n *node, c *call) (decision, error) {
+// evalAcked runs c alone on n, followed by WAIT.
+func (s *redisStore) evalAcked(ctx context.Context, n *node, c *call) (decision, error) {
 	c.keys[0] = c.rkey
 	sc := []scriptCall{{keys: c.keys[:], args: c.loneArgs()}}
 	s.runAcked(ctx, n, sc)

@@ -40,8 +40,8 @@ func mustPlan(t *testing.T, limits ...Limit) *plan {
 	return p
 }
 
-// TestAppendArgsLoneForm checks the lone form's layout: r, p, b, then cost,
-// max wait and penalty, each left out with those after it at their default.
+// TestAppendArgsLoneForm checks the lone form's layout (see the layout
+// table at the top of core/bucket.lua).
 func TestAppendArgsLoneForm(t *testing.T) {
 	one := mustPlan(t, PerSecond(5))
 	two := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
@@ -119,7 +119,7 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 							continue
 						}
 						// A fresh bucket decides the same at any instant.
-						want, _ := decide(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
+						want, _ := stepBucket(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
 						if err != nil || d != want || typ != "string" {
 							t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
 						}
@@ -274,7 +274,7 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 						b = &bucket{}
 						model[c.rkey] = b
 					}
-					want, _ := decide(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+					want, _ := stepBucket(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
 					if got != want {
 						t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
 					}
@@ -347,7 +347,7 @@ func TestScriptReadsStoredState(t *testing.T) {
 							t.Fatal(err)
 						}
 						before := format(&b)
-						want, wrote := decide(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+						want, wrote := stepBucket(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
 						if got != want {
 							t.Fatalf("from %q: script %+v, model %+v", before, got, want)
 						}

@@ -117,10 +117,10 @@ func (s *redisStore) node(ctx context.Context, rkey string) *node {
 	return n.(*node)
 }
 
-// decide decides c on n and reports how long the store I/O took. A lone
+// submit decides c on n and reports how long the store I/O took. A lone
 // decision runs under ctx bounded by budget; a batched one under its
 // batch's own budget, while its caller may leave when ctx ends.
-func (s *redisStore) decide(ctx context.Context, n *node, c *call, budget time.Duration) (decision, time.Duration, error) {
+func (s *redisStore) submit(ctx context.Context, n *node, c *call, budget time.Duration) (decision, time.Duration, error) {
 	if n.batch != nil {
 		return n.batch.Do(ctx, c)
 	}
@@ -134,9 +134,9 @@ func (s *redisStore) decide(ctx context.Context, n *node, c *call, budget time.D
 	var d decision
 	var err error
 	if s.ack != nil {
-		d, err = s.decideAcked(rctx, n, c)
+		d, err = s.evalAcked(rctx, n, c)
 	} else {
-		d, err = decideOne(rctx, s.rdb, c)
+		d, err = evalOne(rctx, s.rdb, c)
 	}
 	took := time.Since(start)
 	if cancel != nil {
@@ -153,7 +153,7 @@ func (s *redisStore) sendOne(ctx context.Context, members []*batch.Member[*call,
 	}
 	if len(members) == 1 {
 		m := members[0]
-		m.Res, m.Err = decideOne(ctx, s.rdb, m.Req)
+		m.Res, m.Err = evalOne(ctx, s.rdb, m.Req)
 		return
 	}
 	keys, args := batchArgs(members)
@@ -249,8 +249,8 @@ func hashTag(rkey string) string {
 	return rkey
 }
 
-// decideOne decides one call in its own script call.
-func decideOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
+// evalOne runs one call alone, in its own script call.
+func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
 	c.keys[0] = c.rkey
 	vals, err := bucketScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64Slice()
 	if err != nil {

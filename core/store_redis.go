@@ -13,13 +13,13 @@ import (
 var bucketLua string
 
 // bucketScript runs by EVALSHA; go-redis falls back to EVAL when Redis
-// answers NOSCRIPT (after a restart or SCRIPT FLUSH). Its arguments and reply
-// are laid out in the table at the top of bucket.lua, the one description of
-// the protocol: appendArgs builds the lone form, scriptArgs the batch form,
-// parseReply decodes one key's reply.
+// answers NOSCRIPT (after a restart or SCRIPT FLUSH). appendArgs builds its
+// lone form of arguments, scriptArgs its batch form, and parseReply decodes
+// one key's reply: see the layout table at the top of core/bucket.lua.
 var bucketScript = redis.NewScript(bucketLua)
 
-// replyWidth is the number of integers the script returns per key.
+// replyWidth is the number of integers the script returns per key (see the
+// layout table at the top of core/bucket.lua).
 const replyWidth = 5
 
 // errKeyFailed is a key's answer in a batch when the script failed on that
@@ -38,8 +38,8 @@ type call struct {
 	keys    [1]string // rkey, as a lone call's KEYS without an allocation
 }
 
-// appendGroup appends c's script arguments as one group: cost, max wait,
-// penalty, then the plan's limits.
+// appendGroup appends c's script arguments as one group of the batch form
+// (see the layout table at the top of core/bucket.lua).
 func (c *call) appendGroup(args []any) []any {
 	args = append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
 	return append(args, c.plan.args...)
@@ -53,9 +53,8 @@ func (c *call) sameGroup(o *call) bool {
 }
 
 // appendArgs appends c's script arguments for a call that decides c alone:
-// under one limit, the lone form (r, p, b, then cost, max wait and penalty,
-// each left out with those after it when they are at their default); under
-// several, the batch form of one group.
+// under one limit the lone form, under several the batch form of one group
+// (see the layout table at the top of core/bucket.lua).
 func (c *call) appendArgs(args []any) []any {
 	if len(c.plan.ticks) != 1 {
 		return c.appendGroup(append(args, "1"))
@@ -74,8 +73,8 @@ func (c *call) appendArgs(args []any) []any {
 
 // loneArgs returns c's script arguments for a call that decides c alone.
 // For a plain Allow under one limit (the lone form with every trailing
-// argument at its default) they are the plan's own r, p and b, shared and
-// not to be modified; otherwise a new slice (see appendArgs).
+// argument at its default) they are part of the plan's own arguments,
+// shared and not to be modified; otherwise a new slice (see appendArgs).
 func (c *call) loneArgs() []any {
 	if len(c.plan.ticks) == 1 && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
 		return c.plan.args[1:4:4]
@@ -83,10 +82,10 @@ func (c *call) loneArgs() []any {
 	return c.appendArgs(make([]any, 0, 4+len(c.plan.args)))
 }
 
-// scriptArgs returns the keys and script arguments that decide calls in
-// order in one script call. Calls with the same numbers share a group, so
-// that the script parses them once; a batch of one limit and one cost, the
-// usual case, is a single group and needs nothing per key.
+// scriptArgs returns the keys and script arguments (the batch form) that
+// decide calls in order in one script call. Calls with the same numbers
+// share a group, so that the script parses them once (see the layout table
+// at the top of core/bucket.lua).
 func scriptArgs(calls []*call) ([]string, []any) {
 	keys := make([]string, len(calls))
 	args := make([]any, 1, 8)
@@ -123,9 +122,8 @@ func scriptArgs(calls []*call) ([]string, []any) {
 	return keys, args
 }
 
-// parseReply checks and decodes one key's reply: flags (allowed, locked,
-// limit index; -1 if the script failed on this key), remaining, delay (wait
-// if allowed, retry if not), reset, next.
+// parseReply checks and decodes one key's reply into a decision (see the
+// layout table at the top of core/bucket.lua).
 func parseReply(v []int64, p *plan) (decision, error) {
 	flags := v[0]
 	if flags == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // The Go benchmarks give per-call cost and allocations of each limiter, on
@@ -19,7 +21,7 @@ import (
 
 var benchRedis struct {
 	once sync.Once
-	srv  *RedisServer
+	srv  *redistest.Server
 	err  error
 }
 
@@ -32,12 +34,14 @@ func redisForBench(b *testing.B) string {
 	if benchRedis.err != nil {
 		b.Fatal(benchRedis.err)
 	}
-	return benchRedis.srv.Addr
+	return benchRedis.srv.Addr()
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	benchRedis.srv.Stop()
+	if benchRedis.srv != nil {
+		_ = benchRedis.srv.Close()
+	}
 	os.Exit(code)
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/adaptertest"
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/adaptertest"
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/valyala/fasthttp"
 )

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/adaptertest"
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 

@@ -1,7 +1,8 @@
 // Package redistest gives tests a real Redis to talk to, and ways to break it.
 //
 // It is a test kit for sluice and for programs that use sluice. Nothing in it
-// belongs on a request path.
+// belongs on a request path. Benchmark harnesses and demo programs, which
+// have no testing.TB, use its TB-free forms [Launch] and [ListenProxy].
 //
 // # Real Redis
 //
@@ -17,6 +18,13 @@
 // "1"):
 //
 //	redistest: redis-server not found on PATH; CI requires a real Redis
+//
+// [Launch] is Start without a testing.TB: it takes the arguments in
+// [ServerOptions], along with a command to run redis-server under (such as
+// taskset -c 0, or valgrind) and timeouts; it returns an error instead of
+// skipping or failing, also under CI; and the caller must call
+// [Server.Close], which also removes the server's directory.
+// [Server.Relaunch] is Restart returning an error.
 //
 // [Addr] prefers a caller-managed Redis named by the environment variable
 // REDIS_ADDR, and starts a private server only when it is unset. Tests that
@@ -45,7 +53,10 @@
 //
 // A [Proxy] sits between a client and any Redis address and can add latency
 // to replies ([Proxy.SetDelay]), swallow all traffic like a hung server
-// ([Proxy.SetBlackhole]), or reset every connection ([Proxy.SetRefuse]).
+// ([Proxy.SetBlackhole]), reset every connection ([Proxy.SetRefuse]), or
+// vanish like a crashed server, resetting connections and refusing new ones
+// ([Proxy.SetDown]). [NewProxy] starts one for a test, [ListenProxy] for
+// any other program, which must close it.
 //
 // # Measuring
 //
@@ -55,12 +66,15 @@
 //
 // # Goroutines and processes
 //
-// Every helper registers its own cleanup with testing.TB.Cleanup. The
+// Every helper that takes a testing.TB registers its own cleanup with
+// testing.TB.Cleanup; a Server from [Launch] and a Proxy from
+// [ListenProxy] are the caller's to close. The
 // cleanup of a client from [Cluster.Client] or [Sentinel.Client] waits up
 // to a few seconds for go-redis's background goroutines to end. A [Proxy]
 // owns goroutines only until [Proxy.Close] returns. A [Server] owns one
 // goroutine per running redis-server process, which waits for the process
 // and exits with it; the process is always reaped, so no zombies remain.
-// On Linux, a redis-server child is also killed if the test binary dies
-// without running its cleanups (for example after a -timeout panic).
+// On Linux, a redis-server child is also killed if the test binary (or
+// the program that called Launch) dies without running its cleanups, for
+// example after a -timeout panic.
 package redistest

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,11 +16,14 @@ const (
 	proxyDialTimeout = 5 * time.Second
 	// proxyBufSize is the largest chunk the proxy reads and forwards at once.
 	proxyBufSize = 32 << 10
+	// relistenTimeout bounds how long SetDown(false) tries to listen on the
+	// proxy's port again.
+	relistenTimeout = time.Second
 )
 
 // Proxy is an in-process TCP proxy in front of a Redis address, for
-// injecting latency and outages. It is created by [NewProxy]; the zero value
-// is not usable.
+// injecting latency and outages. It is created by [NewProxy] in a test, or
+// by [ListenProxy] anywhere else; the zero value is not usable.
 //
 // Each accepted connection gets its own connection to the target. Faults
 // can be switched on and off at any time and apply to new and existing
@@ -29,16 +33,18 @@ const (
 // [Proxy.Close] returns.
 type Proxy struct {
 	target string
-	ln     net.Listener
+	addr   string
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the accept loop and every connection goroutine
+	wg     sync.WaitGroup // the accept loops and every connection goroutine
 
 	delay     atomic.Int64 // time.Duration added before each chunk from Redis
 	blackhole atomic.Bool
 
-	mu     sync.Mutex // guards refuse, closed and links
+	mu     sync.Mutex   // guards ln, refuse, down, closed and links
+	ln     net.Listener // nil while down or closed
 	refuse bool
+	down   bool
 	closed bool
 	links  map[*link]struct{}
 
@@ -80,26 +86,41 @@ func resetConn(c net.Conn) {
 // down, connections to the proxy are reset.
 func NewProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
+	p, err := ListenProxy(target)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// ListenProxy is [NewProxy] for code that has no testing.TB, such as example
+// programs: it starts a proxy on a free 127.0.0.1 port that forwards every
+// accepted connection to target, and returns an error if it cannot listen.
+// The caller must call [Proxy.Close]. The target need not be up yet; while
+// it is down, connections to the proxy are reset.
+func ListenProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("redistest: proxy listen: %v", err)
+		return nil, fmt.Errorf("redistest: proxy listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
 		target: target,
+		addr:   ln.Addr().String(),
 		ln:     ln,
 		ctx:    ctx,
 		cancel: cancel,
 		links:  make(map[*link]struct{}),
 	}
 	p.wg.Add(1)
-	go p.serve()
-	tb.Cleanup(func() { _ = p.Close() })
-	return p
+	go p.serve(ln)
+	return p, nil
 }
 
 // Addr returns the proxy's address, "127.0.0.1:port", for clients to dial.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+// It stays the same while the proxy is down ([Proxy.SetDown]).
+func (p *Proxy) Addr() string { return p.addr }
 
 // SetDelay holds each chunk of data from Redis for d before passing it to
 // the client, on new and existing connections. A reply that arrives in one
@@ -128,14 +149,82 @@ func (p *Proxy) SetRefuse(on bool) {
 	p.refuse = on
 	var victims []*link
 	if on {
-		for l := range p.links {
-			victims = append(victims, l)
-		}
+		victims = p.linksLocked()
 	}
 	p.mu.Unlock()
 	for _, l := range victims {
 		l.close(true)
 	}
+}
+
+// SetDown makes the proxy look like a Redis that has crashed while on:
+// existing connections are closed at once with a TCP reset, and the proxy
+// stops listening, so that new connections are refused
+// (syscall.ECONNREFUSED) as they are by a port nobody listens on. Unlike
+// [Proxy.SetRefuse], which accepts connections and then resets them, no
+// connection is ever established. Switching it off listens again on the
+// same address; that can fail if another socket took the port meanwhile,
+// and then the proxy stays down and SetDown returns the error. SetDown does
+// nothing when the proxy is already in the state asked for, or closed.
+func (p *Proxy) SetDown(on bool) error {
+	if on {
+		return p.goDown()
+	}
+	return p.goUp()
+}
+
+// goUp is SetDown(false).
+func (p *Proxy) goUp() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || !p.down {
+		return nil
+	}
+	// The port was ours a moment ago, but a socket the kernel has not
+	// released yet can hold it for a while.
+	var ln net.Listener
+	var err error
+	deadline := time.Now().Add(relistenTimeout)
+	for {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		if !waitUntil(deadline, 50*time.Millisecond) {
+			return fmt.Errorf("redistest: proxy listen again on %s: %w", p.addr, err)
+		}
+	}
+	p.down = false
+	p.ln = ln
+	p.wg.Add(1)
+	go p.serve(ln)
+	return nil
+}
+
+// goDown is SetDown(true).
+func (p *Proxy) goDown() error {
+	p.mu.Lock()
+	if p.closed || p.down {
+		p.mu.Unlock()
+		return nil
+	}
+	p.down = true
+	err := p.ln.Close()
+	p.ln = nil
+	victims := p.linksLocked()
+	p.mu.Unlock()
+	for _, l := range victims {
+		l.close(true)
+	}
+	return err
+}
+
+// linksLocked returns the open links. p.mu must be held.
+func (p *Proxy) linksLocked() []*link {
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	return links
 }
 
 // Close stops listening, closes every connection, interrupts pending delays
@@ -145,13 +234,13 @@ func (p *Proxy) SetRefuse(on bool) {
 func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() {
 		p.cancel()
-		p.closeErr = p.ln.Close()
 		p.mu.Lock()
-		p.closed = true
-		victims := make([]*link, 0, len(p.links))
-		for l := range p.links {
-			victims = append(victims, l)
+		if p.ln != nil {
+			p.closeErr = p.ln.Close()
+			p.ln = nil
 		}
+		p.closed = true
+		victims := p.linksLocked()
 		p.mu.Unlock()
 		for _, l := range victims {
 			l.close(false)
@@ -161,11 +250,11 @@ func (p *Proxy) Close() error {
 	return p.closeErr
 }
 
-// serve accepts connections until the listener is closed.
-func (p *Proxy) serve() {
+// serve accepts connections on ln until it is closed.
+func (p *Proxy) serve(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
@@ -221,14 +310,14 @@ func (p *Proxy) handle(c net.Conn) {
 func (p *Proxy) refusing() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.refuse || p.closed
+	return p.refuse || p.down || p.closed
 }
 
-// track registers l, unless the proxy is refusing or closed.
+// track registers l, unless the proxy is refusing, down or closed.
 func (p *Proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.refuse || p.closed {
+	if p.refuse || p.down || p.closed {
 		return false
 	}
 	p.links[l] = struct{}{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,4 +173,60 @@ func waitForCalls(t *testing.T, ctx context.Context, c *redis.Client, cmd string
 		case <-tick.C:
 		}
 	}
+}
+
+func TestProxySetDown(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ctx := t.Context()
+	s := Start(t)
+	p, err := ListenProxy(s.Addr())
+	if err != nil {
+		t.Fatalf("ListenProxy() = %v", err)
+	}
+	addr := p.Addr()
+	c := newShortClient(t, addr, time.Second)
+	mustPing(t, ctx, c)
+
+	if err := p.SetDown(true); err != nil {
+		t.Fatalf("SetDown(true) = %v", err)
+	}
+	if err := p.SetDown(true); err != nil {
+		t.Fatalf("second SetDown(true) = %v, want nil", err)
+	}
+	// The pooled connection was reset, and nothing listens any more.
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("Ping() on an open connection with SetDown(true) = nil, want an error")
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Fatalf("dial %s with SetDown(true) = %v, want connection refused", addr, err)
+	}
+
+	if err := p.SetDown(false); err != nil {
+		t.Fatalf("SetDown(false) = %v", err)
+	}
+	if got := p.Addr(); got != addr {
+		t.Errorf("Addr() after SetDown(false) = %s, want %s", got, addr)
+	}
+	mustPing(t, ctx, c)
+
+	// Close works while down, and SetDown does nothing after Close.
+	if err := p.SetDown(true); err != nil {
+		t.Fatalf("SetDown(true) = %v", err)
+	}
+	c.Close()
+	if err := p.Close(); err != nil {
+		t.Errorf("Proxy.Close() while down = %v, want nil", err)
+	}
+	if err := p.SetDown(false); err != nil {
+		t.Errorf("SetDown(false) after Close = %v, want nil", err)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Error("dial after Close succeeded: SetDown(false) listened again")
+	}
+	s.Kill()
+	goleak.VerifyNone(t, ignore)
 }

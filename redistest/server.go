@@ -20,9 +20,11 @@ import (
 )
 
 const (
-	// startTimeout bounds how long Start and Restart wait for PING.
+	// startTimeout bounds how long Start and Restart wait for PING, unless
+	// ServerOptions.StartTimeout says otherwise.
 	startTimeout = 10 * time.Second
-	// stopTimeout bounds how long Stop waits before it falls back to SIGKILL.
+	// stopTimeout bounds how long Stop waits before it falls back to
+	// SIGKILL, unless ServerOptions.StopTimeout says otherwise.
 	stopTimeout = 10 * time.Second
 	// pollInterval is the gap between readiness probes.
 	pollInterval = 10 * time.Millisecond
@@ -41,30 +43,67 @@ var (
 )
 
 // Server is a private redis-server child process listening on a loopback
-// port. It is created by [Start]; the zero value is not usable.
+// port. It is created by [Start] in a test, or by [Launch] anywhere else;
+// the zero value is not usable.
 //
-// The process has its own temporary directory, saves nothing to disk, and is
-// killed and reaped when the test that started it ends. [Server.Addr] stays
-// the same across [Server.Kill], [Server.Stop] and [Server.Restart].
+// The process has its own temporary directory and saves nothing to disk. A
+// server from Start is killed and reaped when the test that started it
+// ends; a server from Launch must be closed with [Server.Close].
+// [Server.Addr] stays the same across [Server.Kill], [Server.Stop] and
+// [Server.Restart].
 //
-// A Server is safe for concurrent use. Kill, Stop and Restart are serialized.
-// Restart reports failure with the Fatal method of the testing.TB given to
-// [Start], so like Fatal it must be called from the goroutine running the
-// test.
+// A Server is safe for concurrent use. Kill, Stop, Restart, Relaunch and
+// Close are serialized. Restart reports failure with the Fatal method of the
+// testing.TB given to [Start], so like Fatal it must be called from the
+// goroutine running the test.
 type Server struct {
-	tb      testing.TB
+	tb      testing.TB // nil for a server from Launch
+	logf    func(format string, args ...any)
 	bin     string
-	conf    string // config file passed first on the command line; "" for none
+	prefix  []string // command that runs bin, such as taskset -c 0; empty for none
+	conf    string   // config file passed first on the command line; "" for none
 	extra   []string
 	dir     string
+	ownDir  bool // dir was made by Launch, and Close removes it
 	logPath string
 	port    int
 	addr    string
 
-	opMu sync.Mutex // serializes Kill, Stop and Restart
+	startTimeout time.Duration
+	stopTimeout  time.Duration
 
-	mu   sync.Mutex // guards proc
-	proc *process
+	opMu   sync.Mutex // serializes Kill, Stop, Relaunch and Close
+	closed bool       // Close has run; guarded by opMu
+
+	mu      sync.Mutex // guards proc and command
+	proc    *process
+	command []string // the command line of the last process
+}
+
+// ServerOptions configures a server started by [Launch]. The zero value
+// starts redis-server as [Start] does.
+type ServerOptions struct {
+	// Args are passed to redis-server after the ones Launch sets, as the
+	// args of [Start] are; the same rules apply.
+	Args []string
+
+	// Prefix is a command that runs redis-server, such as
+	// {"taskset", "-c", "0"} or {"valgrind", "--tool=callgrind"}: the
+	// process started is Prefix followed by redis-server and its
+	// arguments. The prefix must run redis-server in the process it was
+	// started as, as taskset, nice and valgrind do, because the server is
+	// taken as ready only when it reports that process id. Empty runs
+	// redis-server directly.
+	Prefix []string
+
+	// StartTimeout bounds the wait for the server to answer, at Launch
+	// and at each Relaunch. Zero means 10 seconds; a server under
+	// valgrind needs more.
+	StartTimeout time.Duration
+
+	// StopTimeout bounds how long Stop and Close wait for the server to
+	// exit after SIGTERM before they kill it. Zero means 10 seconds.
+	StopTimeout time.Duration
 }
 
 // process is one run of redis-server.
@@ -119,43 +158,99 @@ type setupFunc func(dir string, port int) (conf string, args []string, err error
 // sentinel. setup runs before each attempt.
 func startWith(tb testing.TB, pickPort func() (int, error), setup setupFunc) *Server {
 	tb.Helper()
-	bin := lookServer(tb)
-	dir := tb.TempDir()
-	s := &Server{
-		tb:      tb,
-		bin:     bin,
-		dir:     dir,
-		logPath: filepath.Join(dir, "redis-server.log"),
-	}
+	s := newServer(lookServer(tb), tb.TempDir(), ServerOptions{})
+	s.tb = tb
+	s.logf = tb.Logf
 	// Registered before the first process starts, so that it also runs when
 	// startup fails half way. TempDir's own cleanup was registered earlier
 	// and therefore runs later, after the process is gone.
 	tb.Cleanup(s.Kill)
+	if err := s.boot(pickPort, setup); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return s
+}
 
+// Launch starts a private redis-server from PATH on a free 127.0.0.1 port,
+// as [Start] does, and returns it once it answers PING. It is Start for
+// code that has no testing.TB, such as benchmark harnesses and example
+// programs: it never skips, and it reports failure as an error.
+//
+// The server runs in a new temporary directory with persistence off. The
+// caller must call [Server.Close], which stops the server and removes the
+// directory. On Linux the server is also killed if this process dies.
+//
+// Launch returns an error wrapping [exec.ErrNotFound] when redis-server is
+// not on PATH, and an error that includes the end of the server's log when
+// the server cannot start within opts.StartTimeout; a port taken between
+// choosing it and binding it is retried with a new port up to three times.
+func Launch(opts ServerOptions) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: redis-server not found on PATH: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	s := newServer(bin, dir, opts)
+	s.ownDir = true
+	args := slices.Clone(opts.Args)
+	err = s.boot(freePort, func(string, int) (string, []string, error) { return "", args, nil })
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer returns a Server for bin in dir, not yet started.
+func newServer(bin, dir string, opts ServerOptions) *Server {
+	s := &Server{
+		bin:          bin,
+		prefix:       slices.Clone(opts.Prefix),
+		dir:          dir,
+		logPath:      filepath.Join(dir, "redis-server.log"),
+		startTimeout: opts.StartTimeout,
+		stopTimeout:  opts.StopTimeout,
+	}
+	if s.startTimeout <= 0 {
+		s.startTimeout = startTimeout
+	}
+	if s.stopTimeout <= 0 {
+		s.stopTimeout = stopTimeout
+	}
+	return s
+}
+
+// boot starts the first process, on a port from pickPort, trying another
+// port when one turns out to be taken. setup runs before each attempt.
+func (s *Server) boot(pickPort func() (int, error), setup setupFunc) error {
 	var err error
 	for range startAttempts {
 		var port int
 		port, err = pickPort()
 		if err != nil {
-			tb.Fatalf("redistest: choose a free port: %v", err)
+			return fmt.Errorf("redistest: choose a free port: %w", err)
 		}
 		s.port = port
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.conf, s.extra, err = setup(dir, port)
+		s.conf, s.extra, err = setup(s.dir, port)
 		if err != nil {
-			tb.Fatalf("redistest: prepare redis-server on %s: %v", s.addr, err)
+			return fmt.Errorf("redistest: prepare redis-server on %s: %w", s.addr, err)
 		}
-		_, err = s.launch(time.Now().Add(startTimeout))
+		_, err = s.launch(time.Now().Add(s.startTimeout))
 		if err == nil {
-			return s
+			return nil
 		}
 		if !errors.Is(err, errPortInUse) {
 			break
 		}
-		tb.Logf("redistest: port %d was taken, trying another", port)
+		if s.logf != nil {
+			s.logf("redistest: port %d was taken, trying another", port)
+		}
 	}
-	tb.Fatalf("redistest: start redis-server on %s: %v\n%s", s.addr, err, s.logTail())
-	return nil
+	return fmt.Errorf("redistest: start redis-server on %s: %w\n%s", s.addr, err, s.logTail())
 }
 
 // lookServer finds redis-server on PATH, or skips or fails the test.
@@ -219,24 +314,57 @@ func (s *Server) Kill() {
 
 // Stop shuts the server down gracefully with SIGTERM, which Redis treats as
 // SHUTDOWN (nothing is saved unless args to [Start] turned persistence on),
-// and waits until it has exited. If the process has not exited after 10 seconds, Stop kills it.
-// Stop does nothing when the process is not running.
+// and waits until it has exited. If the process has not exited after 10
+// seconds (ServerOptions.StopTimeout for a server from [Launch]), Stop
+// kills it. Stop does nothing when the process is not running.
 func (s *Server) Stop() {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	_ = s.stop()
+}
+
+// stop is Stop with s.opMu held. It returns an error if it had to kill the
+// process.
+func (s *Server) stop() error {
 	p := s.current()
 	if p == nil || p.exited() {
-		return
+		return nil
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(stopTimeout)
+	timer := time.NewTimer(s.stopTimeout)
 	defer timer.Stop()
 	select {
 	case <-p.done:
+		return nil
 	case <-timer.C:
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		return fmt.Errorf("redistest: redis-server on %s did not exit within %v of SIGTERM, killed it", s.addr, s.stopTimeout)
 	}
+}
+
+// Close stops the server as [Server.Stop] does and, for a server from
+// [Launch], removes its directory. A closed server cannot be restarted;
+// Close again does nothing and returns nil.
+//
+// A server from Launch must be closed. A server from [Start] need not be:
+// the test's cleanup kills it and removes its directory.
+//
+// Close returns an error if the server did not exit within the stop timeout
+// and had to be killed (for a server run under valgrind, a sign that its
+// report may be missing), or if its directory could not be removed.
+func (s *Server) Close() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.stop()
+	if s.ownDir {
+		err = errors.Join(err, os.RemoveAll(s.dir))
+	}
+	return err
 }
 
 // Restart starts redis-server again, on the same port and directory and with
@@ -245,22 +373,44 @@ func (s *Server) Stop() {
 //
 // Restart calls Fatal on the testing.TB given to [Start] if the server is
 // still running, or if it does not answer within about 10 seconds; it retries
-// while the port is briefly unavailable.
+// while the port is briefly unavailable. A server from [Launch] has no
+// testing.TB: use [Server.Relaunch] for it, as Restart panics where it would
+// call Fatal.
 func (s *Server) Restart() {
+	if s.tb == nil {
+		if err := s.Relaunch(); err != nil {
+			panic(err)
+		}
+		return
+	}
 	s.tb.Helper()
+	if err := s.Relaunch(); err != nil {
+		s.tb.Fatalf("%v", err)
+	}
+}
+
+// Relaunch is [Server.Restart] reporting failure as an error rather than
+// through a testing.TB: it starts redis-server again after Kill or Stop,
+// on the same port and directory and with the same arguments, and waits
+// until it answers PING. It fails if the server is still running or has
+// been closed, or if it does not answer within the start timeout.
+func (s *Server) Relaunch() error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	if s.Running() {
-		s.tb.Fatalf("redistest: Restart(%s): server is still running; call Kill or Stop first", s.addr)
+	if s.closed {
+		return fmt.Errorf("redistest: restart redis-server on %s: the server is closed", s.addr)
 	}
-	deadline := time.Now().Add(startTimeout)
+	if s.Running() {
+		return fmt.Errorf("redistest: Restart(%s): server is still running; call Kill or Stop first", s.addr)
+	}
+	deadline := time.Now().Add(s.startTimeout)
 	for {
 		_, err := s.launch(deadline)
 		if err == nil {
-			return
+			return nil
 		}
 		if !errors.Is(err, errPortInUse) || !waitUntil(deadline, 50*time.Millisecond) {
-			s.tb.Fatalf("redistest: restart redis-server on %s: %v\n%s", s.addr, err, s.logTail())
+			return fmt.Errorf("redistest: restart redis-server on %s: %w\n%s", s.addr, err, s.logTail())
 		}
 	}
 }
@@ -275,6 +425,15 @@ func waitUntil(deadline time.Time, d time.Duration) bool {
 	defer t.Stop()
 	<-t.C
 	return true
+}
+
+// Command returns the command line the server was last started with: the
+// prefix from [ServerOptions], if any, then the path of redis-server and
+// its arguments. The caller may modify the returned slice.
+func (s *Server) Command() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.command)
 }
 
 func (s *Server) current() *process {
@@ -316,9 +475,10 @@ func (s *Server) launch(deadline time.Time) (int64, error) {
 		// redis-server reads a config file only as its first argument.
 		args = append([]string{s.conf}, args...)
 	}
-	fmt.Fprintf(logf, "=== redistest: %s %s\n", s.bin, shellJoin(args))
+	argv := append(append(slices.Clone(s.prefix), s.bin), args...)
+	fmt.Fprintf(logf, "=== redistest: %s\n", shellJoin(argv))
 
-	cmd := exec.Command(s.bin, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.dir
 	cmd.Stdout = logf // an *os.File is handed to the child as is: no copying goroutine
 	cmd.Stderr = logf
@@ -335,6 +495,7 @@ func (s *Server) launch(deadline time.Time) (int64, error) {
 	}()
 	s.mu.Lock()
 	s.proc = p
+	s.command = argv
 	s.mu.Unlock()
 
 	err = s.waitReady(p, deadline)
@@ -389,7 +550,7 @@ func (s *Server) waitReady(p *process, deadline time.Time) error {
 		case <-p.done:
 			return errExited
 		case <-timeout.C:
-			return fmt.Errorf("%w after %v (last probe: %v)", errNotReady, startTimeout, last)
+			return fmt.Errorf("%w after %v (last probe: %v)", errNotReady, s.startTimeout, last)
 		case <-tick.C:
 		}
 	}

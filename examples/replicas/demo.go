@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // demo runs the phases.
 type demo struct {
 	cfg    *config
-	proxy  *proxy // in front of Redis; every replica talks to Redis through it
-	runID  string // keeps this run's Redis keys apart from earlier runs'
+	proxy  *redistest.Proxy // in front of Redis; every replica talks to Redis through it
+	runID  string           // keeps this run's Redis keys apart from earlier runs'
 	con    *console
 	client *http.Client
 	logger *slog.Logger // sluice's own log of outages, on the console
@@ -193,12 +194,15 @@ func (d *demo) runOutageOf(ctx context.Context, a approach, out *outagePhase) (*
 			return
 		}
 		r.sizes = c.fleetSizes()
-		d.proxy.cut()
+		// As a crash would: open connections reset, new ones refused.
+		if runErr = d.proxy.SetDown(true); runErr != nil {
+			return
+		}
 		r.cut = time.Since(start)
 		if !sleepUntil(ctx, start.Add(r.cut+d.cfg.outage)) {
 			return
 		}
-		runErr = d.proxy.restore()
+		runErr = d.proxy.SetDown(false)
 		r.restored = time.Since(start)
 	}()
 	d.drive(ctx, start, evenly(nil, 0, length, d.cfg.rate), c.pool, r.load)

@@ -25,9 +25,9 @@
 // prints is measured in the run; nothing is computed from a model.
 //
 // It uses an embedded miniredis unless REDIS_ADDR names a real Redis, and
-// reaches Redis through a small TCP proxy of its own, which is how it can
-// take Redis away and bring it back. It sends traffic to loopback only,
-// for a fixed time, and stops by itself.
+// reaches Redis through a TCP fault proxy (redistest.ListenProxy), which is
+// how it can take Redis away and bring it back without stopping it. It
+// sends traffic to loopback only, for a fixed time, and stops by itself.
 //
 //	go run ./examples/replicas [-duration 6s] [-rate 300] [-limit 100] [-replicas 3] [-weights 60,25,15] [-chart out.svg]
 package main
@@ -51,6 +51,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 func main() {
@@ -158,7 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer srv.Close()
 	cfg.embedded = srv.Embedded()
-	px, err := startProxy(srv.Addr)
+	px, err := redistest.ListenProxy(srv.Addr)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"slices"
@@ -242,23 +244,26 @@ func run(cfg config, pinned pinning) error {
 	addr := cfg.addr
 	if addr == "" {
 		srv, err := bench.StartRedis(pinned.RedisCPUs)
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("%w (or pass -addr)", err)
+		}
 		if err != nil {
 			return err
 		}
-		defer srv.Stop()
+		defer srv.Close()
 		// Leave no redis-server behind on ^C. (go-zero also traps SIGINT
 		// and SIGTERM, to exit 5.5 s later; this exits first.)
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		go func() {
 			<-sig
-			srv.Stop()
+			_ = srv.Close()
 			fmt.Fprintln(os.Stderr, "compare: interrupted")
 			os.Exit(130)
 		}()
-		addr = srv.Addr
+		addr = srv.Addr()
 		h.own = true
-		h.redisCmd = srv.Command
+		h.redisCmd = srv.Command()
 	}
 	maxCallers := slices.Max(append(slices.Clone(cfg.callers), hammerCallers))
 	h.env = bench.Env{Addr: addr, PoolSize: maxCallers}

@@ -51,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // noop costs an EVALSHA with its keys and arguments and a one-value reply
@@ -309,7 +310,7 @@ func cpuPerKey(v variant, k, calls, nkeys int) (cpu, cmd float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	rdb := client(srv)
 	defer rdb.Close()
 	ctx := context.Background()
@@ -386,11 +387,15 @@ func instructions(v variant, k, calls, nkeys int) (float64, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "callgrind.out")
-	srv, err := bench.StartRedisUnder(vg, "--tool=callgrind", "--callgrind-out-file="+out)
+	srv, err := redistest.Launch(redistest.ServerOptions{
+		Prefix:       []string{vg, "--tool=callgrind", "--callgrind-out-file=" + out},
+		StartTimeout: 30 * time.Second, // valgrind is slow to start
+		StopTimeout:  time.Minute,      // and to write its report
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer srv.Stop()
+	defer srv.Close()
 	rdb := client(srv)
 	defer rdb.Close()
 	ctx := context.Background()
@@ -415,7 +420,9 @@ func instructions(v variant, k, calls, nkeys int) (float64, error) {
 		return 0, err
 	}
 	rdb.Close()
-	if err := srv.Shutdown(time.Minute); err != nil {
+	// A graceful stop (SIGTERM, which Redis treats as SHUTDOWN) lets
+	// callgrind write its report; Close fails if it had to kill instead.
+	if err := srv.Close(); err != nil {
 		return 0, err
 	}
 	data, err := os.ReadFile(out)
@@ -446,8 +453,8 @@ func serverPID(ctx context.Context, rdb *redis.Client) (string, error) {
 }
 
 // client returns a client for srv with room for a slow (valgrind) server.
-func client(srv *bench.RedisServer) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, DisableIdentity: true})
+func client(srv *redistest.Server) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: time.Minute, DisableIdentity: true})
 }
 
 var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)

@@ -38,29 +38,53 @@ func effectiveTimeout(d time.Duration) time.Duration {
 	return d
 }
 
-// checkClient makes sure the limiter's time budget can hold on rdb. go-redis
-// ignores context deadlines unless ContextTimeoutEnabled is set, and then a
-// hung Redis stalls each request for the client's read timeout (5s by
-// default) whatever budget the limiter was given.
-func checkClient(rdb redis.Scripter, budget time.Duration) error {
+// ignoresBudget reports whether rdb's I/O can outlast budget: go-redis
+// ignores context deadlines unless ContextTimeoutEnabled is set, and then
+// a hung Redis holds each call for the client's own read or write timeout
+// (5 s by default) whatever the limiter's budget. The store then runs each
+// call in a goroutine of its own and stops waiting at the budget (see
+// redisStore.detached). Clients the limiter does not know are trusted.
+func ignoresBudget(rdb redis.Scripter, budget time.Duration) bool {
 	if budget <= 0 {
-		return nil
+		return false
 	}
 	ctxOK, rt, wt, known := clientDeadlines(rdb)
 	if !known || ctxOK {
-		return nil
+		return false
 	}
-	worst := max(effectiveTimeout(rt), effectiveTimeout(wt))
-	if worst <= budget {
-		return nil
+	return max(effectiveTimeout(rt), effectiveTimeout(wt)) > budget
+}
+
+// clientAdvice lists what in rdb's options costs the limiter safety or
+// speed, with the fix, for the one log line New writes; nil if nothing.
+func clientAdvice(rdb redis.Scripter, budget time.Duration) []string {
+	var advice []string
+	if ignoresBudget(rdb, budget) {
+		_, rt, wt, _ := clientDeadlines(rdb)
+		advice = append(advice, fmt.Sprintf("ContextTimeoutEnabled is false, so the client ignores the limiter's %v budget: "+
+			"each decision runs in a goroutine of its own, the caller stops waiting at the budget and the call ends "+
+			"by the client's own timeouts (up to %v), and decisions are not batched; set ContextTimeoutEnabled: true",
+			budget, max(effectiveTimeout(rt), effectiveTimeout(wt))))
 	}
-	stall := "indefinitely"
-	if worst < 1<<63-1 {
-		stall = "for up to " + worst.String()
+	if n := clientRetries(rdb); n > 0 {
+		advice = append(advice, fmt.Sprintf("MaxRetries allows %d retries: a decision whose reply was lost runs again "+
+			"and charges its bucket twice (a client is then denied early); set MaxRetries: -1", n))
 	}
-	return fmt.Errorf("core: the Redis client ignores context deadlines, so the limiter's %s budget cannot hold "+
-		"(a hung Redis would stall each request %s): set ContextTimeoutEnabled: true in the client's options, "+
-		"or pass core.WithTimeout(0) to rely on the client's own timeouts", budget, stall)
+	return advice
+}
+
+// clientRetries is the number of retries rdb makes of a failed command,
+// for the go-redis clients the limiter knows; 0 for others.
+func clientRetries(rdb redis.Scripter) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().MaxRetries
+	case *redis.ClusterClient:
+		return c.Options().MaxRetries
+	case *redis.Ring:
+		return c.Options().MaxRetries
+	}
+	return 0
 }
 
 // boundsWaits reports whether rdb bounds every wait of a call by budget

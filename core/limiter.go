@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,14 +58,18 @@ type Limiter struct {
 // New does no network I/O. It returns an error, never a panic, for a nil
 // client or an invalid option.
 //
-// The client must honour the limiter's time budget (see [WithTimeout]): New
-// returns an error for a *redis.Client, *redis.ClusterClient or *redis.Ring
-// that ignores context deadlines (ContextTimeoutEnabled false, the go-redis
-// default) while its own read or write timeout exceeds the budget.
+// New takes the client as it is, and keeps the limiter's time budget (see
+// [WithTimeout]) whatever the client's options. Two go-redis options make
+// it better, and New logs once, at Warn level, which of them the client
+// lacks and why:
+//   - ContextTimeoutEnabled: true. go-redis otherwise ignores context
+//     deadlines, so each decision runs in a goroutine of its own, the
+//     caller stops waiting at the budget and the call ends by the client's
+//     own timeouts in the background, and decisions are not batched.
+//   - MaxRetries: -1. go-redis retries a command whose reply was lost, and
+//     a retried decision charges its bucket twice (the request may then be
+//     denied early; it is never admitted twice).
 //
-// For the limiter's client, set MaxRetries to -1 as well: go-redis retries a
-// command whose reply was lost, and a retried decision charges its bucket
-// twice (the request may then be denied early; it is never admitted twice).
 // On a *redis.ClusterClient, every store failure on a master makes the
 // limiter ask go-redis to reload its slot map (at most every 100 ms), so a
 // failed-over master's keys return to Redis soon after the failover with
@@ -82,14 +87,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkClient(rdb, l.timeout); err != nil {
-		return nil, err
-	}
 	l.brk.node = nodeName(rdb)
 	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight, l.obs != nil)
 	l.store.ack = newReplicaAck(o.ack, l.log)
 	if o.fleet.Name != "" {
 		l.fleet = newFleet(rdb, l.prefix, o.fleet, o.replicas)
+	}
+	if advice := clientAdvice(rdb, l.timeout); len(advice) > 0 {
+		l.log().Warn("sluice: the Redis client's options cost the limiter safety or speed; docs/production.md has the recommended client",
+			"node", l.brk.node, "advice", strings.Join(advice, "; "))
 	}
 	return l, nil
 }
@@ -383,7 +389,17 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 		rctx, cancel = context.WithTimeout(ctx, l.timeout)
 	}
 	defer cancel()
-	if err := resetScript.Run(rctx, l.store.rdb, []string{redisKey(l.prefix, p.fp, key)}).Err(); err != nil {
+	keys := []string{redisKey(l.prefix, p.fp, key)}
+	del := func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, resetScript.Run(ctx, l.store.rdb, keys).Err()
+	}
+	var err error
+	if l.store.detached {
+		_, err = runApart(ctx, l.timeout, del)
+	} else {
+		_, err = del(rctx)
+	}
+	if err != nil {
 		if cerr := callerGone(ctx); cerr != nil {
 			return cerr
 		}

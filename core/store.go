@@ -32,6 +32,7 @@ type node struct {
 type redisStore struct {
 	rdb       redis.Scripter
 	timerless bool                                                          // the client bounds every wait by the budget (see boundsWaits)
+	detached  bool                                                          // the client ignores the budget: calls run apart (see submitDetached)
 	whole     node                                                          // the whole store; on a Cluster, keys whose master is unknown
 	nodeOf    func(ctx context.Context, rkey string) (*redis.Client, error) // nil: the store is one node
 	nodes     sync.Map                                                      // *redis.Client -> *node
@@ -66,9 +67,9 @@ func (s *redisStore) failed() {
 // newRedisStore builds the store for rdb; brk is the limiter's breaker, the
 // template of per-master ones. timed asks for each call's I/O time.
 func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int, timed bool) *redisStore {
-	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget)}
+	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget)}
 	batched := func(send batch.Sender[*call, decision]) *batch.Batcher[*call, decision] {
-		if inflight <= 0 {
+		if inflight <= 0 || s.detached {
 			return nil
 		}
 		return batch.New(send, batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: timed})
@@ -124,6 +125,9 @@ func (s *redisStore) submit(ctx context.Context, n *node, c *call, budget time.D
 	if n.batch != nil {
 		return n.batch.Do(ctx, c)
 	}
+	if s.detached {
+		return s.submitDetached(ctx, n, c, budget)
+	}
 	rctx, cancel := ctx, context.CancelFunc(nil)
 	if budget > 0 {
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
@@ -143,6 +147,50 @@ func (s *redisStore) submit(ctx context.Context, n *node, c *call, budget time.D
 		cancel()
 	}
 	return d, took, err
+}
+
+// submitDetached decides c for a client that ignores context deadlines
+// (see ignoresBudget), apart from the caller (see runApart).
+func (s *redisStore) submitDetached(ctx context.Context, n *node, c *call, budget time.Duration) (decision, time.Duration, error) {
+	start := time.Now()
+	d, err := runApart(ctx, budget, func(rctx context.Context) (decision, error) {
+		if s.ack != nil {
+			return s.evalAcked(rctx, n, c)
+		}
+		return evalOne(rctx, s.rdb, c)
+	})
+	return d, time.Since(start), err
+}
+
+// runApart runs f in a goroutine of its own under the budget as a context
+// (go-redis honours it while it waits for a pooled connection, even when it
+// ignores it on the socket), and waits for it until the budget has passed
+// or ctx ends. A call left behind ends by the client's own read and write
+// timeouts; its answer is dropped, which for a rate limiter errs toward
+// denying (the bucket may have been charged), never toward admitting.
+func runApart[T any](ctx context.Context, budget time.Duration, f func(context.Context) (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		v, err := f(rctx)
+		done <- answer{v, err}
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	var zero T
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-timer.C:
+		return zero, fmt.Errorf("core: no answer within the %v budget: %w", budget, context.DeadlineExceeded)
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
 }
 
 // sendOne decides a batch on one server in one script call.

@@ -203,7 +203,7 @@ func Scenarios() []Scenario {
 					Body: `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry after 60 s."}`,
 				}},
 				{Request: get("/tenant"), Want: Want{
-					Status: 400, ContentType: problemJSON, Body: `{"type":"about:blank","title":"Bad Request","status":400}`,
+					Status: 400, ContentType: problemJSON, Body: `{"type":"about:blank","title":"Bad Request","status":400,"detail":"The request carries no rate-limit key."}`,
 				}},
 			},
 		},

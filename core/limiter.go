@@ -470,6 +470,12 @@ func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, 
 	return res, d, nil
 }
 
+// Logger returns the logger the limiter writes to: the one given to
+// [WithLogger], or slog.Default() at the time of the call. Middleware built
+// on the limiter (package policy) logs its own misconfigurations there, so
+// that one setting routes all of sluice's lines.
+func (l *Limiter) Logger() *slog.Logger { return l.log() }
+
 func (l *Limiter) log() *slog.Logger {
 	if l.logger != nil {
 		return l.logger

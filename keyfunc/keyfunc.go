@@ -77,7 +77,13 @@ const (
 	esc = '\\'
 )
 
-var errNoRoute = fmt.Errorf("%w: route pattern is unknown", ErrNoKey)
+// ErrNoRoute is the [ErrNoKey] that [Route] returns when the request's
+// route pattern is not known where the key is extracted: the middleware
+// runs before the router has matched the request (gin's, echo's or fiber's
+// r.Use, or around a whole http.ServeMux), or the request matched no
+// route. The first is a misconfiguration that fails every request, which
+// the request policy logs once with the fix.
+var ErrNoRoute = fmt.Errorf("%w: route pattern is unknown", ErrNoKey)
 
 // Header returns a Func that keys requests by the value of the named header
 // field: "header:<lowercased name>:<value>".
@@ -278,7 +284,7 @@ func Route() Func {
 func routeKey(r Request) (string, error) {
 	p := r.Route()
 	if p == "" {
-		return "", errNoRoute
+		return "", ErrNoRoute
 	}
 	m := r.Method()
 	if m != "" && len(p) > len(m) && p[len(m)] == ' ' && p[:len(m)] == m {

@@ -125,8 +125,11 @@ func (v *Verdict) WriteHeaders(h map[string][]string) {
 }
 
 // Body returns the default answer's content type and body for a Deny or a
-// Fail: the status text, or problem details with [WithProblemJSON]. It
-// never includes an error's text.
+// Fail: the status text, or problem details with [WithProblemJSON], whose
+// detail says why (when to retry; or that the request has no key, that the
+// route is not known where the middleware runs, that the limiter is
+// misconfigured or its store unavailable). It never includes an error's
+// text.
 func (v *Verdict) Body() (contentType string, body []byte) {
 	title := statusText(v.Status)
 	if !v.problem {
@@ -137,10 +140,15 @@ func (v *Verdict) Body() (contentType string, body []byte) {
 	b.WriteString(title)
 	b.WriteString(`","status":`)
 	b.WriteString(strconv.Itoa(v.Status))
-	if v.Action == Deny {
+	switch {
+	case v.Action == Deny:
 		b.WriteString(`,"detail":"Rate limit exceeded; retry after `)
 		b.WriteString(strconv.FormatInt(ceilSeconds(v.Result.RetryAfter), 10))
 		b.WriteString(` s."`)
+	case v.detail != "":
+		b.WriteString(`,"detail":"`)
+		b.WriteString(v.detail) // a constant of this package: nothing to escape
+		b.WriteString(`"`)
 	}
 	b.WriteString("}")
 	return "application/problem+json", []byte(b.String())

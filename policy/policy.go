@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -13,6 +15,9 @@ import (
 // Policy decides requests for one middleware: its limit, key function and
 // options. A Policy is safe for concurrent use. Create one with [New].
 type Policy struct {
+	lim     *core.Limiter
+	said    sync.Map     // failure texts already logged -> struct{}
+	saidN   atomic.Int32 // how many
 	key     keyfunc.Func
 	base    *rule
 	rules   ruleCache
@@ -55,7 +60,7 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.headers < HeadersLegacy || cfg.headers > HeadersNone {
 		return nil, cfg.Adapter, fmt.Errorf("WithHeaders: unknown style %d", cfg.headers)
 	}
-	p := &Policy{key: key, rules: ruleCache{lim: lim, extra: cfg.extra}, headers: cfg.headers,
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	if f := cfg.skip; f != nil {
 		p.skip = func(r keyfunc.Request) bool { return f(native(r)) }
@@ -114,6 +119,7 @@ type Verdict struct {
 	rule    *rule
 	decided bool
 	problem bool
+	detail  string // the problem detail of a Fail: why, never the error's text
 }
 
 // Decide runs the policy for one request. It never panics on request
@@ -127,16 +133,16 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		err = fmt.Errorf("policy: the key function returned an empty key: %w", keyfunc.ErrNoKey)
 	}
 	if err != nil {
-		return p.fail(err)
+		return p.fail(err, atKey)
 	}
 	rl := p.base
 	if p.limitFn != nil {
 		l, err := p.limitFn(r)
 		if err != nil {
-			return p.fail(err)
+			return p.fail(err, atLimit)
 		}
 		if rl, err = p.rules.get(l); err != nil {
-			return p.fail(err)
+			return p.fail(err, atLimit)
 		}
 	}
 	n := 1
@@ -150,7 +156,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
-		return p.fail(err)
+		return p.fail(err, atDecide)
 	}
 	v := Verdict{Result: res, style: p.headers, rule: rl, decided: true, problem: p.problem}
 	if !res.Allowed && !p.dryRun {
@@ -173,13 +179,66 @@ func (p *Policy) waitFor(ctx context.Context, key string, rl *rule, n int) (core
 	return res, err
 }
 
-func (p *Policy) fail(err error) Verdict {
-	v := Verdict{Action: Fail, Err: err, Status: 500, problem: p.problem}
+// stage says where a request failed: in the key function, in choosing its
+// limit, or in the decision (the cost, the store, the request's context).
+type stage int8
+
+const (
+	atKey stage = iota
+	atLimit
+	atDecide
+)
+
+// fail turns err into the verdict of a request that could not be decided,
+// and logs the failure the first time its text is seen (see logOnce).
+func (p *Policy) fail(err error, at stage) Verdict {
+	v := Verdict{Action: Fail, Err: err, Status: 500, problem: p.problem, detail: "The rate limiter is misconfigured."}
+	fix := ""
 	switch {
+	case errors.Is(err, keyfunc.ErrNoRoute):
+		v.Status, v.detail = 400, "The rate limiter cannot see this request's route."
+		fix = "the middleware runs before the router knows the route: attach it to the route itself (in the route's handler list with gin, echo or fiber; around the handler you register with net/http, not around the ServeMux), or key by something else"
 	case errors.Is(err, keyfunc.ErrNoKey):
-		v.Status = 400
-	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		v.Status = 503
+		v.Status, v.detail = 400, "The request carries no rate-limit key."
+		if at == atLimit {
+			fix = "WithLimitFunc returned an error wrapping keyfunc.ErrNoKey"
+		}
+	case errors.Is(err, core.ErrUnavailable):
+		v.Status, v.detail = 503, "The rate limiter's store is unavailable."
+		return v // the limiter logs outages itself
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		v.Status, v.detail = 503, "The request ended before the rate limiter decided."
+		return v // the client's doing
+	case at == atKey:
+		fix = "the key function returned an error other than keyfunc.ErrNoKey"
+	case at == atLimit:
+		fix = "WithLimitFunc returned an error or an invalid limit; it must return a valid core.Limit, or an error wrapping keyfunc.ErrNoKey to answer 400"
+	case errors.Is(err, core.ErrInvalidLimit):
+		fix = "WithCost must return a cost from 1 to the smallest Burst of the limits"
 	}
+	p.logOnce(err, v.Status, fix)
 	return v
+}
+
+// maxSaid bounds how many distinct failures one policy logs.
+const maxSaid = 32
+
+// logOnce logs a failure the first time its text is seen by this policy,
+// at Warn level, with the fix where it is known: a misconfiguration fails
+// every request the same way and is then said once, not once per request.
+// A policy logs at most maxSaid distinct failures.
+func (p *Policy) logOnce(err error, status int, fix string) {
+	text := err.Error()
+	if p.saidN.Load() >= maxSaid {
+		return
+	}
+	if _, seen := p.said.LoadOrStore(text, struct{}{}); seen {
+		return
+	}
+	p.saidN.Add(1)
+	attrs := []any{"status", status, "error", text}
+	if fix != "" {
+		attrs = append(attrs, "fix", fix)
+	}
+	p.lim.Logger().Warn("sluice: a request could not be decided; logged once per cause, later ones are answered the same way silently", attrs...)
 }

@@ -3,8 +3,10 @@ package policy
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,4 +198,69 @@ func TestPolicyVerdicts(t *testing.T) {
 			t.Fatal("negative wait accepted")
 		}
 	})
+}
+
+// lines is a slog.Handler that keeps each record as text.
+type lines struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (h *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lines) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	h.mu.Lock()
+	h.got = append(h.got, b.String())
+	h.mu.Unlock()
+	return nil
+}
+func (h *lines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lines) WithGroup(string) slog.Handler      { return h }
+
+// TestMisconfigurationLoggedOnce: a failure that repeats on every request
+// (a route key where the route is not known, a bad cost, a failing limit
+// function) is logged once with its fix, and the problem detail says why;
+// store failures and the client's own cancellations are not logged here.
+func TestMisconfigurationLoggedOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		key    keyfunc.Func
+		opts   []opt
+		status int
+		detail string
+		fix    string
+	}{
+		{"route key outside the router", keyfunc.Route(), nil, 400,
+			"The rate limiter cannot see this request's route.", "attach it to the route itself"},
+		{"cost of 0", keyfunc.Static("x"), []opt{WithCost[req, struct{}](func(req) int { return 0 })}, 500,
+			"The rate limiter is misconfigured.", "WithCost must return a cost from 1"},
+		{"limit function error", keyfunc.Static("x"), []opt{WithLimitFunc[req, struct{}](func(req) (core.Limit, error) {
+			return core.Limit{}, errors.New("plan lookup failed")
+		})}, 500, "The rate limiter is misconfigured.", "WithLimitFunc returned an error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &lines{}
+			lim, err := core.NewMemory(core.WithLogger(slog.New(log)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _, err := New(lim, core.PerMinute(10), tc.key, self, append(tc.opts, WithProblemJSON[req, struct{}](true))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				v := p.Decide(ctx, fakeReq{})
+				_, body := v.Body()
+				if v.Action != Fail || v.Status != tc.status || !strings.Contains(string(body), `"detail":"`+tc.detail+`"`) {
+					t.Fatalf("Decide = %+v, body %s; want %d with detail %q", v, body, tc.status, tc.detail)
+				}
+			}
+			if len(log.got) != 1 || !strings.Contains(log.got[0], tc.fix) {
+				t.Errorf("logged %q; want one line naming the fix %q", log.got, tc.fix)
+			}
+		})
+	}
 }

@@ -19,9 +19,12 @@
 //
 // An admitted request gets the rate-limit fields (X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset by default; see [WithHeaders])
-// and goes on to the next handler. A denied one gets the same fields,
-// Retry-After, and 429 Too Many Requests with the status text as a plain-text
-// body, written directly, unless [WithDenyHandler] says otherwise.
+// and goes on to the next handler. A denied one gets the same fields and
+// Retry-After, and the middleware returns a *echo.HTTPError with status 429 Too
+// Many Requests, unless [WithDenyHandler] says otherwise: the app's
+// HTTPErrorHandler answers it, as it answers every other error, and the fields
+// stay on the response. With [WithProblemJSON] the 429 is written directly
+// as problem details instead.
 //
 // A request that cannot be decided makes the middleware return an
 // *echo.HTTPError, unless [WithErrorHandler] says otherwise: 400 Bad Request

@@ -41,6 +41,11 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 				if o.deny != nil {
 					return o.deny(c, v.Result)
 				}
+				if !p.ProblemJSON() {
+					// Through the app's error handling, as echo's own
+					// limiter does; the fields above stay on the response.
+					return echo.NewHTTPError(v.Status)
+				}
 			default:
 				if o.onError != nil {
 					return o.onError(c, v.Err)

@@ -3,6 +3,7 @@ package echolimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -21,8 +22,20 @@ func TestNewPanics(t *testing.T) {
 
 // build serves app with an echo instance: app.Use through Echo.Use, route
 // middlewares as the route's own.
+//
+// The app's HTTPErrorHandler answers the middleware's errors (a 429, or a
+// failure) with the status text as plain text, the answer every adapter
+// gives by default, so that the table checks that they reach it with the
+// right status and with the rate-limit fields still on the response.
 func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		code := http.StatusInternalServerError
+		if he, ok := err.(*echo.HTTPError); ok {
+			code = he.Code
+		}
+		_ = c.Blob(code, "text/plain; charset=utf-8", []byte(http.StatusText(code)+"\n"))
+	}
 	if app.Use != nil {
 		e.Use(middleware(app.Limiter, app.Use))
 	}
@@ -62,6 +75,38 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFun
 		opts = append(opts, WithErrorHandler(func(c echo.Context, err error) error { return reply(c, m.Error(err)) }))
 	}
 	return New(lim, m.Limit, m.Key, opts...)
+}
+
+// TestDenialReachesErrorHandler: an app whose HTTPErrorHandler answers
+// JSON gets the 429 as an *echo.HTTPError, with Retry-After and the
+// rate-limit fields already on the response.
+func TestDenialReachesErrorHandler(t *testing.T) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	var seen *echo.HTTPError
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		seen, _ = err.(*echo.HTTPError)
+		_ = c.JSON(seen.Code, map[string]string{"error": "slow down"})
+	}
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") }, New(lim, core.PerMinute(1), keyfunc.Static("all")))
+	for i, want := range []int{200, 429} {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
+		}
+		if want == 429 {
+			if seen == nil || seen.Code != 429 {
+				t.Fatalf("the error handler saw %v, want an *echo.HTTPError with code 429", seen)
+			}
+			if w.Header().Get("Retry-After") != "60" || w.Header().Get("X-Ratelimit-Remaining") != "0" || w.Header().Get("Content-Type") != "application/json" {
+				t.Fatalf("429 headers %v", w.Header())
+			}
+		}
+	}
 }
 
 type ctxKey struct{}

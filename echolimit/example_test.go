@@ -18,7 +18,9 @@ func Example() {
 		panic(err)
 	}
 	e := echo.New()
-	// Two requests per minute for each client address.
+	// Two requests per minute for each client address. A denial is an
+	// *echo.HTTPError with status 429, which the app's HTTPErrorHandler
+	// answers (echo's default one writes JSON).
 	e.Use(echolimit.New(lim, core.PerMinute(2), keyfunc.IP()))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
 
@@ -32,5 +34,5 @@ func Example() {
 	// Output:
 	// 200 1 hello
 	// 200 0 hello
-	// 429 0 Too Many Requests
+	// 429 0 {"message":"Too Many Requests"}
 }

@@ -46,7 +46,7 @@ var (
 // runs; res says when to retry. f must be safe for concurrent use. A nil f
 // restores the default.
 //
-// Default: 429 with the status text as a plain-text body.
+// Default: a *echo.HTTPError with status 429, for the app's HTTPErrorHandler.
 func WithDenyHandler(f func(c echo.Context, res core.Result) error) Option {
 	return func(c *policy.Config[echo.Context, handlers]) { c.Adapter.deny = f }
 }

@@ -40,6 +40,11 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 			if o.deny != nil {
 				return o.deny(c, v.Result)
 			}
+			if !p.ProblemJSON() {
+				// Through the app's ErrorHandler; the fields above stay
+				// on the response.
+				return fiber.NewError(v.Status)
+			}
 		default:
 			if o.onError != nil {
 				return o.onError(c, v.Err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
 	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
@@ -34,8 +35,20 @@ type userContext struct{}
 // every request. fiber v2 has no request context of its own, so a first
 // handler sets the user context from the test request, as an app's timeout
 // middleware would.
+//
+// The app's ErrorHandler answers the middleware's errors (a 429, or a
+// failure) with the status text as plain text, the answer every adapter
+// gives by default, so that the table checks that they reach it with the
+// right status and with the rate-limit fields still on the response.
 func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
-	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	f := fiber.New(fiber.Config{DisableStartupMessage: true, ErrorHandler: func(c *fiber.Ctx, err error) error {
+		code := fiber.StatusInternalServerError
+		if fe, ok := err.(*fiber.Error); ok {
+			code = fe.Code
+		}
+		c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+		return c.Status(code).SendString(utils.StatusMessage(code) + "\n")
+	}})
 	f.Use(func(c *fiber.Ctx) error {
 		if ctx, ok := c.Context().UserValue(userContext{}).(context.Context); ok {
 			c.SetUserContext(ctx)

@@ -79,6 +79,10 @@ func (r Route) ColonPattern() string {
 type Middleware struct {
 	Limit core.Limit
 	Key   keyfunc.Func
+	// Param, when set, replaces Key: the builder keys requests by the
+	// named path parameter, read with the adapter's native key function
+	// (Key over the framework's request), as "param:<value>".
+	Param string
 
 	Skip        func(Call) bool
 	Cost        func(Call) int

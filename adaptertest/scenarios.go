@@ -58,6 +58,7 @@ func Scenarios() []Scenario {
 			},
 		},
 		perRoute(),
+		nativeKey(),
 		tenantPlans(),
 		customKey(),
 		{
@@ -288,6 +289,22 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 200, Header: legacy(2, 0, 60)}},
 				{Request: get("/items/1"), Want: Want{Status: 429, Header: with(legacy(2, 0, 60), "Retry-After", "30")}},
 			},
+		},
+	}
+}
+
+// nativeKey keys by a path parameter read from the framework's own
+// request: one bucket per item.
+func nativeKey() Scenario {
+	byItem := &Middleware{Limit: core.PerMinute(1), Param: "id"}
+	return Scenario{
+		Name:    "native key: a bucket per path parameter",
+		Limiter: Memory,
+		Routes:  []Route{{Method: "GET", Pattern: "/items/{id}", Middleware: byItem}},
+		Steps: []Step{
+			{Request: get("/items/1"), Want: Want{Status: 200}},
+			{Request: get("/items/1"), Want: Want{Status: 429}},
+			{Request: get("/items/2"), Want: Want{Status: 200}},
 		},
 	}
 }

@@ -74,7 +74,11 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFun
 	if m.Error != nil {
 		opts = append(opts, WithErrorHandler(func(c echo.Context, err error) error { return reply(c, m.Error(err)) }))
 	}
-	return New(lim, m.Limit, m.Key, opts...)
+	key := m.Key
+	if m.Param != "" {
+		key = Key(func(c echo.Context) (string, error) { return "param:" + c.Param(m.Param), nil })
+	}
+	return New(lim, m.Limit, key, opts...)
 }
 
 // TestDenialReachesErrorHandler: an app whose HTTPErrorHandler answers

@@ -4,6 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -65,3 +66,14 @@ func WithDenyHandler(f func(c echo.Context, res core.Result) error) Option {
 func WithErrorHandler(f func(c echo.Context, err error) error) Option {
 	return func(c *policy.Config[echo.Context, handlers]) { c.Adapter.onError = f }
 }
+
+// Key returns a key function over the request's echo.Context, for keys
+// keyfunc's extractors cannot express, such as a path parameter:
+//
+//	Key(func(c echo.Context) (string, error) { return "item:" + c.Param("id"), nil })
+//
+// It is [policy.NativeKey] for echo: give the key a prefix of your own, and
+// return an error wrapping [keyfunc.ErrNoKey] (400) when the request has
+// none. Used in another framework's middleware it fails every request
+// (500, logged once).
+func Key(f func(echo.Context) (string, error)) keyfunc.Func { return policy.NativeKey(f) }

@@ -37,3 +37,10 @@ func (req request) Value(key any) any {
 	}
 	return req.c.Request().Context().Value(key)
 }
+
+// Native is the echo.Context behind the view (see [Key]).
+func (req request) Native() echo.Context { return req.c }
+
+// ClientIP is echo's own client address, for keyfunc.FrameworkClientIP
+// only: it follows the app's IPExtractor.
+func (req request) ClientIP() string { return req.c.RealIP() }

@@ -125,7 +125,11 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 	if m.Error != nil {
 		opts = append(opts, WithErrorHandler(func(c *fiber.Ctx, err error) error { return reply(c, m.Error(err)) }))
 	}
-	return New(lim, m.Limit, m.Key, opts...)
+	key := m.Key
+	if m.Param != "" {
+		key = Key(func(c *fiber.Ctx) (string, error) { return "param:" + c.Params(m.Param), nil })
+	}
+	return New(lim, m.Limit, key, opts...)
 }
 
 type ctxKey struct{}

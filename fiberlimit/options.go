@@ -4,6 +4,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -64,3 +65,14 @@ func WithDenyHandler(f func(c *fiber.Ctx, res core.Result) error) Option {
 func WithErrorHandler(f func(c *fiber.Ctx, err error) error) Option {
 	return func(c *policy.Config[*fiber.Ctx, handlers]) { c.Adapter.onError = f }
 }
+
+// Key returns a key function over the request's *fiber.Ctx, for keys
+// keyfunc's extractors cannot express, such as a path parameter:
+//
+//	Key(func(c *fiber.Ctx) (string, error) { return "item:" + c.Params("id"), nil })
+//
+// It is [policy.NativeKey] for fiber: give the key a prefix of your own, and
+// return an error wrapping [keyfunc.ErrNoKey] (400) when the request has
+// none. Used in another framework's middleware it fails every request
+// (500, logged once).
+func Key(f func(*fiber.Ctx) (string, error)) keyfunc.Func { return policy.NativeKey(f) }

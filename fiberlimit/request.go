@@ -82,3 +82,11 @@ func (req request) Value(key any) any {
 	}
 	return req.c.UserContext().Value(key)
 }
+
+// Native is the *fiber.Ctx behind the view (see [Key]).
+func (req request) Native() *fiber.Ctx { return req.c }
+
+// ClientIP is fiber's own client address, for keyfunc.FrameworkClientIP
+// only: it follows the app's ProxyHeader and trusted proxies. It is parsed
+// at once and never kept, so fiber's reused buffer is safe to read.
+func (req request) ClientIP() string { return req.c.IP() }

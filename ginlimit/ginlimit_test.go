@@ -3,6 +3,7 @@ package ginlimit
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -59,7 +60,11 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
 	if m.Error != nil {
 		opts = append(opts, WithErrorHandler(func(c *gin.Context, err error) { reply(c, m.Error(err)) }))
 	}
-	return New(lim, m.Limit, m.Key, opts...)
+	key := m.Key
+	if m.Param != "" {
+		key = Key(func(c *gin.Context) (string, error) { return "param:" + c.Param(m.Param), nil })
+	}
+	return New(lim, m.Limit, key, opts...)
 }
 
 type ctxKey struct{}
@@ -115,5 +120,37 @@ func BenchmarkKey(b *testing.B) {
 	adaptertest.ServeHTTP(r)(adaptertest.KeyRequest())
 	if !ran {
 		b.Fatal("the route did not run")
+	}
+}
+
+// TestFrameworkClientIP: with keyfunc.FrameworkClientIP, the key is gin's
+// own ClientIP, which follows the engine's trusted proxies.
+func TestFrameworkClientIP(t *testing.T) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	key := keyfunc.IP(keyfunc.FrameworkClientIP())
+	r.GET("/", New(lim, core.PerMinute(10), func(req keyfunc.Request) (string, error) {
+		k, err := key(req)
+		got = k
+		return k, err
+	}), func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	for _, tc := range []struct{ peer, want string }{
+		{"10.0.0.1:5000", "ip:198.51.100.9"}, // a trusted proxy: gin reads X-Forwarded-For
+		{"192.0.2.1:5000", "ip:192.0.2.1"},   // not trusted: gin keeps the peer
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = tc.peer
+		req.Header.Set("X-Forwarded-For", "198.51.100.9")
+		r.ServeHTTP(httptest.NewRecorder(), req)
+		if got != tc.want {
+			t.Errorf("from %s: key %q, want %q", tc.peer, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -63,3 +64,14 @@ func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
 	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.onError = f }
 }
+
+// Key returns a key function over the request's *gin.Context, for keys
+// keyfunc's extractors cannot express, such as a path parameter:
+//
+//	Key(func(c *gin.Context) (string, error) { return "item:" + c.Param("id"), nil })
+//
+// It is [policy.NativeKey] for gin: give the key a prefix of your own, and
+// return an error wrapping [keyfunc.ErrNoKey] (400) when the request has
+// none. Used in another framework's middleware it fails every request
+// (500, logged once).
+func Key(f func(*gin.Context) (string, error)) keyfunc.Func { return policy.NativeKey(f) }

@@ -33,3 +33,10 @@ func (req request) Value(key any) any {
 	}
 	return req.c.Request.Context().Value(key)
 }
+
+// Native is the *gin.Context behind the view (see [Key]).
+func (req request) Native() *gin.Context { return req.c }
+
+// ClientIP is gin's own client address, for keyfunc.FrameworkClientIP
+// only: it follows the engine's trusted proxies (SetTrustedProxies).
+func (req request) ClientIP() string { return req.c.ClientIP() }

@@ -66,7 +66,11 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler)
 	if m.Error != nil {
 		opts = append(opts, WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) { reply(w, m.Error(err)) }))
 	}
-	return New(lim, m.Limit, m.Key, opts...)
+	key := m.Key
+	if m.Param != "" {
+		key = Key(func(r *http.Request) (string, error) { return "param:" + r.PathValue(m.Param), nil })
+	}
+	return New(lim, m.Limit, key, opts...)
 }
 
 type ctxKey struct{}

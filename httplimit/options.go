@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -61,3 +62,14 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Res
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *policy.Config[*http.Request, handlers]) { c.Adapter.onError = f }
 }
+
+// Key returns a key function over the request's *http.Request, for keys
+// keyfunc's extractors cannot express, such as a path parameter:
+//
+//	Key(func(r *http.Request) (string, error) { return "item:" + r.PathValue("id"), nil })
+//
+// It is [policy.NativeKey] for net/http: give the key a prefix of your own, and
+// return an error wrapping [keyfunc.ErrNoKey] (400) when the request has
+// none. Used in another framework's middleware it fails every request
+// (500, logged once).
+func Key(f func(*http.Request) (string, error)) keyfunc.Func { return policy.NativeKey(f) }

@@ -24,3 +24,6 @@ func (req request) RemoteAddr() string { return req.r.RemoteAddr }
 func (req request) Method() string     { return req.r.Method }
 func (req request) Route() string      { return req.r.Pattern }
 func (req request) Value(key any) any  { return req.r.Context().Value(key) }
+
+// Native is the *http.Request behind the view (see [Key]).
+func (req request) Native() *http.Request { return req.r }

@@ -59,12 +59,13 @@ func IP(opts ...IPOption) Func {
 		opt(&o)
 	}
 	f := &ipFunc{
-		trusted:  o.trusted,
-		header:   o.header,
-		v4Bits:   o.v4Bits,
-		v6Bits:   o.v6Bits,
-		v4Suffix: prefixSuffix(o.v4Bits, 32),
-		v6Suffix: prefixSuffix(o.v6Bits, 128),
+		framework: o.framework,
+		trusted:   o.trusted,
+		header:    o.header,
+		v4Bits:    o.v4Bits,
+		v6Bits:    o.v6Bits,
+		v4Suffix:  prefixSuffix(o.v4Bits, 32),
+		v6Suffix:  prefixSuffix(o.v6Bits, 128),
 	}
 	return f.key
 }
@@ -81,10 +82,35 @@ func prefixSuffix(bits, full int) string {
 type IPOption func(*ipOptions)
 
 type ipOptions struct {
-	trusted []netip.Prefix
-	header  string
-	v4Bits  int
-	v6Bits  int
+	trusted   []netip.Prefix
+	header    string
+	v4Bits    int
+	v6Bits    int
+	framework bool
+}
+
+// ClientIPer is implemented by request views whose framework resolves the
+// client address itself (gin's ClientIP, echo's RealIP, fiber's IP), for
+// [FrameworkClientIP].
+type ClientIPer interface {
+	ClientIP() string
+}
+
+// FrameworkClientIP returns an option that keys by the client address the
+// web framework resolved, where the adapter's request view offers one
+// ([ClientIPer]: gin's Context.ClientIP, echo's Context.RealIP, fiber's
+// Ctx.IP), instead of applying this package's own proxy rules. The address
+// is grouped and formatted as [IP] does. A view without one (net/http), or
+// an address that does not parse, falls back to IP's own rules.
+//
+// Use it only where the framework's trusted proxies are configured (gin's
+// SetTrustedProxies, echo's IPExtractor, fiber's ProxyHeader with
+// TrustedProxies): gin and echo trust forwarding headers from anyone by
+// default, and then every client can choose its own key.
+//
+// Default: off; the framework's resolver is never used.
+func FrameworkClientIP() IPOption {
+	return func(o *ipOptions) { o.framework = true }
 }
 
 // TrustProxies returns an option that trusts the proxies whose addresses
@@ -218,15 +244,16 @@ func IPv4Prefix(bits int) IPOption {
 }
 
 type ipFunc struct {
-	trusted  []netip.Prefix
-	header   string // canonical name, or "" for X-Forwarded-For
-	v4Bits   int
-	v6Bits   int
-	v4Suffix string // "/<bits>", or "" for a whole address
-	v6Suffix string
-	warned   atomic.Bool
-	looked   atomic.Uint32 // requests checked for forwarding headers, up to 64
-	recent   ipCache
+	framework bool // FrameworkClientIP
+	trusted   []netip.Prefix
+	header    string // canonical name, or "" for X-Forwarded-For
+	v4Bits    int
+	v6Bits    int
+	v4Suffix  string // "/<bits>", or "" for a whole address
+	v6Suffix  string
+	warned    atomic.Bool
+	looked    atomic.Uint32 // requests checked for forwarding headers, up to 64
+	recent    ipCache
 }
 
 // ipCache remembers the keys of recently seen addresses, so that a client
@@ -249,6 +276,13 @@ func (c *ipCache) slot(a netip.Addr) *atomic.Pointer[ipEntry] {
 }
 
 func (f *ipFunc) key(r Request) (string, error) {
+	if f.framework {
+		if c, ok := r.(ClientIPer); ok {
+			if a, ok := parseHost(c.ClientIP()); ok {
+				return f.format(a), nil
+			}
+		}
+	}
 	peer, ok := parseHost(r.RemoteAddr())
 	if !ok {
 		return "", errBadPeer

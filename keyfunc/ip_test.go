@@ -365,3 +365,36 @@ func TestIPWarnsAfterManyPlainRequests(t *testing.T) {
 	}
 	t.Fatalf("1000 forwarded requests after 1000 plain ones: %d warnings, want 1", logs.lines())
 }
+
+// frameworkReq is a request view whose framework resolved the client
+// address itself.
+type frameworkReq struct {
+	*fakeRequest
+	client string
+}
+
+func (r frameworkReq) ClientIP() string { return r.client }
+
+// TestFrameworkClientIP: with the option, the framework's resolved address
+// is keyed, grouped as IP groups addresses; without it, or without a
+// resolver, or with one that returns no address, IP's own rules apply.
+func TestFrameworkClientIP(t *testing.T) {
+	spoofed := req("10.0.0.1:5000", xff, "198.51.100.9")
+	framework := keyfunc.IP(keyfunc.FrameworkClientIP())
+	for _, tc := range []struct {
+		name string
+		fn   keyfunc.Func
+		r    keyfunc.Request
+		want string
+	}{
+		{"resolved by the framework", framework, frameworkReq{spoofed, "198.51.100.9"}, "ip:198.51.100.9"},
+		{"IPv6 grouped by /64", framework, frameworkReq{spoofed, "2001:db8:1:2::7"}, "ip:2001:db8:1:2::/64"},
+		{"not opted in", keyfunc.IP(), frameworkReq{spoofed, "198.51.100.9"}, "ip:10.0.0.1"},
+		{"no resolver (net/http)", framework, spoofed, "ip:10.0.0.1"},
+		{"resolver returned garbage", framework, frameworkReq{spoofed, "not an address"}, "ip:10.0.0.1"},
+	} {
+		if got, err := tc.fn(tc.r); err != nil || got != tc.want {
+			t.Errorf("%s: key = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}

@@ -264,3 +264,26 @@ func TestMisconfigurationLoggedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestNativeKey: a key function over a framework's request reads it from a
+// view that offers it, and fails on a view of another framework.
+func TestNativeKey(t *testing.T) {
+	key := NativeKey(func(c *frameworkCtx) (string, error) { return "item:" + c.param, nil })
+	if got, err := key(nativeReq{c: &frameworkCtx{param: "7"}}); err != nil || got != "item:7" {
+		t.Errorf("key = %q, %v; want item:7", got, err)
+	}
+	if got, err := key(fakeReq{}); err == nil || errors.Is(err, keyfunc.ErrNoKey) {
+		t.Errorf("key on a foreign view = %q, %v; want an error other than ErrNoKey", got, err)
+	}
+}
+
+// frameworkCtx stands for a framework's own request type.
+type frameworkCtx struct{ param string }
+
+// nativeReq is an adapter's view of a frameworkCtx.
+type nativeReq struct {
+	fakeReq
+	c *frameworkCtx
+}
+
+func (r nativeReq) Native() *frameworkCtx { return r.c }

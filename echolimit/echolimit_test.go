@@ -2,14 +2,17 @@ package echolimit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
 	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestConformance(t *testing.T) {
@@ -168,5 +171,23 @@ func BenchmarkKey(b *testing.B) {
 	adaptertest.ServeHTTP(e)(adaptertest.KeyRequest())
 	if !ran {
 		b.Fatal("the route did not run")
+	}
+}
+
+// TestBuild: Build returns what New would panic with, as an error, and a
+// working middleware otherwise.
+func TestBuild(t *testing.T) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), "echolimit: ") {
+		t.Errorf("Build with a zero limit: %v, want a echolimit: error wrapping ErrInvalidLimit", err)
+	}
+	if _, err := Build(lim, core.PerMinute(1), nil); err == nil {
+		t.Error("Build with a nil key function: no error")
+	}
+	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
+		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
 }

@@ -25,9 +25,21 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) fiber.Handler {
+	mw, err := Build(lim, limit, key, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// Build is [New] returning its error instead of panicking, for limits and
+// options read from configuration, where a bad value is an input error
+// rather than a programming mistake. The error begins "fiberlimit: " and, for
+// an invalid limit, wraps [core.ErrInvalidLimit].
+func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) (fiber.Handler, error) {
 	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
-		panic(fmt.Errorf("fiberlimit: %w", err))
+		return nil, fmt.Errorf("fiberlimit: %w", err)
 	}
 	return func(c *fiber.Ctx) error {
 		v := p.Decide(c.UserContext(), request{c})
@@ -58,7 +70,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		ct, body := v.Body()
 		c.Set(fiber.HeaderContentType, ct)
 		return c.Status(v.Status).Send(body)
-	}
+	}, nil
 }
 
 // native is the framework's request behind the view a policy is given.

@@ -2,9 +2,11 @@ package fiberlimit
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/valyala/fasthttp"
 )
 
@@ -274,5 +277,23 @@ func BenchmarkKey(b *testing.B) {
 	f.Handler()(newCtx(b, kr.Method, kr.Path, kr.RemoteAddr, kr.Header))
 	if !ran {
 		b.Fatal("the route did not run")
+	}
+}
+
+// TestBuild: Build returns what New would panic with, as an error, and a
+// working middleware otherwise.
+func TestBuild(t *testing.T) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), "fiberlimit: ") {
+		t.Errorf("Build with a zero limit: %v, want a fiberlimit: error wrapping ErrInvalidLimit", err)
+	}
+	if _, err := Build(lim, core.PerMinute(1), nil); err == nil {
+		t.Error("Build with a nil key function: no error")
+	}
+	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
+		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
 }

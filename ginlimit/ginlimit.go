@@ -25,9 +25,21 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) gin.HandlerFunc {
+	mw, err := Build(lim, limit, key, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// Build is [New] returning its error instead of panicking, for limits and
+// options read from configuration, where a bad value is an input error
+// rather than a programming mistake. The error begins "ginlimit: " and, for
+// an invalid limit, wraps [core.ErrInvalidLimit].
+func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) (gin.HandlerFunc, error) {
 	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
-		panic(fmt.Errorf("ginlimit: %w", err))
+		return nil, fmt.Errorf("ginlimit: %w", err)
 	}
 	return func(c *gin.Context) {
 		v := p.Decide(c.Request.Context(), request{c})
@@ -54,7 +66,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 		ct, body := v.Body()
 		c.Abort()
 		c.Data(v.Status, ct, body)
-	}
+	}, nil
 }
 
 // native is the framework's request behind the view a policy is given.

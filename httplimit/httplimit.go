@@ -25,9 +25,21 @@ import (
 // then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
 // when [WithHeaders] names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
+	mw, err := Build(lim, limit, key, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// Build is [New] returning its error instead of panicking, for limits and
+// options read from configuration, where a bad value is an input error
+// rather than a programming mistake. The error begins "httplimit: " and, for
+// an invalid limit, wraps [core.ErrInvalidLimit].
+func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) (func(http.Handler) http.Handler, error) {
 	p, o, err := policy.New(lim, limit, key, native, opts...)
 	if err != nil {
-		panic(fmt.Errorf("httplimit: %w", err))
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +63,7 @@ func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) 
 				write(w, &v)
 			}
 		})
-	}
+	}, nil
 }
 
 // write sends the verdict's default answer, as http.Error does.

@@ -139,7 +139,7 @@ func build(cfg *Config, rdb redis.Scripter, logger *slog.Logger) (*app, error) {
 				opts = append(opts, httplimit.WithCost(func(*http.Request) int { return cost }))
 			}
 			opts = append(opts, httplimit.WithWait(rt.Wait), httplimit.WithDryRun(rt.DryRun))
-			mw, err := middleware(lim, limit, keyFunc(rt.Key, ipOpts), opts)
+			mw, err := httplimit.Build(lim, limit, keyFunc(rt.Key, ipOpts), opts...)
 			if err != nil {
 				return nil, fmt.Errorf("routes[%d] (%s): %w", i, rt.Pattern, err)
 			}
@@ -164,24 +164,13 @@ func build(cfg *Config, rdb redis.Scripter, logger *slog.Logger) (*app, error) {
 		}
 		opts := append([]httplimit.Option(nil), common...)
 		opts = append(opts, httplimit.WithSkip(func(r *http.Request) bool { return skip[r.URL.Path] }))
-		mw, err := middleware(lim, ba.Limit, keyfunc.IP(ipOpts...), opts)
+		mw, err := httplimit.Build(lim, ba.Limit, keyfunc.IP(ipOpts...), opts...)
 		if err != nil {
 			return nil, fmt.Errorf("before_auth: %w", err)
 		}
 		a.handler = mw(mux)
 	}
 	return a, nil
-}
-
-// middleware is httplimit.New, with its panics (which validation should
-// have made impossible) returned as errors.
-func middleware(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts []httplimit.Option) (mw func(http.Handler) http.Handler, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%v", p)
-		}
-	}()
-	return httplimit.New(lim, limit, key, opts...), nil
 }
 
 // keyFunc builds a route's key from its dimensions.

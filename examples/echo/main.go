@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"net/http"
@@ -31,7 +32,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return demoserve.Run(ctx, "echo", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+	return demoserve.Run(ctx, "echo", args, stdout, demoserve.FrameworkTry, func(redisAddr string) (demoserve.Server, io.Closer, error) {
+		// Your go-redis client, and one engine for every middleware.
+		// core.New takes any client; these two options let the limiter's
+		// 50 ms budget reach the socket (and batch concurrent decisions)
+		// and keep a lost reply from charging its bucket twice.
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		lim, err := core.New(rdb)
+		if err != nil {
+			return nil, rdb, err
+		}
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
 		// Every request: 100 a minute per client address, then 600 a minute per
@@ -47,6 +57,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		e.GET("/search", func(c echo.Context) error {
 			return c.String(http.StatusOK, fmt.Sprintf("results for %q\n", c.QueryParam("q")))
 		}, perSearch)
-		return demoserve.HTTP(e), nil
+		return demoserve.HTTP(e), rdb, nil
 	})
 }

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"net"
@@ -32,7 +33,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return demoserve.Run(ctx, "fiber", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+	return demoserve.Run(ctx, "fiber", args, stdout, demoserve.FrameworkTry, func(redisAddr string) (demoserve.Server, io.Closer, error) {
+		// Your go-redis client, and one engine for every middleware.
+		// core.New takes any client; these two options let the limiter's
+		// 50 ms budget reach the socket (and batch concurrent decisions)
+		// and keep a lost reply from charging its bucket twice.
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		lim, err := core.New(rdb)
+		if err != nil {
+			return nil, rdb, err
+		}
 		app := fiber.New(fiber.Config{DisableStartupMessage: true, IdleTimeout: 5 * time.Second})
 		// Every request: 100 a minute per client address, then 600 a minute per
 		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
@@ -48,7 +58,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		app.Get("/search", perSearch, func(c *fiber.Ctx) error {
 			return c.SendString(fmt.Sprintf("results for %q\n", c.Query("q")))
 		})
-		return fiberServer{app}, nil
+		return fiberServer{app}, rdb, nil
 	})
 }
 

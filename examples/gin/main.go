@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"net/http"
@@ -30,7 +31,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return demoserve.Run(ctx, "gin", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+	return demoserve.Run(ctx, "gin", args, stdout, demoserve.FrameworkTry, func(redisAddr string) (demoserve.Server, io.Closer, error) {
+		// Your go-redis client, and one engine for every middleware.
+		// core.New takes any client; these two options let the limiter's
+		// 50 ms budget reach the socket (and batch concurrent decisions)
+		// and keep a lost reply from charging its bucket twice.
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		lim, err := core.New(rdb)
+		if err != nil {
+			return nil, rdb, err
+		}
 		gin.SetMode(gin.ReleaseMode)
 		r := gin.New()
 		// Every request: 100 a minute per client address, then 600 a minute per
@@ -46,6 +56,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		r.GET("/search", perSearch, func(c *gin.Context) {
 			c.String(http.StatusOK, "results for %q\n", c.Query("q"))
 		})
-		return demoserve.HTTP(r), nil
+		return demoserve.HTTP(r), rdb, nil
 	})
 }

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"net/http"
@@ -30,7 +31,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return demoserve.Run(ctx, "http", args, stdout, demoserve.FrameworkTry, func(lim *core.Limiter) (demoserve.Server, error) {
+	return demoserve.Run(ctx, "http", args, stdout, demoserve.FrameworkTry, func(redisAddr string) (demoserve.Server, io.Closer, error) {
+		// Your go-redis client, and one engine for every middleware.
+		// core.New takes any client; these two options let the limiter's
+		// 50 ms budget reach the socket (and batch concurrent decisions)
+		// and keep a lost reply from charging its bucket twice.
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		lim, err := core.New(rdb)
+		if err != nil {
+			return nil, rdb, err
+		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello, %s\n", r.Header.Get("X-Tenant-ID"))
@@ -47,6 +57,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
 		perIP := httplimit.New(lim, core.PerMinute(100), keyfunc.IP())
 		perTenant := httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"))
-		return demoserve.HTTP(perIP(perTenant(mux))), nil
+		return demoserve.HTTP(perIP(perTenant(mux))), rdb, nil
 	})
 }

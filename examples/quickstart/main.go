@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"os"
@@ -37,10 +38,11 @@ func run(ctx context.Context, stdout io.Writer) error {
 
 	var replicas []*core.Limiter
 	for range 3 {
-		// demoredis.NewClient sets ContextTimeoutEnabled, so that the
-		// limiter's 50ms budget reaches the socket, and MaxRetries -1, so
-		// that a lost reply is not retried and charged twice.
-		rdb := demoredis.NewClient(srv.Addr)
+		// One client per replica. ContextTimeoutEnabled lets the
+		// limiter's 50ms budget reach the socket, and MaxRetries -1 keeps
+		// a lost reply from being retried and charged twice; core.New
+		// takes a client without them too, and says so once.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 		defer rdb.Close()
 		lim, err := core.New(rdb)
 		if err != nil {

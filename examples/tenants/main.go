@@ -22,6 +22,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log"
 	"log/slog"
@@ -76,11 +77,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rdb, closeRedis, err := demoredis.Open(stdout)
+	redisSrv, err := demoredis.Start(stdout)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer redisSrv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
 
 	// Three engines on one Redis: plain limits; limits whose denial locks

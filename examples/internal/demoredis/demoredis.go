@@ -70,17 +70,3 @@ func NewClient(addr string) *redis.Client {
 		MaxRetries:            -1,
 	})
 }
-
-// Open is [Start] and [NewClient] together, for an example that needs one
-// client. The returned func closes the client, then the server.
-func Open(w io.Writer) (*redis.Client, func(), error) {
-	srv, err := Start(w)
-	if err != nil {
-		return nil, nil, err
-	}
-	rdb := NewClient(srv.Addr)
-	return rdb, func() {
-		rdb.Close()
-		srv.Close()
-	}, nil
-}

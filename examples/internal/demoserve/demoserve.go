@@ -14,7 +14,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
 )
 
@@ -41,25 +40,25 @@ const FrameworkTry = `listening on %[1]s; try:
 `
 
 // Run parses -addr from args (default $ADDR or :8080), opens the demo Redis
-// (an embedded miniredis unless REDIS_ADDR is set), builds an engine on it,
-// asks build for the server, prints try with the base URL, and serves until
-// ctx ends.
-func Run(ctx context.Context, name string, args []string, stdout io.Writer, try string, build func(*core.Limiter) (Server, error)) error {
+// (an embedded miniredis unless REDIS_ADDR is set), asks build for the
+// server given the Redis address (the example makes its own client and
+// engine there, as a user would, and returns the client for Run to close
+// after serving), prints try with the base URL, and serves until ctx ends.
+func Run(ctx context.Context, name string, args []string, stdout io.Writer, try string, build func(redisAddr string) (Server, io.Closer, error)) error {
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	addr := fs.String("addr", cmp.Or(os.Getenv("ADDR"), ":8080"), "listen `address` (the default comes from $ADDR when set)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rdb, closeRedis, err := demoredis.Open(stdout)
+	redisSrv, err := demoredis.Start(stdout)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	lim, err := core.New(rdb)
-	if err != nil {
-		return err
+	defer redisSrv.Close()
+	srv, client, err := build(redisSrv.Addr)
+	if client != nil {
+		defer client.Close()
 	}
-	srv, err := build(lim)
 	if err != nil {
 		return err
 	}

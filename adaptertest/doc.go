@@ -41,9 +41,9 @@
 //
 // # What is checked
 //
-// Every scenario runs on a limiter of its own: in memory ([Memory]), on an
-// in-process Redis with a frozen clock so that header values are exact
-// ([FrozenRedis]), or on a Redis that is down ([DownRedis]). The steps check
+// Every scenario runs on a limiter of its own: in memory ([Memory]), in
+// memory with a frozen clock so that header values are exact ([Frozen]),
+// or on a Redis that is down ([DownRedis]). The steps check
 // status codes, rate-limit header fields, Retry-After, content types and
 // bodies, and every answer is checked never to contain an error's text.
 // No scenario sleeps; the waiting ones take a few tens of milliseconds.

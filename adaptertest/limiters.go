@@ -2,15 +2,15 @@ package adaptertest
 
 import (
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/redistest"
 )
 
-// FrozenTime is the instant at which [FrozenRedis] stops the clock.
+// FrozenTime is the instant at which [Frozen] stops the clock.
 var FrozenTime = time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Memory returns a limiter that keeps its buckets in process memory. It
@@ -24,16 +24,15 @@ func Memory(tb testing.TB) *core.Limiter {
 	return lim
 }
 
-// FrozenRedis returns a limiter on an in-process Redis whose clock stands
-// still at [FrozenTime], so that every Retry-After and reset value is
-// exact. The Redis is closed when the test ends.
-func FrozenRedis(tb testing.TB) *core.Limiter {
+// Frozen returns a limiter in process memory whose clock stands still at
+// [FrozenTime], so that every Retry-After and reset value is exact. It
+// decides with the same arithmetic as a Redis-backed limiter (core's
+// differential test holds the two to identical results).
+func Frozen(tb testing.TB) *core.Limiter {
 	tb.Helper()
-	m := redistest.Miniredis(tb)
-	m.SetTime(FrozenTime)
-	lim, err := core.New(newClient(tb, m.Addr()))
+	lim, err := core.NewMemory(core.WithClock(func() time.Time { return FrozenTime }))
 	if err != nil {
-		tb.Fatalf("core.New() = %v", err)
+		tb.Fatalf("core.NewMemory(core.WithClock(...)) = %v", err)
 	}
 	return lim
 }
@@ -44,9 +43,7 @@ func FrozenRedis(tb testing.TB) *core.Limiter {
 func DownRedis(policy core.FailurePolicy) func(testing.TB) *core.Limiter {
 	return func(tb testing.TB) *core.Limiter {
 		tb.Helper()
-		m := redistest.Miniredis(tb)
-		rdb := newClient(tb, m.Addr())
-		m.Close()
+		rdb := newClient(tb, refusedAddr(tb))
 		lim, err := core.New(rdb,
 			core.WithFailurePolicy(policy),
 			core.WithTimeout(100*time.Millisecond),
@@ -57,6 +54,19 @@ func DownRedis(policy core.FailurePolicy) func(testing.TB) *core.Limiter {
 		}
 		return lim
 	}
+}
+
+// refusedAddr returns a loopback address nothing listens on: a port the
+// kernel just handed out and that was closed again.
+func refusedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen on a free port: %v", err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }
 
 // newClient returns a client for addr that honours context deadlines, as

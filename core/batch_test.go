@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
 	"github.com/sluicehq/sluice/redistest"
@@ -19,50 +18,52 @@ import (
 // TestBatchScriptMatchesModel sends random batches, duplicate keys
 // included, at one virtual instant and compares every answer with the model
 // applied in order: as single script calls on one server, and grouped by
-// hash tag into a pipeline on a two-shard Ring.
+// hash tag into a pipeline on a two-shard Ring. Both run on real Redis
+// servers that decide on the test's clock (see clockScripter).
 func TestBatchScriptMatchesModel(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
-		m := redistest.Miniredis(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { rdb.Close() })
+		var now time.Time
+		clock := func() int64 { return now.UnixMicro() }
+		rdb := clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}
 		s := newRedisStore(rdb, &breaker{}, 0, 4, false)
-		batchAgainstModel(t, s.sendOne, func(now time.Time, d time.Duration) { m.SetTime(now); m.FastForward(d) })
+		batchAgainstModel(t, s.sendOne, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
-		m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
-		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
-		t.Cleanup(func() { ring.Close() })
-		s := newRedisStore(ring, &breaker{}, 0, 4, false)
-		batchAgainstModel(t, s.sendGrouped(&node{}, ring.Pipeline), func(now time.Time, d time.Duration) {
-			for _, m := range []*miniredis.Miniredis{m1, m2} {
-				m.SetTime(now)
-				m.FastForward(d)
-			}
+		// Two private servers: the shards must be distinct.
+		ring := redis.NewRing(&redis.RingOptions{
+			Addrs:      map[string]string{"a": redistest.Start(t).Addr(), "b": redistest.Start(t).Addr()},
+			MaxRetries: -1,
 		})
+		t.Cleanup(func() { ring.Close() })
+		var now time.Time
+		clock := func() int64 { return now.UnixMicro() }
+		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, 0, 4, false)
+		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
+		batchAgainstModel(t, s.sendGrouped(&node{}, pipeline), &now)
 	})
 }
 
-func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], setTime func(time.Time, time.Duration)) {
+// batchAgainstModel runs random batches through send, moving the clock
+// *now that send decides on, and checks every answer against the model.
+func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *time.Time) {
 	t.Helper()
 	plans := make([]*plan, len(diffPlans))
 	for i, ls := range diffPlans {
 		plans[i], _ = newPlan(ls, nil)
 	}
 	r := rand.New(rand.NewPCG(3, 3))
-	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	setTime(now, 0)
+	*now = time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	prefix := fmt.Sprintf("b:%s:%d:", t.Name(), time.Now().UnixNano())
 	model := map[string]*bucket{}
 	decisions := 0
 	for range 300 {
-		dt := time.Duration(r.Int64N(400_000)) * time.Microsecond
-		now = now.Add(dt)
-		setTime(now, dt)
+		*now = now.Add(time.Duration(r.Int64N(400_000)) * time.Microsecond)
 		n := 1 + r.IntN(20)
 		members := make([]*batch.Member[*call, decision], n)
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			c := &call{key: key, rkey: redisKey("b:", p.fp, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
+			c := &call{key: key, rkey: redisKey(prefix, p.fp, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
 			if r.IntN(8) == 0 {
 				c.penalty = 500_000
 			}

@@ -28,9 +28,7 @@ func BenchmarkLocalDecide(b *testing.B) {
 // BenchmarkDegradedAllow is a whole Allow call while the breaker is open:
 // plan lookup, breaker check and the fallback bucket, on a known key.
 func BenchmarkDegradedAllow(b *testing.B) {
-	m := redistest.Miniredis(b)
-	m.SetError("LOADING")
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Failing(b, loading), ContextTimeoutEnabled: true, MaxRetries: -1})
 	b.Cleanup(func() { rdb.Close() })
 	lim, err := New(rdb, WithLogger(slog.New(slog.DiscardHandler)), WithDenyCache(false))
 	if err != nil {
@@ -66,10 +64,8 @@ func BenchmarkMemoryAllow(b *testing.B) {
 
 // BenchmarkDenyCacheHit is a denial answered by the deny cache.
 func BenchmarkDenyCacheHit(b *testing.B) {
-	m := redistest.Miniredis(b)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	b.Cleanup(func() { rdb.Close() })
-	lim, _ := New(rdb)
+	srv := redistest.Start(b)
+	lim, _ := New(redistest.NewClient(b, srv.Addr()))
 	ctx := context.Background()
 	limit := PerHour(1)
 	lim.Allow(ctx, "abuser", limit)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -76,6 +77,21 @@ func outageClient(t *testing.T, addr string) *redis.Client {
 	})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
+}
+
+// refusedAddr returns a loopback address where nothing listens, as after a
+// Redis went away: a port the kernel gave out and that is free again.
+func refusedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return addr
 }
 
 // TestKillAndRestart SIGKILLs a real redis-server under load from 64
@@ -296,12 +312,16 @@ func (f fakeScripter) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd
 	return redis.NewStringResult("", f.err)
 }
 
+// loading is the reply of a Redis that is loading its data: up, but unable
+// to serve.
+const loading = "LOADING Redis is loading the dataset in memory"
+
 // TestErrorClasses sends every kind of store failure through each failure
 // policy: never an error under FallbackLocal or FailOpen, always
 // ErrUnavailable under FailClosed, never reported as a denial.
 func TestErrorClasses(t *testing.T) {
 	replies := []string{
-		"LOADING Redis is loading the dataset in memory",
+		loading,
 		"READONLY You can't write against a read only replica.",
 		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
 		"CLUSTERDOWN The cluster is down",
@@ -315,29 +335,26 @@ func TestErrorClasses(t *testing.T) {
 	cases := map[string]setup{}
 	for _, msg := range replies {
 		cases[strings.Fields(msg)[0]] = func(t *testing.T) redis.Scripter {
-			m := redistest.Miniredis(t)
-			m.SetError(msg)
-			return outageClient(t, m.Addr())
+			return outageClient(t, redistest.Failing(t, msg))
 		}
 	}
 	cases["refused"] = func(t *testing.T) redis.Scripter {
-		m := redistest.Miniredis(t)
-		addr := m.Addr()
-		m.Close()
-		return outageClient(t, addr)
+		return outageClient(t, refusedAddr(t))
 	}
 	cases["timeout"] = func(t *testing.T) redis.Scripter {
-		p := redistest.NewProxy(t, redistest.Miniredis(t).Addr())
+		p := redistest.NewProxy(t, redistest.Failing(t, "ERR never reached"))
 		p.SetBlackhole(true)
 		return outageClient(t, p.Addr())
 	}
 	cases["pool exhausted"] = func(t *testing.T) redis.Scripter {
-		m := redistest.Miniredis(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 1, PoolTimeout: time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+		addr := redistest.Failing(t, "ERR the connection is taken, whatever the answer")
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, PoolTimeout: time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
 		conn := rdb.Conn() // holds the only connection
-		if err := conn.Ping(context.Background()).Err(); err != nil {
-			t.Fatal(err)
+		// An error reply: the connection is established, and now held.
+		var reply redis.Error
+		if err := conn.Ping(context.Background()).Err(); !errors.As(err, &reply) {
+			t.Fatalf("Ping on the held connection = %v, want the server's error reply", err)
 		}
 		t.Cleanup(func() { conn.Close() })
 		return rdb
@@ -466,26 +483,19 @@ func TestFlood(t *testing.T) {
 }
 
 // TestDenyCacheNeverOverDenies runs random traffic through a limiter with a
-// deny cache on a virtual clock and checks every local denial against the
-// reference model: Redis would have denied it too.
+// deny cache on a virtual clock (a real Redis decides on it too) and checks
+// every local denial against the reference model: Redis would have denied
+// it too.
 func TestDenyCacheNeverOverDenies(t *testing.T) {
-	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	lim, err := New(rdb, WithObserver(newRecorder()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.SetTime(now)
-	lim.now = func() int64 { return now.UnixMicro() }
+	lim := newClockLimiter(t, redistest.Addr(t), &now, WithObserver(newRecorder()))
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(7, 7))
 	models := map[string]*bucket{}
 	cached := 0
 	for i := range 20_000 {
 		if dt := time.Duration(r.Int64N(40_000)) * time.Microsecond; r.IntN(3) > 0 {
-			advance(m, &now, dt)
+			now = now.Add(dt)
 		}
 		ls := diffPlans[r.IntN(len(diffPlans))]
 		p, err := lim.plans.get(ls)
@@ -556,9 +566,7 @@ func TestMemoryLimiter(t *testing.T) {
 // TestFallbackShare shows WithFallbackReplicas: with 3 replicas each
 // replica's fallback admits a third of the burst and of the rate.
 func TestFallbackShare(t *testing.T) {
-	m := redistest.Miniredis(t)
-	m.SetError("LOADING")
-	lim, err := New(outageClient(t, m.Addr()), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+	lim, err := New(outageClient(t, redistest.Failing(t, loading)), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,9 +613,7 @@ func peekDenial(c *denyCache, id uint64, key string, now int64) bool {
 // the replica's share of the burst takes the whole share instead of being
 // denied for as long as the outage lasts; results name the local limit.
 func TestFallbackCostAboveShare(t *testing.T) {
-	m := redistest.Miniredis(t)
-	m.SetError("LOADING")
-	lim, err := New(outageClient(t, m.Addr()), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+	lim, err := New(outageClient(t, redistest.Failing(t, loading)), WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

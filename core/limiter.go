@@ -87,6 +87,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.clock != nil {
+		return nil, errors.New("core: WithClock applies to NewMemory only; a Redis-backed limiter reads Redis's clock")
+	}
 	l.brk.node = nodeName(rdb)
 	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight, l.obs != nil)
 	l.store.ack = newReplicaAck(o.ack, l.log)
@@ -104,11 +107,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 // the same API, arithmetic and results as a Redis-backed one: for a single
 // process, and for tests. Its limits hold per process, not across replicas.
 // Memory is bounded by [WithLocalCapacity]; options about Redis and
-// degradation have no effect.
+// degradation have no effect. [WithClock] sets the clock it reads.
 func NewMemory(opts ...Option) (*Limiter, error) {
-	l, _, err := newLimiter(opts)
+	l, o, err := newLimiter(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.clock != nil {
+		clock := o.clock
+		l.now = func() int64 { return clock().UnixMicro() }
 	}
 	l.denies = nil
 	return l, nil

@@ -56,6 +56,7 @@ type options struct {
 	fleet       Fleet
 	inflight    int
 	ack         ackConfig
+	clock       func() time.Time
 }
 
 func defaultOptions() options {
@@ -98,6 +99,19 @@ func (o *options) validate() error {
 	}
 	return o.breaker.validate()
 }
+
+// WithClock sets the clock a limiter made by [NewMemory] reads, so a test
+// can stop or step time and check exact Retry-After and reset values:
+//
+//	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+//	lim, err := core.NewMemory(core.WithClock(func() time.Time { return now }))
+//
+// [New] refuses it: a Redis-backed limiter reads Redis's clock, so that
+// replicas whose clocks differ still share one. Tests usually freeze the
+// clock or step it forward; nil means the default.
+//
+// Default: the process's monotonic clock.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
 
 // WithPrefix sets the prefix of every Redis key the limiter writes. It may
 // not contain braces, since the library owns the key's hash tag, and is at

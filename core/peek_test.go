@@ -15,9 +15,10 @@ import (
 // TestPeekForetellsAllow: at random moments of random traffic, a Peek
 // followed at the same instant by an Allow agrees with it (admitted or
 // not, and the remaining count it foretold is one more than the Allow
-// leaves), and the Peek changed nothing stored. Run on Redis (miniredis,
-// whose clock the test sets) and in memory, for each plan of the
-// differential tests, with a penalty lock on half the plans.
+// leaves), and the Peek changed nothing stored. Run on a real Redis
+// (deciding on the test's clock, see newClockLimiter) and in memory, for
+// each plan of the differential tests, with a penalty lock on half the
+// plans.
 func TestPeekForetellsAllow(t *testing.T) {
 	for _, backend := range []string{"redis", "memory"} {
 		denials := 0
@@ -37,22 +38,20 @@ func TestPeekForetellsAllow(t *testing.T) {
 				var raw func(key string) string
 				var err error
 				if backend == "redis" {
-					m := redistest.Miniredis(t)
-					m.SetTime(now)
-					rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-					t.Cleanup(func() { rdb.Close() })
-					// A budget no loaded machine blows: a degraded decision
-					// would not be the one Peek foretold.
-					if lim, err = New(rdb, append(opts, WithTimeout(10*time.Second))...); err != nil {
-						t.Fatal(err)
-					}
+					// Its budget is one no loaded machine blows: a degraded
+					// decision would not be the one Peek foretold.
+					addr := redistest.Addr(t)
+					lim = newClockLimiter(t, addr, &now, opts...)
+					rdb := redistest.NewClient(t, addr)
 					raw = func(key string) string {
 						p, _ := lim.plans.get(limits)
-						v, _ := m.Get(redisKey(lim.prefix, p.fp, key))
+						v, err := rdb.Get(context.Background(), redisKey(lim.prefix, p.fp, key)).Result()
+						if err != nil && !errors.Is(err, redis.Nil) {
+							t.Fatal(err)
+						}
 						return v
 					}
-					lim.now = func() int64 { return now.UnixMicro() }
-					step := func(d time.Duration) { advance(m, &now, d) }
+					step := func(d time.Duration) { now = now.Add(d) }
 					denials += runPeekAgreement(t, lim, limits, step, raw)
 					return
 				}

@@ -11,25 +11,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/redistest"
 )
 
-// timeLines are the script's clock. The differential test against a real
-// Redis replaces them with an instant passed as an extra last argument
-// (and removed from ARGV before the script reads it), so the script's
+// timeLines are the script's clock. injectedTimeScript, the test variant
+// of the script, replaces them with an instant passed as an extra last
+// argument (and removed from ARGV before the script reads it), so that its
 // arithmetic can be compared with the model step by step on a virtual
-// clock. A real Redis expires keys on its own clock, which here runs faster
-// than the virtual one between close steps, so the variant also stretches
-// every expiry by an hour; expiries are compared exactly on miniredis, whose
-// expiry clock the test drives. Everything else in the script is run as
+// clock, on a real Redis. A real Redis expires keys on its own clock, which
+// runs faster than the virtual one between close steps, so the variant
+// stretches every expiry by an hour (expiryStretch); and it records each
+// expiry as the shipped script computes it, in milliseconds, under the
+// key's name plus pxSuffix, so that the differential test can compare
+// expiries with the model exactly. Everything else in the script is run as
 // shipped.
 const timeLines = "local t = call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n"
 
 // expiryExprs are the script's expiries in milliseconds: on the one-limit
-// path and on the several-limit path.
+// path and on the several-limit path. Each ends a call('SET', key, ...).
 var expiryExprs = []string{"'PX', (ttl + (-ttl) % 1000) / 1000)", "'PX', ceildiv(ttl, 1000))"}
+
+const (
+	// expiryStretch is what injectedTimeScript adds to every expiry.
+	expiryStretch = time.Hour
+	// pxSuffix names the key where injectedTimeScript records a key's
+	// last expiry.
+	pxSuffix = "|px"
+)
 
 var injectedTimeScript = func() *redis.Script {
 	if !strings.Contains(bucketLua, timeLines) {
@@ -40,10 +49,79 @@ var injectedTimeScript = func() *redis.Script {
 		if !strings.Contains(src, e) {
 			panic("bucket.lua no longer sets PX as the test expects: " + e)
 		}
-		src = strings.ReplaceAll(src, e, strings.TrimSuffix(e, ")")+" + 3600000)")
+		px := strings.TrimSuffix(strings.TrimPrefix(e, "'PX', "), ")")
+		src = strings.ReplaceAll(src, e, fmt.Sprintf("'PX', %s + %d) call('SET', key .. '%s', %s, 'PX', %[2]d)",
+			px, expiryStretch.Milliseconds(), pxSuffix, px))
 	}
 	return redis.NewScript(src)
 }()
+
+// clockScripter is a redis.Scripter for a limiter or store on a real Redis
+// that decides on the test's clock: it runs the bucket script as
+// injectedTimeScript at the instant now returns (unix microseconds), and
+// passes every other command through.
+type clockScripter struct {
+	redis.Scripter
+	now func() int64
+}
+
+func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != bucketScript.Hash() {
+		return c.Scripter.EvalSha(ctx, sha, keys, args...)
+	}
+	return injectedTimeScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+}
+
+func (c clockScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if script != bucketLua {
+		return c.Scripter.Eval(ctx, script, keys, args...)
+	}
+	return injectedTimeScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+}
+
+// clockPipeliner is clockScripter for a pipeline: the bucket script's
+// calls are queued as injectedTimeScript's, at the instant now returns.
+type clockPipeliner struct {
+	redis.Pipeliner
+	now func() int64
+}
+
+func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != bucketScript.Hash() {
+		return p.Pipeliner.EvalSha(ctx, sha, keys, args...)
+	}
+	return injectedTimeScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+}
+
+func (p clockPipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if script != bucketLua {
+		return p.Pipeliner.Eval(ctx, script, keys, args...)
+	}
+	return injectedTimeScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+}
+
+// newClockLimiter returns a limiter on the real Redis at addr that decides
+// on the clock *now, in Redis through injectedTimeScript and in its own
+// deny cache and breaker, with a prefix private to the test and a time
+// budget far above any scheduling delay.
+func newClockLimiter(t *testing.T, addr string, now *time.Time, opts ...Option) *Limiter {
+	t.Helper()
+	clock := func() int64 { return now.UnixMicro() }
+	rdb := clockScripter{Scripter: redistest.NewClient(t, addr), now: clock}
+	opts = append([]Option{WithPrefix(uniquePrefix()), WithTimeout(10 * time.Second)}, opts...)
+	lim, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim.now = clock
+	return lim
+}
+
+// uniquePrefix returns a key prefix no other limiter uses, short enough
+// for WithPrefix whatever the test's name.
+func uniquePrefix() string {
+	return fmt.Sprintf("sluicetest:%x:", time.Now().UnixNano())
+}
 
 // diffPlans are the limit sets the differential test draws from: whole and
 // fractional emission intervals, several limits on one key, a slow bucket.
@@ -97,8 +175,10 @@ func genSteps(r *rand.Rand, n int) []diffStep {
 type decideFunc func(ctx context.Context, c *call, now int64) (decision, error)
 
 // TestDifferential runs random sequences against the reference model and a
-// store, and requires identical decisions (and, on miniredis, identical
-// expiries) at every step.
+// real Redis, through injectedTimeScript on a virtual clock, and requires
+// identical decisions and identical expiries at every step: the expiry the
+// script computed, exactly, and the key's PTTL, within a second of it
+// (plus the variant's stretch) for the time the test takes to ask.
 func TestDifferential(t *testing.T) {
 	const seqs, perSeq = 10, 1000
 	plans := make([]*plan, len(diffPlans))
@@ -110,43 +190,42 @@ func TestDifferential(t *testing.T) {
 		plans[i] = p
 	}
 	const base = 1_800_000_000_000_000 // a 2027 instant, in microseconds
-
-	t.Run("miniredis", func(t *testing.T) {
-		m := redistest.Miniredis(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { rdb.Close() })
-		var last int64
-		runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
-			// Drive both of miniredis's clocks: TIME reads SetTime,
-			// expiry follows FastForward.
-			m.SetTime(time.UnixMicro(now))
-			if last != 0 {
-				m.FastForward(time.Duration(now-last) * time.Microsecond)
-			}
-			last = now
-			return evalOne(ctx, rdb, c)
-		}, func(rkey string) (time.Duration, bool) {
-			if !m.Exists(rkey) {
-				return 0, false
-			}
-			return m.TTL(rkey), true
-		})
-	})
-	t.Run("redis", func(t *testing.T) {
-		rdb := redistest.NewClient(t, redistest.Addr(t))
-		runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
-			args := c.appendArgs(nil)
-			args = append(args, now)
-			vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.rkey}, args...).Int64Slice()
-			if err != nil {
-				return decision{}, err
-			}
-			return parseReply(vals, c.plan)
-		}, nil)
+	rdb := redistest.NewClient(t, redistest.Addr(t))
+	runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
+		args := c.appendArgs(nil)
+		args = append(args, now)
+		vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.rkey}, args...).Int64Slice()
+		if err != nil {
+			return decision{}, err
+		}
+		return parseReply(vals, c.plan)
+	}, func(ctx context.Context, rkey string, want time.Duration) error {
+		var px *redis.StringCmd
+		var pttl *redis.DurationCmd
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			px, pttl = p.Get(ctx, rkey+pxSuffix), p.PTTL(ctx, rkey)
+			return nil
+		}); err != nil {
+			return err
+		}
+		ms, err := px.Int64()
+		if err != nil {
+			return err
+		}
+		if got := time.Duration(ms) * time.Millisecond; got != want {
+			return fmt.Errorf("expiry set %v, want %v", got, want)
+		}
+		if got, hi := pttl.Val(), want+expiryStretch; got > hi || got < hi-time.Second {
+			return fmt.Errorf("PTTL = %v, want within [%v, %v]", got, hi-time.Second, hi)
+		}
+		return nil
 	})
 }
 
-func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, run decideFunc, ttl func(string) (time.Duration, bool)) {
+// runDifferential runs seqs random sequences of perSeq steps through run
+// and the model, and compares every decision; after each step that wrote,
+// it gives checkTTL the key's stored name and the expiry the model wants.
+func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, run decideFunc, checkTTL func(ctx context.Context, rkey string, want time.Duration) error) {
 	t.Helper()
 	ctx := context.Background()
 	prefix := fmt.Sprintf("sluicetest:%d:", time.Now().UnixNano())
@@ -181,16 +260,16 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 			if got != want {
 				t.Fatalf("seed %d step %d (%+v, limits %v): store = %+v, model = %+v", seed, i, s, p.limits, got, want)
 			}
-			if ttl != nil && wrote {
+			if wrote {
 				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.ticks), 1000)) * time.Millisecond
-				if got, ok := ttl(c.rkey); !ok || got != wantTTL {
-					t.Fatalf("seed %d step %d: TTL = %v (exists %v), want %v", seed, i, got, ok, wantTTL)
+				if err := checkTTL(ctx, c.rkey, wantTTL); err != nil {
+					t.Fatalf("seed %d step %d (%+v, limits %v): %v", seed, i, s, p.limits, err)
 				}
 			}
 			total++
 		}
 	}
-	t.Logf("%d sequences, %d decisions identical to the model", seqs, total)
+	t.Logf("%d sequences, %d decisions and their expiries identical to the model", seqs, total)
 }
 
 // newRedisLimiter returns a limiter on a fresh client to addr with a prefix
@@ -347,17 +426,10 @@ func TestNoStarvation(t *testing.T) {
 
 // TestSlowBucketRefill empties a 100-per-hour bucket and lets it idle two
 // minutes: it has refilled 3 tokens, not been reset to 100 by an expiry.
+// The two minutes pass on the test's clock, which Redis decides on.
 func TestSlowBucketRefill(t *testing.T) {
-	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	lim, err := New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.SetTime(now)
-	lim.now = func() int64 { return now.UnixMicro() } // the deny cache's clock
+	lim := newClockLimiter(t, redistest.Addr(t), &now)
 	ctx := context.Background()
 	limit := PerHour(100)
 	for i := range 100 {
@@ -368,7 +440,7 @@ func TestSlowBucketRefill(t *testing.T) {
 	if res, _ := lim.Allow(ctx, "slow", limit); res.Allowed {
 		t.Fatal("101st request admitted")
 	}
-	advance(m, &now, 2*time.Minute)
+	now = now.Add(2 * time.Minute)
 	admitted := 0
 	for range 100 {
 		if res, err := lim.Allow(ctx, "slow", limit); err != nil {
@@ -380,12 +452,6 @@ func TestSlowBucketRefill(t *testing.T) {
 	if admitted != 3 {
 		t.Fatalf("after 2 idle minutes %d requests admitted, want 3", admitted)
 	}
-}
-
-func advance(m *miniredis.Miniredis, now *time.Time, d time.Duration) {
-	*now = now.Add(d)
-	m.SetTime(*now)
-	m.FastForward(d)
 }
 
 // TestOneCommandPerDecision counts the commands a private Redis executes:
@@ -492,10 +558,10 @@ func TestStoredKeys(t *testing.T) {
 	}
 }
 
+// TestValidation: New and AllowN refuse bad input before any I/O, so the
+// client's address need not answer.
 func TestValidation(t *testing.T) {
-	m := redistest.Miniredis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := outageClient(t, refusedAddr(t))
 	var nilClient *redis.Client
 	if _, err := New(nilClient); err == nil {
 		t.Fatal("New(typed nil) succeeded")

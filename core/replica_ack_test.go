@@ -16,7 +16,7 @@ import (
 // TestReplicaAckValidation: New refuses a WithReplicaAck that cannot work,
 // with an error naming the option, and accepts the edges.
 func TestReplicaAckValidation(t *testing.T) {
-	m := redistest.Miniredis(t)
+	addr := refusedAddr(t) // New does no I/O
 	tests := []struct {
 		name string
 		opts []Option
@@ -34,7 +34,7 @@ func TestReplicaAckValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(outageClient(t, m.Addr()), tt.opts...)
+			_, err := New(outageClient(t, addr), tt.opts...)
 			switch {
 			case tt.ok && err != nil:
 				t.Fatalf("New() = %v, want no error", err)

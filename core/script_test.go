@@ -13,17 +13,11 @@ import (
 	"github.com/sluicehq/sluice/redistest"
 )
 
-// scriptServers returns a client for each kind of server the script must
-// run on: a real Redis, and miniredis, whose Lua is gopher-lua.
-func scriptServers(t *testing.T) map[string]*redis.Client {
+// scriptClient returns a client for the real Redis the script tests run
+// on (redistest.Addr).
+func scriptClient(t *testing.T) *redis.Client {
 	t.Helper()
-	m := redistest.Miniredis(t)
-	mini := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mini.Close() })
-	return map[string]*redis.Client{
-		"redis":     redistest.NewClient(t, redistest.Addr(t)),
-		"miniredis": mini,
-	}
+	return redistest.NewClient(t, redistest.Addr(t))
 }
 
 // testKey returns a stored name private to the test.
@@ -86,45 +80,42 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 		{"first and last", []member{{a, 1, true}, {a, 1, false}, {a, 1, false}, {a, 1, true}}},
 		{"several limits", []member{{b, 2, false}, {b, 1, true}, {b, 1, false}}},
 	}
-	for name, rdb := range scriptServers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			for _, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					calls := make([]*call, len(tt.members))
-					for i, m := range tt.members {
-						calls[i] = &call{key: fmt.Sprint("k", i), plan: m.p, cost: m.cost}
-						calls[i].rkey = testKey(t, m.p, calls[i].key)
-						if m.wrong {
-							if err := rdb.HSet(ctx, calls[i].rkey, "f", "v").Err(); err != nil {
-								t.Fatal(err)
-							}
-						}
+	rdb := scriptClient(t)
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := make([]*call, len(tt.members))
+			for i, m := range tt.members {
+				calls[i] = &call{key: fmt.Sprint("k", i), plan: m.p, cost: m.cost}
+				calls[i].rkey = testKey(t, m.p, calls[i].key)
+				if m.wrong {
+					if err := rdb.HSet(ctx, calls[i].rkey, "f", "v").Err(); err != nil {
+						t.Fatal(err)
 					}
-					keys, args := scriptArgs(calls)
-					vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-					if err != nil {
-						t.Fatalf("the call failed: %v", err)
+				}
+			}
+			keys, args := scriptArgs(calls)
+			vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+			if err != nil {
+				t.Fatalf("the call failed: %v", err)
+			}
+			if len(vals) != replyWidth*len(calls) {
+				t.Fatalf("%d integers for %d keys", len(vals), len(calls))
+			}
+			for i, c := range calls {
+				d, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+				typ, _ := rdb.Type(ctx, c.rkey).Result()
+				if tt.members[i].wrong {
+					if !errors.Is(err, errKeyFailed) || typ != "hash" {
+						t.Fatalf("key %d (a hash): %+v, %v; the key is a %s", i, d, err, typ)
 					}
-					if len(vals) != replyWidth*len(calls) {
-						t.Fatalf("%d integers for %d keys", len(vals), len(calls))
-					}
-					for i, c := range calls {
-						d, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
-						typ, _ := rdb.Type(ctx, c.rkey).Result()
-						if tt.members[i].wrong {
-							if !errors.Is(err, errKeyFailed) || typ != "hash" {
-								t.Fatalf("key %d (a hash): %+v, %v; the key is a %s", i, d, err, typ)
-							}
-							continue
-						}
-						// A fresh bucket decides the same at any instant.
-						want, _ := stepBucket(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
-						if err != nil || d != want || typ != "string" {
-							t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
-						}
-					}
-				})
+					continue
+				}
+				// A fresh bucket decides the same at any instant.
+				want, _ := stepBucket(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
+				if err != nil || d != want || typ != "string" {
+					t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
+				}
 			}
 		})
 	}
@@ -135,46 +126,36 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 func TestScriptEveryKeyFails(t *testing.T) {
 	a := mustPlan(t, PerSecond(5))
 	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
-	for name, rdb := range scriptServers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			var calls []*call
-			for i, p := range []*plan{a, a, b} {
-				c := &call{key: fmt.Sprint("k", i), plan: p, cost: 1}
-				c.rkey = testKey(t, p, c.key)
-				if err := rdb.HSet(ctx, c.rkey, "f", "v").Err(); err != nil {
-					t.Fatal(err)
-				}
-				calls = append(calls, c)
-			}
-			for _, c := range calls {
-				err := bucketScript.Run(ctx, rdb, []string{c.rkey}, c.appendArgs(nil)...).Err()
-				if !isCode(name, err, "WRONGTYPE") {
-					t.Fatalf("lone call on a hash (%d limits): %v, want WRONGTYPE", len(c.plan.limits), err)
-				}
-			}
-			for _, batch := range [][]*call{calls[:1], calls[:2], calls} {
-				keys, args := scriptArgs(batch)
-				err := bucketScript.Run(ctx, rdb, keys, args...).Err()
-				if !isCode(name, err, "WRONGTYPE") {
-					t.Fatalf("batch of %d hashes: %v, want WRONGTYPE", len(batch), err)
-				}
-			}
-		})
+	rdb := scriptClient(t)
+	ctx := context.Background()
+	var calls []*call
+	for i, p := range []*plan{a, a, b} {
+		c := &call{key: fmt.Sprint("k", i), plan: p, cost: 1}
+		c.rkey = testKey(t, p, c.key)
+		if err := rdb.HSet(ctx, c.rkey, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	for _, c := range calls {
+		err := bucketScript.Run(ctx, rdb, []string{c.rkey}, c.appendArgs(nil)...).Err()
+		if !isCode(err, "WRONGTYPE") {
+			t.Fatalf("lone call on a hash (%d limits): %v, want WRONGTYPE", len(c.plan.limits), err)
+		}
+	}
+	for _, batch := range [][]*call{calls[:1], calls[:2], calls} {
+		keys, args := scriptArgs(batch)
+		err := bucketScript.Run(ctx, rdb, keys, args...).Err()
+		if !isCode(err, "WRONGTYPE") {
+			t.Fatalf("batch of %d hashes: %v, want WRONGTYPE", len(batch), err)
+		}
 	}
 }
 
-// isCode reports whether err is the Redis error code: on a real Redis the
-// reply starts with it (clients act on codes such as READONLY); miniredis
-// words script errors its own way.
-func isCode(server string, err error, code string) bool {
-	if err == nil {
-		return false
-	}
-	if server == "miniredis" {
-		return strings.Contains(err.Error(), code)
-	}
-	return strings.HasPrefix(err.Error(), code+" ")
+// isCode reports whether err is the Redis error code: the reply starts
+// with it (clients act on codes such as READONLY).
+func isCode(err error, code string) bool {
+	return err != nil && strings.HasPrefix(err.Error(), code+" ")
 }
 
 // TestScriptServerErrorFailsCall runs a batch on a Redis out of memory:
@@ -199,7 +180,7 @@ func TestScriptServerErrorFailsCall(t *testing.T) {
 	}
 	keys, args := scriptArgs(calls)
 	err := bucketScript.Run(ctx, rdb, keys, args...).Err()
-	if !isCode("redis", err, "OOM") {
+	if !isCode(err, "OOM") {
 		t.Fatalf("batch on a Redis out of memory: %v, want OOM", err)
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
@@ -218,8 +199,8 @@ func runAt(ctx context.Context, rdb *redis.Client, keys []string, args []any, no
 }
 
 // TestScriptBatchMatchesModel sends random batches, duplicate keys
-// included, at one virtual instant each, on both kinds of server, and
-// compares every answer with the model applied in order. Some batches share
+// included, at one virtual instant each, and compares every answer with
+// the model applied in order. Some batches share
 // one group (the scalar path), the others mix costs, waits, penalties and
 // plans (the general path).
 func TestScriptBatchMatchesModel(t *testing.T) {
@@ -227,63 +208,60 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 	for i, ls := range diffPlans {
 		plans[i] = mustPlan(t, ls...)
 	}
-	for name, rdb := range scriptServers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			prefix := fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())
-			r := rand.New(rand.NewPCG(5, 5))
-			now := int64(1_800_000_000_000_000)
-			model := map[string]*bucket{}
-			decisions := 0
-			for range 300 {
-				now += r.Int64N(400_000)
-				n := 1 + r.IntN(20)
-				shared := r.IntN(2) == 0 // one group for the whole batch
-				sp := plans[r.IntN(len(plans))]
-				calls := make([]*call, n)
-				for i := range calls {
-					p := sp
-					if !shared {
-						p = plans[r.IntN(len(plans))]
-					}
-					c := &call{key: fmt.Sprint("k", r.IntN(4)), plan: p, cost: 1}
-					if !shared {
-						c.cost = 1 + r.Int64N(min(2, p.minB))
-						if r.IntN(8) == 0 {
-							c.penalty = 500_000
-						}
-						if r.IntN(6) == 0 {
-							c.maxWait = min(r.Int64N(1_000_000), p.maxW)
-						}
-					}
-					c.rkey = redisKey(prefix, p.fp, c.key)
-					calls[i] = c
+	rdb := scriptClient(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(5, 5))
+	now := int64(1_800_000_000_000_000)
+	model := map[string]*bucket{}
+	decisions := 0
+	for range 300 {
+		now += r.Int64N(400_000)
+		n := 1 + r.IntN(20)
+		shared := r.IntN(2) == 0 // one group for the whole batch
+		sp := plans[r.IntN(len(plans))]
+		calls := make([]*call, n)
+		for i := range calls {
+			p := sp
+			if !shared {
+				p = plans[r.IntN(len(plans))]
+			}
+			c := &call{key: fmt.Sprint("k", r.IntN(4)), plan: p, cost: 1}
+			if !shared {
+				c.cost = 1 + r.Int64N(min(2, p.minB))
+				if r.IntN(8) == 0 {
+					c.penalty = 500_000
 				}
-				keys, args := scriptArgs(calls)
-				vals, err := runAt(ctx, rdb, keys, args, now)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, c := range calls {
-					got, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
-					if err != nil {
-						t.Fatal(err)
-					}
-					b := model[c.rkey]
-					if b == nil {
-						b = &bucket{}
-						model[c.rkey] = b
-					}
-					want, _ := stepBucket(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
-					if got != want {
-						t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
-					}
-					decisions++
+				if r.IntN(6) == 0 {
+					c.maxWait = min(r.Int64N(1_000_000), p.maxW)
 				}
 			}
-			t.Logf("%d decisions in 300 batches identical to the model", decisions)
-		})
+			c.rkey = redisKey(prefix, p.fp, c.key)
+			calls[i] = c
+		}
+		keys, args := scriptArgs(calls)
+		vals, err := runAt(ctx, rdb, keys, args, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range calls {
+			got, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := model[c.rkey]
+			if b == nil {
+				b = &bucket{}
+				model[c.rkey] = b
+			}
+			want, _ := stepBucket(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			if got != want {
+				t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
+			}
+			decisions++
+		}
 	}
+	t.Logf("%d decisions in 300 batches identical to the model", decisions)
 }
 
 // TestScriptReadsStoredState writes buckets as the script has always
@@ -319,48 +297,45 @@ func TestScriptReadsStoredState(t *testing.T) {
 		}
 		return s
 	}
-	for name, rdb := range scriptServers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			for _, tt := range tests {
-				for _, form := range []string{"lone", "batch"} {
-					t.Run(tt.name+"/"+form, func(t *testing.T) {
-						c := tt.c
-						c.plan, c.key = tt.p, "k"
-						c.rkey = testKey(t, tt.p, c.key)
-						b := tt.b
-						b.tats = append([]tat(nil), b.tats...)
-						b.set = true
-						if err := rdb.Set(ctx, c.rkey, format(&b), time.Hour).Err(); err != nil {
-							t.Fatal(err)
-						}
-						keys, args := []string{c.rkey}, c.appendArgs(nil)
-						if form == "batch" {
-							keys, args = scriptArgs([]*call{&c})
-						}
-						vals, err := runAt(ctx, rdb, keys, args, now)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got, err := parseReply(vals, c.plan)
-						if err != nil {
-							t.Fatal(err)
-						}
-						before := format(&b)
-						want, wrote := stepBucket(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
-						if got != want {
-							t.Fatalf("from %q: script %+v, model %+v", before, got, want)
-						}
-						stored, err := rdb.Get(ctx, c.rkey).Result()
-						if err != nil {
-							t.Fatal(err)
-						}
-						if wrote && stored != format(&b) || !wrote && stored != before {
-							t.Fatalf("from %q: stored %q, want %q (written: %v)", before, stored, format(&b), wrote)
-						}
-					})
+	rdb := scriptClient(t)
+	ctx := context.Background()
+	for _, tt := range tests {
+		for _, form := range []string{"lone", "batch"} {
+			t.Run(tt.name+"/"+form, func(t *testing.T) {
+				c := tt.c
+				c.plan, c.key = tt.p, "k"
+				c.rkey = testKey(t, tt.p, c.key)
+				b := tt.b
+				b.tats = append([]tat(nil), b.tats...)
+				b.set = true
+				if err := rdb.Set(ctx, c.rkey, format(&b), time.Hour).Err(); err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				keys, args := []string{c.rkey}, c.appendArgs(nil)
+				if form == "batch" {
+					keys, args = scriptArgs([]*call{&c})
+				}
+				vals, err := runAt(ctx, rdb, keys, args, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := parseReply(vals, c.plan)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := format(&b)
+				want, wrote := stepBucket(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+				if got != want {
+					t.Fatalf("from %q: script %+v, model %+v", before, got, want)
+				}
+				stored, err := rdb.Get(ctx, c.rkey).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if wrote && stored != format(&b) || !wrote && stored != before {
+					t.Fatalf("from %q: stored %q, want %q (written: %v)", before, stored, format(&b), wrote)
+				}
+			})
+		}
 	}
 }

@@ -33,9 +33,11 @@ func TestFallbackNeverRefusesAValidLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := redistest.Miniredis(t)
+			// Redis healthy, then gone: the proxy resets every connection.
+			proxy := redistest.NewProxy(t, redistest.Addr(t))
 			var logs strings.Builder
-			lim, err := New(outageClient(t, m.Addr()), tt.opt, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			lim, err := New(outageClient(t, proxy.Addr()), tt.opt, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+				WithPrefix(uniquePrefix()), WithTimeout(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,7 +53,7 @@ func TestFallbackNeverRefusesAValidLimit(t *testing.T) {
 			if n := strings.Count(logs.String(), "per-replica share cannot be counted exactly"); n != 1 {
 				t.Errorf("logged the replaced fallback %d times, want once:\n%s", n, logs.String())
 			}
-			m.SetError("LOADING")
+			proxy.SetRefuse(true)
 			var res Result
 			for range 5 { // open the breaker; then the fallback decides
 				res, err = lim.Allow(context.Background(), "fresh", tt.limit)
@@ -71,17 +73,14 @@ func TestFallbackNeverRefusesAValidLimit(t *testing.T) {
 // error that names it; one at the maximum locks with a RetryAfter of about
 // that long (it overflowed to a negative RetryAfter past about 228 years).
 func TestPenaltyBounds(t *testing.T) {
-	m := redistest.Miniredis(t)
-	if _, err := New(outageClient(t, m.Addr()), WithPenalty(MaxPenalty+time.Hour)); err == nil || !strings.Contains(err.Error(), "WithPenalty") {
+	rdb := outageClient(t, refusedAddr(t)) // New does no I/O
+	if _, err := New(rdb, WithPenalty(MaxPenalty+time.Hour)); err == nil || !strings.Contains(err.Error(), "WithPenalty") {
 		t.Fatalf("New(WithPenalty(MaxPenalty+1h)) = %v, want an error naming WithPenalty", err)
 	}
-	if _, err := New(outageClient(t, m.Addr()), WithPenalty(-time.Second)); err == nil {
+	if _, err := New(rdb, WithPenalty(-time.Second)); err == nil {
 		t.Fatal("New(WithPenalty(-1s)) succeeded")
 	}
-	lim, err := New(outageClient(t, m.Addr()), WithPenalty(MaxPenalty), WithDenyCache(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := newRedisLimiter(t, redistest.Addr(t), WithPenalty(MaxPenalty), WithDenyCache(false))
 	limit := PerHour(1)
 	if res, err := lim.Allow(context.Background(), "p", limit); err != nil || !res.Allowed {
 		t.Fatalf("first Allow = %+v, %v", res, err)
@@ -153,12 +152,10 @@ func TestResetReleasesEveryReplica(t *testing.T) {
 // TestResetStoreDown: a Reset that cannot reach Redis says so, wrapping
 // ErrUnavailable.
 func TestResetStoreDown(t *testing.T) {
-	m := redistest.Miniredis(t)
-	lim, err := New(outageClient(t, m.Addr()))
+	lim, err := New(outageClient(t, redistest.Failing(t, loading)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetError("LOADING")
 	if err := lim.Reset(context.Background(), "k", PerSecond(1)); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Reset with Redis failing = %v, want ErrUnavailable", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -71,7 +70,6 @@ func NewClient(tb testing.TB, addr string) *redis.Client {
 // costs. The INFO command that CommandCalls sends is itself counted under
 // "info" by the next call. With a cluster client the counts come from
 // whichever node answers INFO, so use a single-node client for exact counts.
-// miniredis does not implement commandstats.
 //
 // CommandCalls returns an error if INFO fails or its reply cannot be parsed.
 func CommandCalls(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
@@ -124,20 +122,4 @@ func parseCommandStats(info string) (map[string]int64, error) {
 		return nil, err
 	}
 	return calls, nil
-}
-
-// Miniredis starts an in-process miniredis on a free 127.0.0.1 port and
-// closes it at tb.Cleanup. It calls tb.Fatal if miniredis cannot listen.
-//
-// miniredis needs no binary, so it suits examples and fast unit tests. Keys
-// expire only when the test calls FastForward, and TIME reports the wall
-// clock unless the test calls SetTime; move both together.
-func Miniredis(tb testing.TB) *miniredis.Miniredis {
-	tb.Helper()
-	m, err := miniredis.Run()
-	if err != nil {
-		tb.Fatalf("redistest: start miniredis: %v", err)
-	}
-	tb.Cleanup(m.Close)
-	return m
 }

@@ -44,10 +44,13 @@
 // under traffic, and [Sentinel.Failover] for a sentinel-driven failover.
 // [Slot] computes a key's hash slot.
 //
-// # In-process Redis
+// # A Redis that fails
 //
-// [Miniredis] starts an in-process miniredis for tests that need no real
-// server, such as examples.
+// [Failing] starts an in-process server that answers every command with one
+// error reply of the test's choosing, such as LOADING or READONLY: a Redis
+// that is up but cannot serve, for tests and examples that need no
+// redis-server binary. It speaks just enough RESP for that, and stores
+// nothing.
 //
 // # Faults
 //
@@ -71,7 +74,8 @@
 // [ListenProxy] are the caller's to close. The
 // cleanup of a client from [Cluster.Client] or [Sentinel.Client] waits up
 // to a few seconds for go-redis's background goroutines to end. A [Proxy]
-// owns goroutines only until [Proxy.Close] returns. A [Server] owns one
+// owns goroutines only until [Proxy.Close] returns, and a server from
+// [Failing] only until its cleanup has run. A [Server] owns one
 // goroutine per running redis-server process, which waits for the process
 // and exits with it; the process is always reaped, so no zombies remain.
 // On Linux, a redis-server child is also killed if the test binary (or

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,37 +30,36 @@ func (t *exampleT) finish() {
 	}
 }
 
-// This example runs miniredis behind a fault proxy, so it needs no
-// redis-server binary. With a real server, use redistest.Start(t) or
-// redistest.Addr(t) in place of redistest.Miniredis(t).
+// This example puts a fault proxy in front of a server that fails every
+// command, so it needs no redis-server binary. With a real server, use
+// redistest.Start(t) or redistest.Addr(t) in place of redistest.Failing.
 func Example() {
 	t := &exampleT{}
 	defer t.finish()
 	ctx := context.Background()
 
-	m := redistest.Miniredis(t)
-	proxy := redistest.NewProxy(t, m.Addr())
+	// A Redis that is up but still loading its data.
+	addr := redistest.Failing(t, "LOADING Redis is loading the dataset in memory")
+	proxy := redistest.NewProxy(t, addr)
 	rdb := redistest.NewClient(t, proxy.Addr())
 
-	if err := rdb.Set(ctx, "greeting", "hello", time.Minute).Err(); err != nil {
-		fmt.Println("set:", err)
-		return
-	}
-	v, err := rdb.Get(ctx, "greeting").Result()
-	fmt.Println("get:", v, err)
+	var reply redis.Error // an error reply from the server
+	err := rdb.Get(ctx, "greeting").Err()
+	fmt.Println("get:", err)
+	fmt.Println("a reply from the server:", errors.As(err, &reply))
 
-	// An outage: every connection through the proxy is reset.
+	// An outage: every connection through the proxy is reset, so no reply
+	// comes back.
 	proxy.SetRefuse(true)
-	fmt.Println("during outage, error:", rdb.Get(ctx, "greeting").Err() != nil)
+	err = rdb.Get(ctx, "greeting").Err()
+	fmt.Println("during the outage, a reply from the server:", errors.As(err, &reply))
 	proxy.SetRefuse(false)
 
-	// miniredis expires keys only when told that time has passed.
-	m.FastForward(time.Minute)
-	err = rdb.Get(ctx, "greeting").Err()
-	fmt.Println("after a minute, expired:", errors.Is(err, redis.Nil))
+	fmt.Println("after the outage:", rdb.Get(ctx, "greeting").Err())
 
 	// Output:
-	// get: hello <nil>
-	// during outage, error: true
-	// after a minute, expired: true
+	// get: LOADING Redis is loading the dataset in memory
+	// a reply from the server: true
+	// during the outage, a reply from the server: false
+	// after the outage: LOADING Redis is loading the dataset in memory
 }

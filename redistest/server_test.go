@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -259,19 +258,6 @@ func TestParseCommandStats(t *testing.T) {
 				t.Fatalf("parseCommandStats() = %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestMiniredis(t *testing.T) {
-	ctx := t.Context()
-	m := Miniredis(t)
-	c := NewClient(t, m.Addr())
-	if err := c.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
-		t.Fatalf("Set(k) = %v", err)
-	}
-	m.FastForward(time.Minute)
-	if m.Exists("k") {
-		t.Fatal("k exists after FastForward past its TTL")
 	}
 }
 

@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
 
 // TestFormSplitsQueue checks how leaders share a queue: with other slots
 // free, each takes an even part and wakes the next queued caller to lead on
@@ -284,7 +285,7 @@ const slack = 250 * time.Millisecond
 //   - an answer is the answer to its own request;
 //   - at most maxInflight batches are in flight, none above maxBatch, and
 //     no request is sent twice;
-//   - afterwards the batcher is idle and no goroutine is left (goleak).
+//   - afterwards the batcher is idle and no goroutine is left (leakcheck).
 func TestStress(t *testing.T) {
 	for _, tc := range []struct {
 		inflight, maxBatch int
@@ -469,6 +470,10 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 			t.Errorf("10s after the last caller: inflight %d, forming %d, queue %d; want all 0", i, f, q)
 			break
 		}
+	}
+	// And no goroutine of the batcher (or of the callers' cancellers) is.
+	if err := leakcheck.Check(); err != nil {
+		t.Error(err)
 	}
 	t.Logf("%d callers: %d answered, %d left with their own context's error, %d store errors; latest return %v after a deadline",
 		n, answered, ctxErrs, storeErrs, worst)

@@ -1,6 +1,6 @@
 module github.com/sluicehq/sluice/bench
 
-go 1.26.0
+go 1.25.0
 
 replace github.com/sluicehq/sluice => ../
 
@@ -12,7 +12,7 @@ require (
 	github.com/ulule/limiter/v3 v3.11.2
 	github.com/zeromicro/go-zero v1.10.3
 	golang.org/x/sys v0.47.0
-	golang.org/x/time v0.16.0
+	golang.org/x/time v0.14.0
 )
 
 require (
@@ -37,7 +37,6 @@ require (
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/spaolacci/murmur3 v1.1.0 // indirect
 	github.com/titanous/json5 v1.0.0 // indirect
-	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.40.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.40.0 // indirect

@@ -425,19 +425,16 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// scratchModule writes a module that requires this repository (replaced by
-// its working tree) at the versions go.mod pins, and returns its directory.
+// scratchModule writes a module that requires this repository's modules
+// (replaced by their working trees) at the versions this module pins, and
+// returns its directory.
 func scratchModule(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	gomod, err := os.ReadFile("go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gosum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	gosum, err := os.ReadFile("go.sum")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +444,7 @@ func scratchModule(t *testing.T) string {
 		mod.Write(m)
 		mod.WriteString("\n\n")
 	}
-	fmt.Fprintf(&mod, "require github.com/sluicehq/sluice v0.0.0\n\nreplace github.com/sluicehq/sluice => %s\n\n", root)
+	mod.WriteString(localReplaces(t))
 	for _, m := range regexp.MustCompile(`(?ms)^require \(.*?^\)|^require [^(\n].*$`).FindAll(gomod, -1) {
 		mod.Write(m)
 		mod.WriteString("\n")
@@ -460,6 +457,28 @@ func scratchModule(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// localReplaces returns a replace block pointing every module of this
+// repository that a user imports at its working tree: the modules this
+// module's go.mod replaces.
+func localReplaces(t *testing.T) string {
+	t.Helper()
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("replace (\n")
+	for _, m := range regexp.MustCompile(`(?m)^\s*(github\.com/sluicehq/sluice\S*) => (\S+)$`).FindAllSubmatch(gomod, -1) {
+		dir, err := filepath.Abs(string(m[2]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "\t%s => %s\n", m[1], dir)
+	}
+	b.WriteString(")\n\n")
+	return b.String()
 }
 
 // goCmd runs the go command in dir, in module mode, outside any workspace.

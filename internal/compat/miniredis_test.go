@@ -1,0 +1,94 @@
+package compat
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core"
+)
+
+// TestMiniredisMatchesMemory drives a limiter on miniredis and one in
+// memory through the same random calls at the same virtual instants, and
+// requires identical results. The memory limiter decides with core's Go
+// model, which core's differential test holds to the script on a real
+// Redis; so this shows the script runs the same on gopher-lua, which the
+// demos and many users' tests rely on.
+func TestMiniredisMatchesMemory(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	opts := []core.Option{core.WithPenalty(1500 * time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler))}
+	onRedis, err := core.New(rdb, append(opts, core.WithDenyCache(false), core.WithTimeout(5*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = onRedis.Close() })
+	inMemory, err := core.NewMemory(append(opts, core.WithClock(clock))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inMemory.Close() })
+
+	limitSets := [][]core.Limit{
+		{core.PerSecond(5)},
+		{core.PerSecond(10).WithBurst(3), core.PerMinute(40)},
+		{{Name: "odd", Rate: 7, Period: 1300 * time.Millisecond, Burst: 2}},
+	}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	m.SetTime(now)
+	const steps = 3000
+	var denied, locked int
+	for i := range steps {
+		if r.IntN(3) == 0 {
+			d := time.Duration(r.IntN(400_000)) * time.Microsecond
+			now = now.Add(d)
+			m.SetTime(now)
+			m.FastForward(d)
+		}
+		limits := limitSets[r.IntN(len(limitSets))]
+		key := []string{"a", "b", "c"}[r.IntN(3)]
+		most := 3 // a cost above a limit's burst is refused as invalid
+		for _, l := range limits {
+			most = min(most, l.Burst)
+		}
+		n := 1 + r.IntN(most)
+		var got, want core.Result
+		var gerr, werr error
+		switch op := r.IntN(10); {
+		case op < 7:
+			got, gerr = onRedis.AllowN(ctx, key, n, limits...)
+			want, werr = inMemory.AllowN(ctx, key, n, limits...)
+		case op < 9:
+			got, gerr = onRedis.Peek(ctx, key, limits...)
+			want, werr = inMemory.Peek(ctx, key, limits...)
+		default:
+			gerr = onRedis.Reset(ctx, key, limits...)
+			werr = inMemory.Reset(ctx, key, limits...)
+		}
+		if gerr != nil || werr != nil {
+			t.Fatalf("step %d: miniredis error %v, memory error %v", i, gerr, werr)
+		}
+		if got != want {
+			t.Fatalf("step %d (key %s, n %d, limits %v): miniredis %+v, memory %+v", i, key, n, limits, got, want)
+		}
+		if !got.Allowed {
+			denied++
+		}
+		if got.Locked {
+			locked++
+		}
+	}
+	if denied < steps/10 || locked == 0 {
+		t.Fatalf("%d of %d results denied, %d locked: the sequence does not reach the paths it is meant to", denied, steps, locked)
+	}
+	t.Logf("%d results identical, %d denied, %d under the penalty lock", steps, denied, locked)
+}

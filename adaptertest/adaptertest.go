@@ -92,6 +92,7 @@ type Middleware struct {
 	DryRun      bool
 	Wait        time.Duration
 	ProblemJSON bool
+	Scope       string
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -267,6 +268,23 @@ func check(t *testing.T, step int, st Step, got Response) {
 	for _, s := range errorTexts {
 		if strings.Contains(got.Body, s) {
 			t.Errorf("%s: body = %q, which shows an error's text", req, got.Body)
+		}
+	}
+}
+
+// CheckDefaultScope checks that middlewares made at different lines keep
+// apart buckets by default, even with the same limit and key function.
+// serve must route GET /a and GET /b, each through a middleware of its
+// own allowing one request a minute on one static key, made by two calls
+// of the adapter's New on two lines.
+func CheckDefaultScope(t *testing.T, serve Serve) {
+	t.Helper()
+	for i, st := range []struct {
+		path string
+		want int
+	}{{"/a", 200}, {"/a", 429}, {"/b", 200}, {"/b", 429}} {
+		if got := serve(get(st.path)).Status; got != st.want {
+			t.Errorf("request %d, GET %s: status %d, want %d (middlewares made at two lines share a bucket?)", i+1, st.path, got, st.want)
 		}
 	}
 }

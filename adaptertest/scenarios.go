@@ -38,7 +38,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{
 			Name:    "allow then deny with exact headers",
-			Limiter: FrozenRedis,
+			Limiter: Frozen,
 			Use:     static(core.PerMinute(2)),
 			Routes:  items,
 			Steps: []Step{
@@ -49,7 +49,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name:    "Retry-After is never earlier than the real wait",
-			Limiter: FrozenRedis,
+			Limiter: Frozen,
 			Use:     static(core.Limit{Rate: 1, Period: 1500 * time.Millisecond, Burst: 1}),
 			Routes:  items,
 			Steps: []Step{
@@ -58,6 +58,7 @@ func Scenarios() []Scenario {
 			},
 		},
 		perRoute(),
+		scopes(),
 		nativeKey(),
 		tenantPlans(),
 		customKey(),
@@ -210,7 +211,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name:    "IETF fields",
-			Limiter: FrozenRedis,
+			Limiter: Frozen,
 			Use:     &Middleware{Limit: core.PerMinute(2).WithName("api"), Key: keyfunc.Static("all"), Headers: policy.HeadersIETF},
 			Routes:  items,
 			Steps: []Step{
@@ -223,7 +224,7 @@ func Scenarios() []Scenario {
 		},
 		{
 			Name:    "legacy and IETF fields together",
-			Limiter: FrozenRedis,
+			Limiter: Frozen,
 			Use:     &Middleware{Limit: core.PerMinute(2), Key: keyfunc.Static("all"), Headers: policy.HeadersBoth},
 			Routes:  items,
 			Steps: []Step{
@@ -330,6 +331,36 @@ func perRoute() Scenario {
 			// Same limit and key function, other pattern: another bucket.
 			{Request: get("/c/1"), Want: Want{Status: 200}},
 			{Request: get("/a/3"), Want: Want{Status: 429}},
+		},
+	}
+}
+
+// scopes: middlewares with the same limit and key function keep apart
+// buckets unless they name one scope. (Each adapter's tests check that
+// middlewares made at different lines are apart by default: here every
+// middleware is made at one line of the builder.)
+func scopes() Scenario {
+	mw := func(scope string) *Middleware {
+		return &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), Scope: scope}
+	}
+	search, export, api := mw("search"), mw("export"), mw("api")
+	return Scenario{
+		Name:    "scopes: a bucket per middleware, shared by name",
+		Limiter: Memory,
+		Routes: []Route{
+			{Method: "GET", Pattern: "/search", Middleware: search},
+			{Method: "GET", Pattern: "/export", Middleware: export},
+			{Method: "GET", Pattern: "/api/a", Middleware: api},
+			{Method: "GET", Pattern: "/api/b", Middleware: api},
+		},
+		Steps: []Step{
+			{Request: get("/search"), Want: Want{Status: 200}},
+			{Request: get("/search"), Want: Want{Status: 429}},
+			// Same limit and key, another middleware: its own bucket.
+			{Request: get("/export"), Want: Want{Status: 200}},
+			// One scope over two routes: one bucket.
+			{Request: get("/api/a"), Want: Want{Status: 200}},
+			{Request: get("/api/b"), Want: Want{Status: 429}},
 		},
 	}
 }

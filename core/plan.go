@@ -31,6 +31,13 @@ type plan struct {
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
 // local fallback's limit, which otherwise is the limit itself.
 func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
+	return newScopedPlan("", limits, fallback)
+}
+
+// newScopedPlan is newPlan for a scope: a non-empty scope is part of the
+// fingerprint, so its buckets are apart from those of the same limits in
+// any other scope. The empty scope is the limits' own fingerprint.
+func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 	if len(limits) == 0 {
 		return nil, fmt.Errorf("%w: no limit given", ErrInvalidLimit)
 	}
@@ -41,6 +48,9 @@ func newPlan(limits []Limit, fallback func(Limit) Limit) (*plan, error) {
 	p.args = append(p.args, strconv.Itoa(len(limits)))
 	p.maxW = maxExact
 	h := sha256.New()
+	if scope != "" {
+		fmt.Fprintf(h, "scope %q;", scope)
+	}
 	for i, l := range limits {
 		t, err := compileLimit(l)
 		if err != nil {
@@ -142,7 +152,11 @@ const maxPlans = 4096
 
 // compile makes limits' plan and reports a replaced fallback.
 func (c *planCache) compile(limits []Limit) (*plan, error) {
-	p, err := newPlan(limits, c.fallback)
+	return c.compileScoped("", limits)
+}
+
+func (c *planCache) compileScoped(scope string, limits []Limit) (*plan, error) {
+	p, err := newScopedPlan(scope, limits, c.fallback)
 	if err == nil && len(p.coarse) > 0 && c.warn != nil {
 		c.warn(p.coarse)
 	}

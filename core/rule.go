@@ -36,6 +36,30 @@ func (l *Limiter) Prepare(limits ...Limit) (*Rule, error) {
 	return &Rule{lim: l, p: p}, nil
 }
 
+// PrepareScoped is [Limiter.Prepare] in a named scope: the rule's buckets
+// are apart from those of the same key under the same limits in any other
+// scope, and shared with every rule of the same scope and limits on a
+// limiter with the same prefix, in this process or another. The scope is
+// hashed into the keys' fingerprint, so it may be any text; the empty
+// scope is Prepare's.
+//
+// Middleware uses it to give each middleware its own buckets (see the
+// adapters' WithScope); call it directly where two uses of one limit must
+// not draw on one bucket:
+//
+//	search, err := lim.PrepareScoped("search", core.PerMinute(60))
+//	export, err := lim.PrepareScoped("export", core.PerMinute(60))
+func (l *Limiter) PrepareScoped(scope string, limits ...Limit) (*Rule, error) {
+	if scope == "" {
+		return l.Prepare(limits...)
+	}
+	p, err := l.plans.compileScoped(scope, limits)
+	if err != nil {
+		return nil, err
+	}
+	return &Rule{lim: l, p: p}, nil
+}
+
 // Limits returns a copy of the rule's limits, in the order they were
 // given.
 func (r *Rule) Limits() []Limit { return append([]Limit(nil), r.p.limits...) }

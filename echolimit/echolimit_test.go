@@ -62,6 +62,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFun
 		return c.Blob(rep.Status, rep.ContentType, []byte(rep.Body))
 	}
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Scope != "" {
+		opts = append(opts, WithScope(m.Scope))
+	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c echo.Context) bool { return m.Skip(call(c)) }))
 	}
@@ -190,4 +193,13 @@ func TestBuild(t *testing.T) {
 	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
 		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
+}
+
+func TestDefaultScope(t *testing.T) {
+	lim := adaptertest.Memory(t)
+	e := echo.New()
+	okay := func(echo.Context) error { return nil }
+	e.GET("/a", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
+	e.GET("/b", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
+	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(e))
 }

@@ -39,6 +39,8 @@ var (
 	WithWait = policy.WithWait[echo.Context, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].
 	WithProblemJSON = policy.WithProblemJSON[echo.Context, handlers]
+	// WithScope is [policy.WithScope].
+	WithScope = policy.WithScope[echo.Context, handlers]
 )
 
 // WithDenyHandler sets the handler that answers denied requests; the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -113,6 +114,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 		return c.Status(rep.Status).SendString(rep.Body)
 	}
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Scope != "" {
+		opts = append(opts, WithScope(m.Scope))
+	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c *fiber.Ctx) bool { return m.Skip(call(c)) }))
 	}
@@ -296,4 +300,20 @@ func TestBuild(t *testing.T) {
 	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
 		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
+}
+
+func TestDefaultScope(t *testing.T) {
+	lim := adaptertest.Memory(t)
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	okay := func(*fiber.Ctx) error { return nil }
+	f.Get("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
+	f.Get("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
+	adaptertest.CheckDefaultScope(t, func(r adaptertest.Request) adaptertest.Response {
+		resp, err := f.Test(httptest.NewRequest("GET", r.Path, nil), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return adaptertest.Response{Status: resp.StatusCode, Header: resp.Header}
+	})
 }

@@ -39,6 +39,8 @@ var (
 	WithWait = policy.WithWait[*fiber.Ctx, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].
 	WithProblemJSON = policy.WithProblemJSON[*fiber.Ctx, handlers]
+	// WithScope is [policy.WithScope].
+	WithScope = policy.WithScope[*fiber.Ctx, handlers]
 )
 
 // WithDenyHandler sets the handler that answers denied requests; the

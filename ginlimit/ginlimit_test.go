@@ -48,6 +48,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
 	}
 	reply := func(c *gin.Context, rep adaptertest.Reply) { c.Data(rep.Status, rep.ContentType, []byte(rep.Body)) }
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Scope != "" {
+		opts = append(opts, WithScope(m.Scope))
+	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c *gin.Context) bool { return m.Skip(call(c)) }))
 	}
@@ -174,4 +177,12 @@ func TestBuild(t *testing.T) {
 	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
 		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
+}
+
+func TestDefaultScope(t *testing.T) {
+	lim := adaptertest.Memory(t)
+	r := gin.New()
+	r.GET("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
+	r.GET("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
+	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(r))
 }

@@ -39,6 +39,8 @@ var (
 	WithWait = policy.WithWait[*gin.Context, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].
 	WithProblemJSON = policy.WithProblemJSON[*gin.Context, handlers]
+	// WithScope is [policy.WithScope].
+	WithScope = policy.WithScope[*gin.Context, handlers]
 )
 
 // WithDenyHandler sets the handler that answers denied requests. The

@@ -54,6 +54,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler)
 		_, _ = w.Write([]byte(rep.Body))
 	}
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
+	if m.Scope != "" {
+		opts = append(opts, WithScope(m.Scope))
+	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(r *http.Request) bool { return m.Skip(call(r)) }))
 	}
@@ -147,4 +150,13 @@ func TestBuild(t *testing.T) {
 	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
 		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
 	}
+}
+
+func TestDefaultScope(t *testing.T) {
+	lim := adaptertest.Memory(t)
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	mux := http.NewServeMux()
+	mux.Handle("GET /a", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
+	mux.Handle("GET /b", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
+	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(mux))
 }

@@ -39,6 +39,8 @@ var (
 	WithWait = policy.WithWait[*http.Request, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].
 	WithProblemJSON = policy.WithProblemJSON[*http.Request, handlers]
+	// WithScope is [policy.WithScope].
+	WithScope = policy.WithScope[*http.Request, handlers]
 )
 
 // WithDenyHandler sets the handler that answers denied requests. The

@@ -19,14 +19,16 @@ type Config[C, H any] struct {
 	// Adapter holds the adapter's own settings.
 	Adapter H
 
-	skip    func(C) bool
-	cost    func(C) int
-	limitFn func(C) (core.Limit, error)
-	extra   []core.Limit
-	headers HeaderStyle
-	dryRun  bool
-	wait    time.Duration
-	problem bool
+	skip     func(C) bool
+	cost     func(C) int
+	limitFn  func(C) (core.Limit, error)
+	extra    []core.Limit
+	headers  HeaderStyle
+	dryRun   bool
+	wait     time.Duration
+	problem  bool
+	scope    string
+	scopeSet bool
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -107,4 +109,22 @@ func WithWait[C, H any](max time.Duration) Option[C, H] {
 // Default: false.
 func WithProblemJSON[C, H any](on bool) Option[C, H] {
 	return func(c *Config[C, H]) { c.problem = on }
+}
+
+// WithScope names the middleware's buckets. Middlewares with the same scope
+// and the same limits share buckets (on every replica, through Redis): that
+// is how one limit covers several routes or several middlewares, by
+// choice. Scopes are hashed into the Redis keys' fingerprint, so any text
+// will do; the constructor fails (an adapter panics) on an empty one.
+//
+// Default: the middleware's own buckets, apart from every other
+// middleware's even with the same limit and key function. They are named by
+// where the middleware is made (the function and line of the call to the
+// adapter's New or Build), which is the same on every replica and after a
+// restart of the same build. A change that moves that line gives the
+// middleware fresh buckets at the next deploy, so name long limits (hours,
+// days) with WithScope. Middlewares made at one line, in a loop for
+// instance, share buckets: a warning is logged once when that happens.
+func WithScope[C, H any](name string) Option[C, H] {
+	return func(c *Config[C, H]) { c.scope, c.scopeSet = name, true }
 }

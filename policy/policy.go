@@ -60,7 +60,13 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.headers < HeadersLegacy || cfg.headers > HeadersNone {
 		return nil, cfg.Adapter, fmt.Errorf("WithHeaders: unknown style %d", cfg.headers)
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra}, headers: cfg.headers,
+	scope := cfg.scope
+	if !cfg.scopeSet {
+		scope = callSite(lim)
+	} else if scope == "" {
+		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for the middleware's own buckets")
+	}
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, scope: scope, extra: cfg.extra}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	if f := cfg.skip; f != nil {
 		p.skip = func(r keyfunc.Request) bool { return f(native(r)) }

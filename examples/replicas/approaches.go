@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/examples/internal/demoredis"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -53,7 +52,8 @@ func (d *demo) memoryBuckets() approach {
 			if err != nil {
 				return replica{}, err
 			}
-			return replica{handler: httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok), close: func() {}}, nil
+			h := httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader), httplimit.WithScope("api"))(ok)
+			return replica{handler: h, close: func() {}}, nil
 		},
 	}
 }
@@ -66,7 +66,7 @@ func (d *demo) fixedWindow() approach {
 	return approach{
 		name: "Redis fixed window",
 		newReplica: func(_ int, prefix string, rec *recorder) (replica, error) {
-			rdb := demoredis.NewClient(d.proxy.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: d.proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 			limit := int64(d.cfg.limit)
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
@@ -125,7 +125,10 @@ func (d *demo) sluiceSized(name string, sizing core.Option) approach {
 	return approach{
 		name: name,
 		newReplica: func(i int, prefix string, rec *recorder) (replica, error) {
-			rdb := demoredis.NewClient(d.proxy.Addr())
+			// The client core.New recommends: the limiter's time budget
+			// reaches the socket, and a lost reply is not retried (which
+			// would charge its bucket twice).
+			rdb := redis.NewClient(&redis.Options{Addr: d.proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 			lim, err := core.New(rdb,
 				core.WithPrefix(prefix),
 				sizing,
@@ -136,7 +139,11 @@ func (d *demo) sluiceSized(name string, sizing core.Option) approach {
 				return replica{}, err
 			}
 			r := replica{
-				handler: httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader))(ok),
+				// Every replica makes its middleware at this line, so they
+				// would share buckets by default too; the scope says so
+				// where a reader can see it (and keeps the buckets if this
+				// line moves).
+				handler: httplimit.New(lim, d.cfg.limitSpec(), keyfunc.Tenant(tenantHeader), httplimit.WithScope("api"))(ok),
 				close: func() {
 					// Close stops the heartbeat and leaves the fleet. Its only
 					// error is a failed leave (Redis away when the demo is

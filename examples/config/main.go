@@ -1,302 +1,156 @@
-// Command config runs an HTTP service whose rate limits, keys and failure
-// handling come from a configuration file, and checks such files.
+// Command config builds rate-limited routes from a JSON file: what a
+// service copies to take its limits from configuration.
 //
-//	go run ./examples/config                                    # the embedded sample, sluice.json
-//	go run ./examples/config examples/config/sluice.json        # a file
-//	go run ./examples/config -check examples/config/sluice.json # validate, build, exit
-//	REDIS_ADDR=localhost:6379 go run ./examples/config          # a real Redis
+//	go run ./examples/config                        # the sample, limits.json
+//	go run ./examples/config -config my.json        # your file
+//	go run ./examples/config -config my.json -check # check it, build it, exit
 //
-// -addr and -metrics-addr override the file's listen and metrics_listen.
-// Without REDIS_ADDR it starts an embedded miniredis. -check reads the file,
-// validates it, builds every limiter and middleware (which needs no Redis)
-// and exits: 0 if the file is good, 1 with one line per problem otherwise,
-// each naming the line and the field:
+// It builds every route's middleware, sends each route a few requests
+// (stopping at the first 429) and prints the statuses. Without a Redis
+// address in the file it uses REDIS_ADDR, or else an embedded miniredis; the
+// statuses shown are those of a fresh Redis.
 //
-//	config.json:12: routes[1].limit.burst: must be at least 1
-//	config.json:30: tenants.acme.plan: unknown plan "gold" (plans: free, pro)
+// The file (see limits.json, Config and Route) names the Redis address, the
+// failure policy, the trusted proxies, a default limit and the routes. A
+// limit is text, as core.ParseLimit reads it ("600/m", "100/s burst 20",
+// "5/15m name login"), or an object with rate, period, burst and name. A
+// route's key is what its limit counts per: ip (the default), tenant (the
+// X-Tenant-ID header), user (X-User-ID) or global.
 //
-// When it serves, it prints a curl command for each route, then try:
+// Every route has buckets of its own, named by its pattern, even when two
+// routes have the same limit and key: the middlewares are made in a loop, so
+// each gets httplimit.WithScope. Routes that give the same scope (and have
+// the same limit) share their buckets, by choice: the two items routes of
+// the sample spend one budget.
 //
-//	for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-API-Key: acme-demo-key' localhost:8080/search; done
-//	curl -s localhost:9090/metrics | grep ^sluice_
+// Unknown fields, bad limits and unknown keys are errors that name the
+// route:
 //
-// # The file
-//
-// The file is JSON. JSON has no comments, so any object key that begins with
-// "//" is a comment: it may appear any number of times, holds any value and
-// is ignored. Every other key must be one of those below; a misspelt key is
-// an error, never silently ignored. Durations are Go duration strings ("250ms",
-// "1m", "24h").
-//
-// A limit is an object:
-//
-//	{"name": "items", "rate": 10, "period": "1s", "burst": 20}
-//
-// rate (at least 1) events per period, with room for burst (at least 1,
-// default rate) at once; see core.Limit. name is optional: it labels the limit
-// in metrics and headers, and is part of the bucket's identity.
-//
-// Top-level fields, all optional except routes:
-//
-//   - listen: the API's address. Default "127.0.0.1:8080".
-//   - metrics_listen: the address of the Prometheus endpoint (/metrics); ""
-//     or absent for none.
-//   - redis: prefix (the Redis key prefix, default "sluice:"), timeout (the
-//     budget of one Redis call, default "50ms"), pool_size (the go-redis
-//     pool, default go-redis's own) and batching (Redis round trips in
-//     flight before decisions are coalesced, default 4; 0 turns batching
-//     off). The address is not here: it comes from REDIS_ADDR.
-//   - failure: policy ("fallback_local", the default, "fail_open" or
-//     "fail_closed") and fallback_replicas (the number of replicas that
-//     share the traffic; each enforces 1/n of every limit while Redis is
-//     down; default 1). See docs/production.md for how to choose.
-//   - headers: the rate-limit response fields, "legacy" (default), "ietf",
-//     "both" or "none"; and problem_json (true for RFC 9457 error bodies).
-//   - trusted_proxies: CIDR prefixes or addresses of the proxies allowed to
-//     name the client in X-Forwarded-For; without them the client is the
-//     connection's peer. trusted_header reads a single-address header such as
-//     X-Real-IP instead, from those proxies only.
-//   - before_auth: a per-IP limit on every request, checked before
-//     authentication: limit, and optionally penalty (a lock after a denial)
-//     and skip_paths (exempt paths, such as "/healthz").
-//   - plans: named limits, one per plan, each applying per tenant.
-//   - tenants: by name, each with its plan and api_keys. A request names its
-//     tenant with "Authorization: Bearer <key>" or "X-API-Key: <key>".
-//   - routes: the endpoints, in a list.
-//
-// Each route has:
-//
-//   - pattern: an http.ServeMux pattern, such as "GET /items/{id}".
-//   - auth: true to require an API key. Authentication runs before the
-//     route's limiter, so the limiter can key by tenant.
-//   - limit, or plan: true to use the authenticated tenant's plan. A route
-//     with neither is not limited (beyond before_auth).
-//   - key: the dimensions the limit applies per, joined in order: "ip",
-//     "tenant" (needs auth), "route" (the matched pattern) and "global" (one
-//     bucket for everyone).
-//   - extra_limits: more limits checked together with the main one on the
-//     same key, such as a daily cap.
-//   - cost: tokens per request (default 1); at most every limit's burst,
-//     and under fallback_local at most each replica's share of it
-//     (ceil(burst/fallback_replicas)), or the local fallback would deny
-//     every such request while Redis is down.
-//   - penalty: lock a key out for this long after a denial, on every
-//     replica. Routes with different penalties run on separate engines over
-//     the same Redis client.
-//   - wait: let a request that would be denied wait up to this long for its
-//     tokens instead.
-//   - dry_run: decide, count and set headers, but never deny: for trying a
-//     new limit on live traffic.
-//
-// Two routes share buckets when their keys and limits are the same, names
-// included: in the sample, GET /search spends the tenant's plan, while POST
-// /reports (plan plus a daily cap) has buckets of its own.
-//
-// JSON rather than YAML: the standard library reads it, so the example adds no
-// dependency, and its Token API gives the byte offsets from which the errors'
-// line numbers are computed.
+//	limits.json: route "POST /login": core: invalid limit: limit "5/fortnight": period "fortnight" is not a unit (s, m, h, d, ...) or a positive duration (15m, 1.5s, 2d)
+//	limits.json: route "GET /search": key "email": want one of global, ip, tenant, user
 package main
 
 import (
-	"context"
+	"cmp"
 	_ "embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
-	"os/signal"
 	"regexp"
 	"strings"
-	"syscall"
-	"time"
+	"text/tabwriter"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
 )
 
-//go:embed sluice.json
+//go:embed limits.json
 var sample []byte
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		os.Exit(1)
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		log.Fatal(err)
 	}
 }
 
-// run is the program, with its arguments and outputs passed in for tests.
-// It serves until ctx ends or the process receives SIGINT or SIGTERM.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run is the program, with its arguments and output passed in for tests.
+func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	check := fs.Bool("check", false, "validate the file, build the middleware, and exit")
-	addr := fs.String("addr", "", "listen on `address` instead of the file's listen")
-	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on `address` instead of the file's metrics_listen")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: config [-check] [-addr host:port] [-metrics-addr host:port] [file.json]")
-		fmt.Fprintln(stderr, "Without a file, the embedded sample (sluice.json) is used.")
-		fs.PrintDefaults()
-	}
+	path := fs.String("config", "", "read the configuration from `file` (default: the sample, limits.json)")
+	check := fs.Bool("check", false, "check the file and build its routes, then exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	name, data := "sluice.json", sample
-	switch fs.NArg() {
-	case 0:
-	case 1:
-		name = fs.Arg(0)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: name the file with -config", fs.Arg(0))
+	}
+	name, data := "limits.json", sample
+	if *path != "" {
+		name = *path
 		var err error
 		if data, err = os.ReadFile(name); err != nil {
 			return err
 		}
-	default:
-		fs.Usage()
-		return errors.New("config: at most one file")
 	}
-	cfg, err := Parse(name, data)
+	cfg, err := load(data)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	if *addr != "" {
-		cfg.Listen = *addr
-	}
-	if *metricsAddr != "" {
-		cfg.MetricsListen = *metricsAddr
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-
-	if *check {
-		// core.New does no I/O, so the whole service can be built against
-		// a client that is never used.
-		rdb := newClient("127.0.0.1:6379", cfg.Redis, false)
-		defer rdb.Close()
-		if _, err := build(cfg, rdb, logger); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		fmt.Fprintf(stdout, "%s: ok: %d routes, %d plans, %d tenants, failure policy %s with %d fallback replicas\n",
-			name, len(cfg.Routes), len(cfg.Plans), len(cfg.Tenants), cfg.Policy, cfg.FallbackReplicas)
-		return nil
+	opts, err := cfg.limiterOptions()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 
-	srv, err := demoredis.Start(stdout)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	rdb := newClient(srv.Addr, cfg.Redis, true)
-	defer rdb.Close()
-	a, err := build(cfg, rdb, logger)
-	if err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	servers := []*http.Server{{Addr: cfg.Listen, Handler: a.handler, ReadHeaderTimeout: 5 * time.Second}}
-	if cfg.MetricsListen != "" {
-		servers = append(servers, &http.Server{Addr: cfg.MetricsListen, Handler: a.metrics, ReadHeaderTimeout: 5 * time.Second})
-	}
-	listeners := make([]net.Listener, 0, len(servers))
-	for _, s := range servers {
-		ln, err := net.Listen("tcp", s.Addr)
+	addr := cfg.Redis
+	if addr == "" && !*check {
+		srv, err := demoredis.Start(stdout) // REDIS_ADDR, or an embedded miniredis
 		if err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
 			return err
 		}
-		listeners = append(listeners, ln)
+		defer srv.Close()
+		addr = srv.Addr
 	}
-	errc := make(chan error, len(servers))
-	for i, s := range servers {
-		go func() { errc <- s.Serve(listeners[i]) }()
+	// Your go-redis client and one engine for every route. The two options
+	// let the limiter's time budget reach the socket and keep a lost reply
+	// from charging its bucket twice. Neither does any I/O yet, so -check
+	// builds everything without a Redis.
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
+	lim, err := core.New(rdb, opts...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	base := "http://" + listeners[0].Addr().String()
-	fmt.Fprintf(stdout, "listening on %s\n", base)
-	if len(listeners) > 1 {
-		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", listeners[1].Addr())
+	h, err := cfg.Handler(lim, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok") // your handlers here
+	}))
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	fmt.Fprintln(stdout, "Try (the statuses are those of a fresh Redis):")
-	for _, line := range tryLines(cfg, base) {
-		fmt.Fprintf(stdout, "  %s\n", line)
+	if *check {
+		fmt.Fprintf(stdout, "%s: ok, %d routes\n", name, len(cfg.Routes))
+		return nil
 	}
-
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdownCtx)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	probe(stdout, cfg, h) // in a service: http.ListenAndServe(":8080", h)
+	return nil
 }
 
-// wildcard matches a ServeMux wildcard segment.
+// wildcard matches a ServeMux wildcard such as {id} or {path...}.
 var wildcard = regexp.MustCompile(`\{[^}]*\}`)
 
-// tryLines returns a curl command for each route of cfg that a plain URL
-// can reach, with the status a fresh Redis gives it: 200, and 401 for the
-// first route that needs an API key, asked without one.
-func tryLines(cfg *Config, base string) []string {
-	apiKey := ""
-	if len(cfg.Tenants) > 0 && len(cfg.Tenants[0].APIKeys) > 0 {
-		apiKey = cfg.Tenants[0].APIKeys[0]
-	}
-	var lines []string
-	shown401 := false
-	var loop string
+// probe sends each route up to five requests, as tenant acme and user 42,
+// stopping at the first that is not 200, and prints the statuses.
+func probe(w io.Writer, cfg *Config, h http.Handler) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUTE\tLIMIT\tKEY\tSCOPE\tSTATUSES")
 	for _, rt := range cfg.Routes {
 		method, path, ok := strings.Cut(rt.Pattern, " ")
 		if !ok {
-			method, path = "GET", rt.Pattern
+			method, path = http.MethodGet, rt.Pattern
 		}
-		if !strings.HasPrefix(path, "/") || (rt.Auth && apiKey == "") {
-			continue // a host pattern, or no key to show
-		}
-		switch method {
-		case "GET", "POST", "PUT", "PATCH", "DELETE":
-		default:
-			continue
-		}
-		url := base + wildcard.ReplaceAllStringFunc(path, func(w string) string {
-			if w == "{$}" {
-				return ""
+		// The path after any host (Handler checked there is a '/'), with
+		// a 1 for each wildcard.
+		path = strings.ReplaceAll(path[strings.Index(path, "/"):], "{$}", "")
+		path = wildcard.ReplaceAllString(path, "1")
+		var statuses []string
+		for range 5 {
+			req := httptest.NewRequest(method, path, nil)
+			req.Header.Set("X-Tenant-ID", "acme")
+			req.Header.Set("X-User-ID", "42")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			statuses = append(statuses, fmt.Sprint(rec.Code))
+			if rec.Code != http.StatusOK {
+				break
 			}
-			return "1"
-		})
-		opts := ""
-		if method != "GET" {
-			opts = " -X " + method
 		}
-		if rt.Auth {
-			if !shown401 {
-				lines = append(lines, fmt.Sprintf("curl -i%s %s   # 401: no API key", opts, url))
-				shown401 = true
-			}
-			opts += " -H 'X-API-Key: " + apiKey + "'"
-		}
-		lines = append(lines, fmt.Sprintf("curl -i%s %s   # 200", opts, url))
-		if loop == "" && rt.Limit != nil && !rt.DryRun && rt.Wait == 0 && rt.Cost == 1 && len(rt.ExtraLimits) == 0 {
-			note := "429 once the burst is spent"
-			if rt.Penalty > 0 {
-				note += ", then a " + rt.Penalty.String() + " lock"
-			}
-			loop = fmt.Sprintf("for i in $(seq %d); do curl -s -o /dev/null -w '%%{http_code} '%s %s; done; echo   # %s",
-				rt.Limit.Burst+1, opts, url, note)
-		}
+		limit, _ := cmp.Or(rt.Limit, cfg.Default).MarshalText()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", rt.Pattern, limit, cmp.Or(rt.Key, "ip"),
+			cmp.Or(rt.Scope, rt.Pattern), strings.Join(statuses, " "))
 	}
-	if loop != "" {
-		lines = append(lines, loop)
-	}
-	return lines
+	tw.Flush()
 }

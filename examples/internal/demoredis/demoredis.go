@@ -29,7 +29,7 @@ type Server struct {
 // empty. It writes one line to w saying which.
 func Start(w io.Writer) (*Server, error) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		rdb := NewClient(addr)
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -57,16 +57,4 @@ func (s *Server) Close() {
 	if s.mr != nil {
 		s.mr.Close()
 	}
-}
-
-// NewClient returns a go-redis client for addr with the two settings a
-// sluice limiter needs: ContextTimeoutEnabled, so that the limiter's time
-// budget reaches the socket, and MaxRetries -1, so that a lost reply is not
-// retried and its bucket charged twice.
-func NewClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-	})
 }

@@ -2,6 +2,7 @@ package adaptertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -286,5 +287,24 @@ func CheckDefaultScope(t *testing.T, serve Serve) {
 		if got := serve(get(st.path)).Status; got != st.want {
 			t.Errorf("request %d, GET %s: status %d, want %d (middlewares made at two lines share a bucket?)", i+1, st.path, got, st.want)
 		}
+	}
+}
+
+// CheckBuild checks an adapter's Build: it returns what New would panic
+// with as an error prefixed with the package's name (a zero limit wraps
+// core.ErrInvalidLimit; a nil key function fails), and a middleware
+// otherwise. build calls the adapter's Build with its arguments (and any
+// option) and reports whether the middleware it returned is not nil.
+func CheckBuild(t *testing.T, pkg string, build func(*core.Limiter, core.Limit, keyfunc.Func) (bool, error)) {
+	t.Helper()
+	lim := Memory(t)
+	if _, err := build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), pkg+": ") {
+		t.Errorf("Build with a zero limit: %v, want a %s: error wrapping ErrInvalidLimit", err, pkg)
+	}
+	if _, err := build(lim, core.PerMinute(1), nil); err == nil {
+		t.Error("Build with a nil key function: no error")
+	}
+	if ok, err := build(lim, core.PerMinute(1), keyfunc.IP()); err != nil || !ok {
+		t.Errorf("Build = non-nil middleware %v, error %v", ok, err)
 	}
 }

@@ -2,10 +2,8 @@ package echolimit
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -180,19 +178,10 @@ func BenchmarkKey(b *testing.B) {
 // TestBuild: Build returns what New would panic with, as an error, and a
 // working middleware otherwise.
 func TestBuild(t *testing.T) {
-	lim, err := core.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), "echolimit: ") {
-		t.Errorf("Build with a zero limit: %v, want a echolimit: error wrapping ErrInvalidLimit", err)
-	}
-	if _, err := Build(lim, core.PerMinute(1), nil); err == nil {
-		t.Error("Build with a nil key function: no error")
-	}
-	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
-		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
-	}
+	adaptertest.CheckBuild(t, "echolimit", func(lim *core.Limiter, limit core.Limit, key keyfunc.Func) (bool, error) {
+		mw, err := Build(lim, limit, key, WithHeaders(policy.HeadersNone))
+		return mw != nil, err
+	})
 }
 
 func TestDefaultScope(t *testing.T) {

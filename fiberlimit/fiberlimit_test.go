@@ -2,12 +2,10 @@ package fiberlimit
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -287,19 +285,10 @@ func BenchmarkKey(b *testing.B) {
 // TestBuild: Build returns what New would panic with, as an error, and a
 // working middleware otherwise.
 func TestBuild(t *testing.T) {
-	lim, err := core.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), "fiberlimit: ") {
-		t.Errorf("Build with a zero limit: %v, want a fiberlimit: error wrapping ErrInvalidLimit", err)
-	}
-	if _, err := Build(lim, core.PerMinute(1), nil); err == nil {
-		t.Error("Build with a nil key function: no error")
-	}
-	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
-		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
-	}
+	adaptertest.CheckBuild(t, "fiberlimit", func(lim *core.Limiter, limit core.Limit, key keyfunc.Func) (bool, error) {
+		mw, err := Build(lim, limit, key, WithHeaders(policy.HeadersNone))
+		return mw != nil, err
+	})
 }
 
 func TestDefaultScope(t *testing.T) {

@@ -2,10 +2,8 @@ package ginlimit
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -164,19 +162,10 @@ func TestFrameworkClientIP(t *testing.T) {
 // TestBuild: Build returns what New would panic with, as an error, and a
 // working middleware otherwise.
 func TestBuild(t *testing.T) {
-	lim, err := core.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Build(lim, core.Limit{}, keyfunc.IP()); !errors.Is(err, core.ErrInvalidLimit) || !strings.HasPrefix(err.Error(), "ginlimit: ") {
-		t.Errorf("Build with a zero limit: %v, want a ginlimit: error wrapping ErrInvalidLimit", err)
-	}
-	if _, err := Build(lim, core.PerMinute(1), nil); err == nil {
-		t.Error("Build with a nil key function: no error")
-	}
-	if mw, err := Build(lim, core.PerMinute(1), keyfunc.IP(), WithHeaders(policy.HeadersNone)); err != nil || mw == nil {
-		t.Errorf("Build = nil middleware %v, error %v", mw == nil, err)
-	}
+	adaptertest.CheckBuild(t, "ginlimit", func(lim *core.Limiter, limit core.Limit, key keyfunc.Func) (bool, error) {
+		mw, err := Build(lim, limit, key, WithHeaders(policy.HeadersNone))
+		return mw != nil, err
+	})
 }
 
 func TestDefaultScope(t *testing.T) {

@@ -447,7 +447,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 		return l.done(decision{allowed: true, remaining: -1}, p, SourceFailOpen, true)
 	case FailClosed:
 		if l.obs != nil {
-			l.obs.ObserveDecision(Result{}, SourceFailClosed)
+			l.obs.ObserveDecision(Result{DryRun: p.dryRun}, SourceFailClosed)
 		}
 		if cause == nil {
 			cause = errors.New("circuit open after repeated store failures")
@@ -468,6 +468,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
 	res := d.result(p)
 	res.Degraded = degraded
+	res.DryRun = p.dryRun
 	if d.remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}

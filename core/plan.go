@@ -26,6 +26,9 @@ type plan struct {
 	maxW       int64                 // longest exact reservation in microseconds
 
 	coarse []coarseFallback // fallback limits that could not be used as given
+
+	scope  string // the scope it was compiled for (see Limiter.PrepareScoped)
+	dryRun bool   // its results are marked DryRun (see Rule.DryRun)
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -75,6 +78,7 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 		return nil, err
 	}
 	p.local, p.coarse = *local, coarse
+	p.scope = scope
 	return p, nil
 }
 

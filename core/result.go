@@ -25,6 +25,9 @@ type Result struct {
 	// Degraded reports that the decision was made locally because the store
 	// was unavailable (see [FailurePolicy]).
 	Degraded bool
+	// DryRun marks a decision of a dry-run rule ([Rule.DryRun]): Allowed
+	// says what would have happened; the caller lets the request through.
+	DryRun bool
 }
 
 func (d decision) result(p *plan) Result {

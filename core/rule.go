@@ -60,6 +60,21 @@ func (l *Limiter) PrepareScoped(scope string, limits ...Limit) (*Rule, error) {
 	return &Rule{lim: l, p: p}, nil
 }
 
+// DryRun returns a rule with the same limits, scope and buckets whose
+// decisions are made, charged and observed as usual but marked
+// [Result.DryRun]: the caller means to let every request through whatever
+// the result says, to try a limit on live traffic. Observers see the mark,
+// so metrics can tell would-be denials from real ones. The rule itself is
+// unchanged.
+func (r *Rule) DryRun() (*Rule, error) {
+	p, err := r.lim.plans.compileScoped(r.p.scope, r.p.limits)
+	if err != nil {
+		return nil, err
+	}
+	p.dryRun = true
+	return &Rule{lim: r.lim, p: p}, nil
+}
+
 // Limits returns a copy of the rule's limits, in the order they were
 // given.
 func (r *Rule) Limits() []Limit { return append([]Limit(nil), r.p.limits...) }

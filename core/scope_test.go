@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,5 +65,49 @@ func TestPrepareScoped(t *testing.T) {
 				t.Errorf("Limiter.Allow after the empty scope's rule: %+v, %v; want a denial from the same bucket", res, err)
 			}
 		})
+	}
+}
+
+// recorder is an Observer that keeps the results it is told about.
+type recorder struct {
+	mu      sync.Mutex
+	results []core.Result
+}
+
+func (r *recorder) ObserveDecision(res core.Result, _ core.Source) {
+	r.mu.Lock()
+	r.results = append(r.results, res)
+	r.mu.Unlock()
+}
+func (*recorder) ObserveStore(core.StoreCall)       {}
+func (*recorder) ObserveDegraded(core.StoreOutage)  {}
+func (*recorder) ObserveRecovered(core.StoreOutage) {}
+
+// TestRuleDryRun: a dry-run rule draws on the same buckets as its rule,
+// and its results, as returned and as observed, are marked DryRun; the
+// rule it came from is unchanged.
+func TestRuleDryRun(t *testing.T) {
+	obs := &recorder{}
+	lim, err := core.NewMemory(core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rule, err := lim.PrepareScoped("checkout", core.PerMinute(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadow, err := rule.DryRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := shadow.Allow(ctx, "k")
+	second, _ := rule.Allow(ctx, "k")
+	third, _ := shadow.Allow(ctx, "k")
+	if !first.Allowed || !first.DryRun || second.Allowed || second.DryRun || third.Allowed || !third.DryRun {
+		t.Errorf("dry run, rule, dry run: %+v, %+v, %+v; want allowed+dry, denied, denied+dry from one bucket", first, second, third)
+	}
+	if len(obs.results) != 3 || !obs.results[0].DryRun || obs.results[1].DryRun || !obs.results[2].DryRun {
+		t.Errorf("observed %+v; want the dry-run results marked", obs.results)
 	}
 }

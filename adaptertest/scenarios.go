@@ -78,14 +78,38 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			Name:    "dry run never blocks",
+			Name:    "dry run never blocks and writes no field",
 			Limiter: Memory,
 			Use:     &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), DryRun: true},
 			Routes:  items,
 			Steps: []Step{
-				{Request: get("/items/1"), Want: Want{Status: 200, Header: legacy(1, 0, 60), Body: OK}},
-				{Request: get("/items/1"), Want: Want{Status: 200, Header: legacy(1, 0, 60), Absent: []string{"Retry-After"}, Body: OK}},
-				{Request: get("/items/1"), Want: Want{Status: 200, Header: legacy(1, 0, 60), Body: OK}},
+				{Request: get("/items/1"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+				{Request: get("/items/1"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+				{Request: get("/items/1"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+			},
+		},
+		{
+			Name:    "dry run lets through what it cannot decide, and does not wait",
+			Limiter: Memory,
+			Routes: []Route{
+				{Method: "GET", Pattern: "/tenant", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Tenant("X-Tenant"), DryRun: true}},
+				{Method: "GET", Pattern: "/cost", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("cost"), DryRun: true, Cost: func(Call) int { return 0 }}},
+				{Method: "GET", Pattern: "/wait", Middleware: &Middleware{Limit: core.PerHour(1), Key: keyfunc.Static("wait"), DryRun: true, Wait: time.Hour}},
+			},
+			Steps: []Step{
+				{Request: get("/tenant"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+				{Request: get("/cost"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+				{Request: get("/wait"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
+				{Request: get("/wait"), Want: Want{Status: 200, Absent: allFields, Body: OK}}, // would wait an hour
+			},
+		},
+		{
+			Name:    "dry run with the store down under FailClosed",
+			Limiter: DownRedis(core.FailClosed),
+			Use:     &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), DryRun: true},
+			Routes:  items,
+			Steps: []Step{
+				{Request: get("/items/1"), Want: Want{Status: 200, Absent: allFields, Body: OK}},
 			},
 		},
 		{

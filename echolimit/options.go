@@ -35,6 +35,8 @@ var (
 	WithHeaders = policy.WithHeaders[echo.Context, handlers]
 	// WithDryRun is [policy.WithDryRun].
 	WithDryRun = policy.WithDryRun[echo.Context, handlers]
+	// WithDryRunHandler is [policy.WithDryRunHandler].
+	WithDryRunHandler = policy.WithDryRunHandler[echo.Context, handlers]
 	// WithWait is [policy.WithWait].
 	WithWait = policy.WithWait[echo.Context, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].

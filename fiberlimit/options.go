@@ -35,6 +35,8 @@ var (
 	WithHeaders = policy.WithHeaders[*fiber.Ctx, handlers]
 	// WithDryRun is [policy.WithDryRun].
 	WithDryRun = policy.WithDryRun[*fiber.Ctx, handlers]
+	// WithDryRunHandler is [policy.WithDryRunHandler].
+	WithDryRunHandler = policy.WithDryRunHandler[*fiber.Ctx, handlers]
 	// WithWait is [policy.WithWait].
 	WithWait = policy.WithWait[*fiber.Ctx, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].

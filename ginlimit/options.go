@@ -35,6 +35,8 @@ var (
 	WithHeaders = policy.WithHeaders[*gin.Context, handlers]
 	// WithDryRun is [policy.WithDryRun].
 	WithDryRun = policy.WithDryRun[*gin.Context, handlers]
+	// WithDryRunHandler is [policy.WithDryRunHandler].
+	WithDryRunHandler = policy.WithDryRunHandler[*gin.Context, handlers]
 	// WithWait is [policy.WithWait].
 	WithWait = policy.WithWait[*gin.Context, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].

@@ -35,6 +35,8 @@ var (
 	WithHeaders = policy.WithHeaders[*http.Request, handlers]
 	// WithDryRun is [policy.WithDryRun].
 	WithDryRun = policy.WithDryRun[*http.Request, handlers]
+	// WithDryRunHandler is [policy.WithDryRunHandler].
+	WithDryRunHandler = policy.WithDryRunHandler[*http.Request, handlers]
 	// WithWait is [policy.WithWait].
 	WithWait = policy.WithWait[*http.Request, handlers]
 	// WithProblemJSON is [policy.WithProblemJSON].

@@ -25,6 +25,7 @@ type Config[C, H any] struct {
 	extra    []core.Limit
 	headers  HeaderStyle
 	dryRun   bool
+	report   func(C, DryRunReport)
 	wait     time.Duration
 	problem  bool
 	scope    string
@@ -79,9 +80,14 @@ func WithHeaders[C, H any](style HeaderStyle) Option[C, H] {
 	return func(c *Config[C, H]) { c.headers = style }
 }
 
-// WithDryRun makes the middleware decide and set the rate-limit fields as
-// usual but let every request through, to try a new limit on live traffic:
-// the verdict's Result tells what would have happened.
+// WithDryRun makes the middleware transparent, to try a limit on live
+// traffic: it decides and charges buckets as usual (decisions are marked
+// core.Result.DryRun, so metrics tell them apart), but it never denies,
+// delays or fails a request, and writes no rate-limit fields. A request
+// that could not be decided (no key, a bad cost, the store down under
+// FailClosed) goes on too; the failure is logged once, as it would be
+// outside a dry run. [WithWait] does not wait. [WithDryRunHandler] is told
+// every would-be result.
 //
 // Default: false.
 func WithDryRun[C, H any](on bool) Option[C, H] {
@@ -127,4 +133,17 @@ func WithProblemJSON[C, H any](on bool) Option[C, H] {
 // instance, share buckets: a warning is logged once when that happens.
 func WithScope[C, H any](name string) Option[C, H] {
 	return func(c *Config[C, H]) { c.scope, c.scopeSet = name, true }
+}
+
+// WithDryRunHandler sets a function told about every request a dry-run
+// middleware decides or fails to decide (see [WithDryRun]), with the
+// request, its key and the would-be result or the failure: to log
+// would-be denials while a new limit is judged. It runs on the request
+// path, so it must be fast and safe for concurrent use. The constructor
+// fails (an adapter panics) when it is set without WithDryRun(true). A nil
+// f tells nothing.
+//
+// Default: none.
+func WithDryRunHandler[C, H any](f func(C, DryRunReport)) Option[C, H] {
+	return func(c *Config[C, H]) { c.report = f }
 }

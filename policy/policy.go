@@ -26,6 +26,7 @@ type Policy struct {
 	limitFn func(keyfunc.Request) (core.Limit, error)
 	headers HeaderStyle
 	dryRun  bool
+	report  func(keyfunc.Request, DryRunReport) // nil: none
 	wait    time.Duration
 	problem bool
 }
@@ -66,8 +67,14 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	} else if scope == "" {
 		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for the middleware's own buckets")
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, scope: scope, extra: cfg.extra}, headers: cfg.headers,
+	if cfg.report != nil && !cfg.dryRun {
+		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true): the handler is told only about dry-run decisions")
+	}
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, scope: scope, extra: cfg.extra, dryRun: cfg.dryRun}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
+	if f := cfg.report; f != nil {
+		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }
+	}
 	if f := cfg.skip; f != nil {
 		p.skip = func(r keyfunc.Request) bool { return f(native(r)) }
 	}
@@ -129,7 +136,9 @@ type Verdict struct {
 }
 
 // Decide runs the policy for one request. It never panics on request
-// content; failures come back as a Verdict with Action Fail.
+// content; failures come back as a Verdict with Action Fail. Under
+// [WithDryRun] every verdict is Continue, with no rate-limit fields: the
+// would-be result and any failure go to the dry-run handler instead.
 func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	if p.skip != nil && p.skip(r) {
 		return Verdict{Action: Continue}
@@ -139,16 +148,16 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		err = fmt.Errorf("policy: the key function returned an empty key: %w", keyfunc.ErrNoKey)
 	}
 	if err != nil {
-		return p.fail(err, atKey)
+		return p.fail(r, key, err, atKey)
 	}
 	rl := p.base
 	if p.limitFn != nil {
 		l, err := p.limitFn(r)
 		if err != nil {
-			return p.fail(err, atLimit)
+			return p.fail(r, key, err, atLimit)
 		}
 		if rl, err = p.rules.get(l); err != nil {
-			return p.fail(err, atLimit)
+			return p.fail(r, key, err, atLimit)
 		}
 	}
 	n := 1
@@ -156,19 +165,39 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		n = p.cost(r)
 	}
 	var res core.Result
-	if p.wait > 0 {
+	if p.wait > 0 && !p.dryRun {
 		res, err = p.waitFor(ctx, key, rl, n)
 	} else {
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
-		return p.fail(err, atDecide)
+		return p.fail(r, key, err, atDecide)
+	}
+	if p.dryRun {
+		if p.report != nil {
+			p.report(r, DryRunReport{Key: key, Result: res})
+		}
+		return Verdict{Action: Continue, Result: res}
 	}
 	v := Verdict{Result: res, style: p.headers, rule: rl, decided: true, problem: p.problem}
-	if !res.Allowed && !p.dryRun {
+	if !res.Allowed {
 		v.Action, v.Status = Deny, 429
 	}
 	return v
+}
+
+// DryRunReport is what the dry-run handler is told about one request (see
+// [WithDryRunHandler]).
+type DryRunReport struct {
+	// Key is the request's key; "" when the key function failed.
+	Key string
+	// Result is the decision the middleware would have enforced, marked
+	// DryRun; zero when Err is set.
+	Result core.Result
+	// Err is why the request could not be decided (a missing key, a bad
+	// cost or limit function, the store unavailable under FailClosed),
+	// which outside a dry run would have failed it; nil otherwise.
+	Err error
 }
 
 // waitFor reserves n tokens due within the policy's wait and sleeps until
@@ -197,7 +226,21 @@ const (
 
 // fail turns err into the verdict of a request that could not be decided,
 // and logs the failure the first time its text is seen (see logOnce).
-func (p *Policy) fail(err error, at stage) Verdict {
+// Under dry run the request goes on: the handler is told, and the failure
+// is logged as it would be outside a dry run.
+func (p *Policy) fail(r keyfunc.Request, key string, err error, at stage) Verdict {
+	v := p.failure(err, at)
+	if p.dryRun {
+		if p.report != nil {
+			p.report(r, DryRunReport{Key: key, Err: err})
+		}
+		return Verdict{Action: Continue}
+	}
+	return v
+}
+
+// failure is the verdict of a request that failed with err at stage at.
+func (p *Policy) failure(err error, at stage) Verdict {
 	v := Verdict{Action: Fail, Err: err, Status: 500, problem: p.problem, detail: "The rate limiter is misconfigured."}
 	fix := ""
 	switch {

@@ -19,8 +19,11 @@ type rule struct {
 	items       []string // each limit's RateLimit item name
 }
 
-func newRule(lim *core.Limiter, scope string, limits []core.Limit) (*rule, error) {
+func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) (*rule, error) {
 	r, err := lim.PrepareScoped(scope, limits...)
+	if err == nil && dryRun {
+		r, err = r.DryRun()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +44,8 @@ func newRule(lim *core.Limiter, scope string, limits []core.Limit) (*rule, error
 // prepared per request and not kept.
 type ruleCache struct {
 	lim   *core.Limiter
-	scope string // the middleware's scope (see WithScope)
+	scope  string // the middleware's scope (see WithScope)
+	dryRun bool   // prepare dry-run engine rules (see WithDryRun)
 	extra []core.Limit
 	last  atomic.Pointer[rule] // the rule used last: a lock-free hit
 	mu    sync.RWMutex
@@ -62,7 +66,7 @@ func (c *ruleCache) get(l core.Limit) (*rule, error) {
 		// a copy.
 		l.Name = strings.Clone(l.Name)
 		var err error
-		if r, err = newRule(c.lim, c.scope, append([]core.Limit{l}, c.extra...)); err != nil {
+		if r, err = newRule(c.lim, c.scope, c.dryRun, append([]core.Limit{l}, c.extra...)); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()

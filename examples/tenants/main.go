@@ -86,18 +86,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer rdb.Close()
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
 
-	// Three engines on one Redis: plain limits; limits whose denial locks
-	// the key for 15 minutes; and a trial engine whose observer logs the
-	// denials of the dry-run limit below.
+	// Two engines on one Redis: plain limits, and limits whose denial
+	// locks the key for 15 minutes.
 	lim, err := core.New(rdb, core.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	guard, err := core.New(rdb, core.WithPenalty(15*time.Minute), core.WithLogger(logger))
-	if err != nil {
-		return err
-	}
-	trial, err := core.New(rdb, core.WithObserver(&dryRunLog{log: logger}), core.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -117,10 +112,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}),
 		httplimit.WithHeaders(policy.HeadersBoth))
 	// On trial: 50 a minute for free tenants. A dry run decides and
-	// observes, but lets every request through; HeadersNone keeps its
-	// fields from replacing the real plan's on the response.
-	freeTrial := httplimit.New(trial, core.PerMinute(50).WithName("free-50"), byTenant,
-		httplimit.WithDryRun(true), httplimit.WithHeaders(policy.HeadersNone),
+	// charges its own buckets but lets every request through and writes no
+	// rate-limit field; its handler logs each request it would have denied.
+	var wouldDeny atomic.Int64
+	freeTrial := httplimit.New(lim, core.PerMinute(50).WithName("free-50"), byTenant,
+		httplimit.WithDryRun(true),
+		httplimit.WithDryRunHandler(func(r *http.Request, rep policy.DryRunReport) {
+			if !rep.Result.Allowed || rep.Err != nil {
+				t, _ := r.Context().Value(tenantKey).(tenant)
+				logger.Info("dry run: would have denied", "tenant", t.name, "path", r.URL.Path,
+					"limit", rep.Result.Limit.String(), "err", rep.Err, "total", wouldDeny.Add(1))
+			}
+		}),
 		httplimit.WithSkip(func(r *http.Request) bool {
 			t, _ := r.Context().Value(tenantKey).(tenant)
 			return t.plan != "free"
@@ -163,24 +166,6 @@ func authenticate(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey, t)))
 	})
 }
-
-// dryRunLog is the trial engine's observer: every denial it sees is one the
-// dry-run limit would have made. It is told only the result, not the request.
-type dryRunLog struct {
-	log    *slog.Logger
-	denied atomic.Int64
-}
-
-func (d *dryRunLog) ObserveDecision(res core.Result, _ core.Source) {
-	if !res.Allowed {
-		d.log.Info("dry run: would have denied", "limit", res.Limit.String(),
-			"retry_after", res.RetryAfter.Round(time.Millisecond), "total", d.denied.Add(1))
-	}
-}
-
-func (d *dryRunLog) ObserveStore(core.StoreCall)       {}
-func (d *dryRunLog) ObserveDegraded(core.StoreOutage)  {}
-func (d *dryRunLog) ObserveRecovered(core.StoreOutage) {}
 
 const tryIt = `listening on %[1]s; try:
   curl -i -H 'X-API-Key: acme-free-key' %[1]s/reports    # 200, RateLimit-Policy: "free";q=60;w=60

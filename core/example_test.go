@@ -217,3 +217,37 @@ func ExampleLimiter_Prepare() {
 	// false 0 20s
 	// true 2
 }
+
+func ExampleLimiter_PrepareConcurrency() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second))
+	defer lim.Close() // stops renewing leases
+	// At most two uploads in flight per tenant, across every replica.
+	uploads, err := lim.PrepareConcurrency(core.ConcurrencyLimit{Name: "uploads", Max: 2})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	var held []*core.Lease
+	for range 3 {
+		ls, err := uploads.Acquire(ctx, "tenant:acme")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(ls.Acquired, ls.InFlight)
+		if ls.Acquired {
+			held = append(held, ls)
+		}
+	}
+	// A request that ends gives its slot back (defer ls.Release in a
+	// handler, so a panic does too).
+	_ = held[0].Release(ctx)
+	ls, _ := uploads.Acquire(ctx, "tenant:acme")
+	fmt.Println(ls.Acquired, ls.InFlight)
+	// Output:
+	// true 1
+	// true 2
+	// false 2
+	// true 2
+}

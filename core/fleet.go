@@ -203,12 +203,15 @@ func (l *Limiter) FleetSize() int {
 }
 
 // Close stops what the limiter runs in the background (the fleet
-// heartbeat of [WithFleet]) and removes this instance from its fleet, so
-// that the others count it out at once. The limiter still decides after
-// Close, with the fleet's size as last counted. Close is safe to call more
+// heartbeat of [WithFleet], the renewal of concurrency leases) and removes
+// this instance from its fleet, so that the others count it out at once.
+// The limiter still decides after Close, with the fleet's size as last
+// counted; leases still held are no longer renewed, so their slots expire
+// within their lease. Close is safe to call more
 // than once and on a limiter without a fleet; the Redis client stays the
 // caller's to close, after Close.
 func (l *Limiter) Close() error {
+	l.keeper().close()
 	if l.fleet == nil {
 		return nil
 	}

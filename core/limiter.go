@@ -44,6 +44,9 @@ type Limiter struct {
 	warnFallback bool     // the fallback enforces whole limits per replica
 	coarseSaid   sync.Map // global Limit -> struct{}: a replaced fallback was logged
 	coarseCount  atomic.Int32
+	replicas     int          // WithFallbackReplicas
+	keepOnce     sync.Once    // makes keep
+	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
 
 	epoch   time.Time
 	epochUS int64
@@ -138,6 +141,7 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 		local:        newLocalStore(o.capacity),
 		obs:          o.observer,
 		logger:       o.logger,
+		replicas:     o.replicas,
 		warnFallback: !o.replicasSet && o.fleet.Name == "" && o.policy == FallbackLocal,
 		epoch:        time.Now(),
 	}

@@ -254,12 +254,16 @@ func (e *localEntry) weight(now int64) int64 {
 // in bytes, since no entry holds more than maxLocalKey bytes of its key. It
 // runs the same arithmetic as the Redis script (gcra.go).
 type localStore struct {
-	m *shardedMap[localEntry]
+	m     *shardedMap[localEntry]
+	slotc slotCounts // slots in flight (see Concurrency); bounded by them
 }
 
 func newLocalStore(capacity int) *localStore {
-	return &localStore{m: newShardedMap(capacity, (*localEntry).weight)}
+	return &localStore{m: newShardedMap(capacity, (*localEntry).weight), slotc: slotCounts{n: make(map[localKey]int)}}
 }
+
+// slots returns the counts of concurrency slots held in memory.
+func (s *localStore) slots() *slotCounts { return &s.slotc }
 
 // take applies one request to key's bucket under ticks at now.
 func (s *localStore) take(id uint64, key string, now int64, ticks []tickLimit, cost, maxWait, penalty int64) decision {

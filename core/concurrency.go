@@ -1,0 +1,480 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ConcurrencyLimit caps the requests in flight per key: at most Max hold a
+// slot at once, across every replica sharing the Redis.
+type ConcurrencyLimit struct {
+	// Name labels the cap, as Limit.Name does a rate; caps with different
+	// names (or maxima) keep apart slots.
+	Name string
+	// Max is how many requests may hold a slot at once, 1 to 1,000,000.
+	Max int
+	// Lease is how long a slot outlives its holder's last renewal. A
+	// holder renews its slots every Lease/3 while it runs, so a slow but
+	// live request keeps its slot, and the slots of a process that died
+	// (SIGKILL, a lost node) are free again within Lease. From 300ms to
+	// 10m; zero means 10s.
+	Lease time.Duration
+}
+
+// ErrLeaseLost is returned by [Lease.Release] when the lease's slot
+// expired before it was released: its renewals failed for longer than
+// the lease (Redis was unreachable), so another request may have taken
+// the slot meanwhile and the cap may have been exceeded.
+var ErrLeaseLost = errors.New("core: the slot's lease expired before it was released")
+
+const defaultLease = 10 * time.Second
+
+func (c ConcurrencyLimit) validate() error {
+	switch {
+	case c.Max < 1 || c.Max > 1_000_000:
+		return fmt.Errorf("%w: concurrency Max %d, want 1 to 1000000", ErrInvalidLimit, c.Max)
+	case c.Lease != 0 && (c.Lease < 300*time.Millisecond || c.Lease > 10*time.Minute):
+		return fmt.Errorf("%w: concurrency Lease %s, want 300ms to 10m (or 0 for 10s)", ErrInvalidLimit, c.Lease)
+	}
+	return nil
+}
+
+// Concurrency is a [ConcurrencyLimit] bound to the limiter that prepared
+// it (see [Limiter.PrepareConcurrency]). It is safe for concurrent use.
+type Concurrency struct {
+	lim   *Limiter
+	limit ConcurrencyLimit
+	fp    string // part of each key's Redis key, as a plan's fingerprint
+	id    uint64 // the cap's name in local memory
+	lease time.Duration
+}
+
+// PrepareConcurrency validates c and returns the cap it describes, in the
+// limiter's scope-less key space: its keys are apart from every rate
+// limit's. It returns an error wrapping [ErrInvalidLimit] for an invalid
+// cap.
+//
+// Slots live in Redis as one sorted set per key (members are leases,
+// scored by their expiry on Redis's clock), taken and given back by
+// scripts, so the cap is exact across replicas. While Redis is
+// unavailable, [Concurrency.Acquire] follows the limiter's failure policy:
+// under FallbackLocal each replica holds at most its share of Max
+// (Max divided by the replicas of [WithFallbackReplicas] or the fleet of
+// [WithFleet], at least 1) in memory.
+func (l *Limiter) PrepareConcurrency(c ConcurrencyLimit) (*Concurrency, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	lease := c.Lease
+	if lease == 0 {
+		lease = defaultLease
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "concurrency %d %q", c.Max, c.Name))
+	return &Concurrency{
+		lim:   l,
+		limit: c,
+		fp:    "c" + hex.EncodeToString(sum[:6]),
+		id:    binary.LittleEndian.Uint64(sum[8:16]),
+		lease: lease,
+	}, nil
+}
+
+// Limit returns the cap.
+func (c *Concurrency) Limit() ConcurrencyLimit { return c.limit }
+
+// Lease is a slot taken by [Concurrency.Acquire], or the refusal of one.
+// Release it when the request ends, also on panic; releasing is
+// idempotent. While it is held, the limiter renews it in Redis.
+type Lease struct {
+	// Acquired reports whether a slot was taken. A refused lease has
+	// nothing to release.
+	Acquired bool
+	// InFlight is how many slots of the key were held after this
+	// acquisition (including this one's), or, when refused, at the time.
+	InFlight int
+	// Degraded reports that the store was unavailable and the lease was
+	// decided under the failure policy.
+	Degraded bool
+
+	c      *Concurrency
+	key    string
+	rkey   string // the Redis key; "" for a lease held only locally
+	id     string // the member in the sorted set
+	local  bool   // held in the local fallback
+	once   sync.Once
+	expiry time.Time // when Redis drops the slot if it is not renewed; guarded by the keeper
+}
+
+// Acquire takes a slot of key, or reports that the key has Max requests in
+// flight (Acquired false: a normal outcome, not an error). It returns an
+// error for an empty key, the caller's context error, and, wrapping
+// [ErrUnavailable], when the store is unavailable under FailClosed.
+func (c *Concurrency) Acquire(ctx context.Context, key string) (*Lease, error) {
+	if key == "" {
+		return nil, errEmptyKey
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l := c.lim
+	if l.store == nil {
+		return c.acquireLocal(key, c.limit.Max, false), nil
+	}
+	rkey := redisKey(l.prefix, c.fp, key)
+	now := l.now()
+	nd := l.store.node(ctx, rkey)
+	brk := nd.brk
+	var storeErr error
+	if r := brk.route(now); r != viaLocal {
+		id := newLeaseID()
+		vals, err := c.call(ctx, acquireScript, rkey, c.limit.Max, c.lease.Milliseconds(), id)
+		if err == nil && len(vals) == 2 {
+			if brk.success(r, now) {
+				l.recovered(brk, now, "")
+			}
+			ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
+			if ls.Acquired {
+				ls.rkey, ls.id = rkey, id
+				l.keeper().add(ls, time.Now().Add(c.lease))
+			}
+			return ls, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("core: unexpected reply %v from the concurrency script", vals)
+		}
+		if cerr := callerGone(ctx); cerr != nil {
+			brk.abandon(r, now)
+			return nil, cerr
+		}
+		storeErr = err
+		l.store.failed()
+		if brk.failure(r, now) {
+			l.degrade(brk, now, err)
+		}
+	}
+	brk.degraded.Add(1)
+	l.stillDown(brk, now)
+	switch l.policy {
+	case FailOpen:
+		return &Lease{Acquired: true, Degraded: true}, nil
+	case FailClosed:
+		if storeErr == nil {
+			storeErr = errors.New("circuit open after repeated store failures")
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, storeErr)
+	}
+	return c.acquireLocal(key, c.localShare(), true), nil
+}
+
+// localShare is this replica's share of Max while the store is down.
+func (c *Concurrency) localShare() int {
+	n := c.lim.replicas
+	if c.lim.fleet != nil {
+		n = c.lim.fleet.size()
+	}
+	return max(1, c.limit.Max/max(1, n))
+}
+
+// acquireLocal takes a slot in the process's own counts, capped at most.
+func (c *Concurrency) acquireLocal(key string, most int, degraded bool) *Lease {
+	k := c.lim.local.slots()
+	n, ok := k.take(makeLocalKey(c.id, key), most)
+	ls := &Lease{Acquired: ok, InFlight: n, Degraded: degraded, c: c, key: key}
+	ls.local = ok
+	return ls
+}
+
+// Release gives the slot back. It is idempotent, and does nothing for a
+// refused or fail-open lease. It returns [ErrLeaseLost] if the slot had
+// expired in Redis before the release (renewals failed for longer than the
+// lease), and, wrapping [ErrUnavailable], a store failure: the slot then
+// expires by itself within the lease.
+func (ls *Lease) Release(ctx context.Context) error {
+	if ls == nil || !ls.Acquired {
+		return nil
+	}
+	var err error
+	ls.once.Do(func() {
+		c := ls.c
+		if c == nil {
+			return // fail open: nothing was counted
+		}
+		if ls.local {
+			c.lim.local.slots().give(makeLocalKey(c.id, ls.key))
+			return
+		}
+		c.lim.keeper().remove(ls)
+		vals, cerr := c.call(ctx, releaseScript, ls.rkey, ls.id)
+		switch {
+		case cerr != nil:
+			if gone := callerGone(ctx); gone != nil {
+				err = gone
+				return
+			}
+			err = fmt.Errorf("%w: release a slot of %q: %w", ErrUnavailable, ls.key, cerr)
+		case len(vals) == 1 && vals[0] == 0:
+			err = ErrLeaseLost
+		}
+	})
+	return err
+}
+
+// call runs script on key under the limiter's time budget.
+func (c *Concurrency) call(ctx context.Context, script *redis.Script, rkey string, args ...any) ([]int64, error) {
+	l := c.lim
+	run := func(ctx context.Context) ([]int64, error) {
+		return script.Run(ctx, l.store.rdb, []string{rkey}, args...).Int64Slice()
+	}
+	if l.store.detached {
+		return runApart(ctx, l.timeout, run)
+	}
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	return run(ctx)
+}
+
+// newLeaseID returns 16 random hex digits: unique enough that two live
+// leases of one key never share an id.
+func newLeaseID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// The slots of a key are a sorted set: each member a lease id, scored by
+// the millisecond (on Redis's clock) at which it expires unless renewed.
+// Every script first drops the expired ones. The set itself expires with
+// its last lease.
+
+// acquireScript: ARGV max, lease_ms, id. Replies {1, held} when the lease
+// is taken, {0, held} when the key is at its cap.
+var acquireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+if held >= tonumber(ARGV[1]) then
+  return {0, held}
+end
+local lease = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return {1, held + 1}
+`)
+
+// renewScript: ARGV lease_ms, id. Replies {1} when the lease was renewed,
+// {0} when it had expired (or was released).
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local lease = tonumber(ARGV[1])
+if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[2]) == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  return {0}
+end
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+return {1}
+`)
+
+// releaseScript: ARGV id. Replies {1} when the lease was held, {0} when
+// it had expired.
+var releaseScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return {redis.call('ZREM', KEYS[1], ARGV[1])}
+`)
+
+// leaseKeeper renews the limiter's leases held in Redis, every third of
+// their lease, in one pipeline per round. It runs while leases are held:
+// started by the first, stopped when none is left or by Close.
+type leaseKeeper struct {
+	l      *Limiter
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	stop   chan struct{} // closed by Close
+	done   chan struct{} // closed when the loop has returned; nil: not running
+	closed bool
+}
+
+// keeper returns the limiter's lease keeper, made on first use.
+func (l *Limiter) keeper() *leaseKeeper {
+	l.keepOnce.Do(func() {
+		l.keep = &leaseKeeper{l: l, leases: make(map[*Lease]struct{}), stop: make(chan struct{})}
+	})
+	return l.keep
+}
+
+func (k *leaseKeeper) add(ls *Lease, expiry time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ls.expiry = expiry
+	k.leases[ls] = struct{}{}
+	if k.done == nil && !k.closed {
+		k.done = make(chan struct{})
+		go k.loop(k.done)
+	}
+}
+
+func (k *leaseKeeper) remove(ls *Lease) {
+	k.mu.Lock()
+	delete(k.leases, ls)
+	k.mu.Unlock()
+}
+
+// loop renews the leases until none is left or the keeper is closed.
+func (k *leaseKeeper) loop(done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(k.period())
+	defer tick.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-tick.C:
+		}
+		k.mu.Lock()
+		if len(k.leases) == 0 {
+			k.done = nil
+			k.mu.Unlock()
+			return
+		}
+		due := make([]*Lease, 0, len(k.leases))
+		for ls := range k.leases {
+			due = append(due, ls)
+		}
+		k.mu.Unlock()
+		k.renew(due)
+	}
+}
+
+// period is how often the keeper renews: a third of the shortest lease it
+// may hold, so a lease survives two failed rounds.
+func (k *leaseKeeper) period() time.Duration { return minLease / 3 }
+
+// minLease is the shortest lease a ConcurrencyLimit may have.
+const minLease = 300 * time.Millisecond
+
+// renew renews leases whose next renewal is due: those with less than two
+// thirds of their lease left.
+func (k *leaseKeeper) renew(leases []*Lease) {
+	now := time.Now()
+	type job struct {
+		ls  *Lease
+		cmd *redis.Cmd
+	}
+	var jobs []job
+	ctx, cancel := context.WithTimeout(context.Background(), max(k.l.timeout, 100*time.Millisecond))
+	defer cancel()
+	send := func(ls *Lease, run func(*Lease) *redis.Cmd) {
+		k.mu.Lock()
+		left := ls.expiry.Sub(now)
+		k.mu.Unlock()
+		if left > 2*ls.c.lease/3 {
+			return
+		}
+		jobs = append(jobs, job{ls, run(ls)})
+	}
+	if p, ok := k.l.store.rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
+		pipe := p.Pipeline()
+		for _, ls := range leases {
+			send(ls, func(ls *Lease) *redis.Cmd {
+				return renewScript.EvalSha(ctx, pipe, []string{ls.rkey}, ls.c.lease.Milliseconds(), ls.id)
+			})
+		}
+		if len(jobs) == 0 {
+			return
+		}
+		// A pipeline with NOSCRIPT replies is sent again with EVAL.
+		if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			pipe = p.Pipeline()
+			for i, j := range jobs {
+				jobs[i].cmd = renewScript.Eval(ctx, pipe, []string{j.ls.rkey}, j.ls.c.lease.Milliseconds(), j.ls.id)
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+	} else {
+		for _, ls := range leases {
+			send(ls, func(ls *Lease) *redis.Cmd {
+				return renewScript.Run(ctx, k.l.store.rdb, []string{ls.rkey}, ls.c.lease.Milliseconds(), ls.id)
+			})
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, j := range jobs {
+		vals, err := j.cmd.Int64Slice()
+		if err == nil && len(vals) == 1 && vals[0] == 1 {
+			j.ls.expiry = now.Add(j.ls.c.lease)
+		}
+		// A failed renewal is tried again next round; a lease that has
+		// expired is found out by its Release.
+	}
+}
+
+// close stops the keeper and waits for its loop. Leases still held are no
+// longer renewed: their slots expire within their lease.
+func (k *leaseKeeper) close() {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.closed = true
+	close(k.stop)
+	done := k.done
+	k.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// slotCounts are the local fallback's counts of slots in flight per key.
+type slotCounts struct {
+	mu sync.Mutex
+	n  map[localKey]int
+}
+
+// take adds a slot of k unless most are held; it returns the count after.
+func (s *slotCounts) take(k localKey, most int) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.n[k]
+	if n >= most {
+		return n, false
+	}
+	if k.key != digestedKey {
+		k.key = strings.Clone(k.key)
+	}
+	s.n[k] = n + 1
+	return n + 1, true
+}
+
+// give returns a slot of k.
+func (s *slotCounts) give(k localKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch n := s.n[k]; {
+	case n > 1:
+		s.n[k] = n - 1
+	default:
+		delete(s.n, k)
+	}
+}

@@ -57,6 +57,7 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 429, Header: map[string]string{"Retry-After": "2"}}},
 			},
 		},
+		severalLimits(),
 		perRoute(),
 		scopes(),
 		nativeKey(),
@@ -226,7 +227,8 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 200}},
 				{Request: get("/items/1"), Want: Want{
 					Status: 429, Header: map[string]string{"Retry-After": "60"}, ContentType: problemJSON,
-					Body: `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry after 60 s."}`,
+					Body: `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,` +
+						`"detail":"Rate limit exceeded; retry after 60 s.","violated-policies":["1/m"]}`,
 				}},
 				{Request: get("/tenant"), Want: Want{
 					Status: 400, ContentType: problemJSON, Body: `{"type":"about:blank","title":"Bad Request","status":400,"detail":"The request carries no rate-limit key."}`,
@@ -240,7 +242,9 @@ func Scenarios() []Scenario {
 			Routes:  items,
 			Steps: []Step{
 				{Request: get("/items/1"), Want: Want{Status: 200, Header: ietf(`"api";q=2;w=60`, `"api";r=1;t=30`), Absent: legacyFields}},
-				{Request: get("/items/1"), Want: Want{Status: 200, Header: ietf(`"api";q=2;w=60`, `"api";r=0;t=60`)}},
+				// t is when the limit has one more to give, not when it
+				// is full again (X-RateLimit-Reset's 60).
+				{Request: get("/items/1"), Want: Want{Status: 200, Header: ietf(`"api";q=2;w=60`, `"api";r=0;t=30`)}},
 				{Request: get("/items/1"), Want: Want{
 					Status: 429, Header: with(ietf(`"api";q=2;w=60`, `"api";r=0;t=30`), "Retry-After", "30"), Absent: legacyFields,
 				}},
@@ -253,7 +257,9 @@ func Scenarios() []Scenario {
 			Routes:  items,
 			Steps: []Step{
 				{Request: get("/items/1"), Want: Want{Status: 200, Header: with(legacy(2, 1, 30),
-					"RateLimit-Policy", `"2-per-1m0s";q=2;w=60`, "RateLimit", `"2-per-1m0s";r=1;t=30`)}},
+					"RateLimit-Policy", `"2/m";q=2;w=60`, "RateLimit", `"2/m";r=1;t=30`)}},
+				{Request: get("/items/1"), Want: Want{Status: 200, Header: with(legacy(2, 0, 60),
+					"RateLimit-Policy", `"2/m";q=2;w=60`, "RateLimit", `"2/m";r=0;t=30`)}},
 			},
 		},
 		{
@@ -315,6 +321,58 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 429, Header: with(legacy(2, 0, 60), "Retry-After", "30")}},
 			},
 		},
+	}
+}
+
+// severalLimits: with 10/s and 1000/h on one key, every field describes
+// the limit that decided, with that limit's own numbers: the per-second
+// one while it has fewer requests left, then the hourly one once it runs
+// lower. The policy field describes both, and a 429's problem details
+// name the limit that denied.
+func severalLimits() Scenario {
+	sec := core.PerSecond(10).WithName("sec")
+	hour := core.PerHour(1000).WithName("hour")
+	tight := core.PerHour(12).WithBurst(3).WithName("tight")
+	both := `"sec";q=10;w=1, "hour";q=1000;w=3600`
+	steps := []Step{
+		// One request: the per-second bucket is full again in 0.1 s and
+		// has its 10th request to give then.
+		{Request: get("/both"), Want: Want{Status: 200, Header: with(legacy(10, 9, 1), "RateLimit-Policy", both, "RateLimit", `"sec";r=9;t=1`)}},
+	}
+	for i := 8; i >= 0; i-- {
+		steps = append(steps, Step{Request: get("/both"), Want: Want{Status: 200, Header: with(legacy(10, i, 1), "RateLimit", `"sec";r=`+strconv.Itoa(i)+`;t=1`)}})
+	}
+	steps = append(steps,
+		Step{Request: get("/both"), Want: Want{
+			Status: 429, Header: with(legacy(10, 0, 1), "Retry-After", "1", "RateLimit-Policy", both, "RateLimit", `"sec";r=0;t=1`),
+			ContentType: problemJSON,
+			Body: `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,` +
+				`"detail":"Rate limit exceeded; retry after 1 s.","violated-policies":["sec"]}`,
+		}},
+		// 12/h, burst 3, beside 10/s: the hourly limit has fewer left and
+		// decides; one request every 5 minutes, so 15 minutes until full.
+		Step{Request: get("/tight"), Want: Want{Status: 200, Header: with(legacy(3, 2, 300),
+			"RateLimit-Policy", `"sec";q=10;w=1, "tight";q=3;w=900`, "RateLimit", `"tight";r=2;t=300`)}},
+		Step{Request: get("/tight"), Want: Want{Status: 200, Header: with(legacy(3, 1, 600), "RateLimit", `"tight";r=1;t=300`)}},
+		Step{Request: get("/tight"), Want: Want{Status: 200, Header: with(legacy(3, 0, 900), "RateLimit", `"tight";r=0;t=300`)}},
+		Step{Request: get("/tight"), Want: Want{
+			Status: 429, Header: with(legacy(3, 0, 900), "Retry-After", "300", "RateLimit", `"tight";r=0;t=300`),
+			Body: `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,` +
+				`"detail":"Rate limit exceeded; retry after 300 s.","violated-policies":["tight"]}`,
+		}},
+	)
+	return Scenario{
+		Name:    "several limits: every field is the deciding limit's",
+		Limiter: Frozen,
+		Routes: []Route{
+			{Method: "GET", Pattern: "/both", Middleware: &Middleware{
+				Limit: sec, Limits: []core.Limit{hour}, Key: keyfunc.Static("both"), Headers: policy.HeadersBoth, ProblemJSON: true,
+			}},
+			{Method: "GET", Pattern: "/tight", Middleware: &Middleware{
+				Limit: sec, Limits: []core.Limit{tight}, Key: keyfunc.Static("tight"), Headers: policy.HeadersBoth, ProblemJSON: true,
+			}},
+		},
+		Steps: steps,
 	}
 }
 

@@ -36,12 +36,16 @@
 --
 -- Reply: five integers per key, in key order.
 --   | 1 | flags     | 1 if admitted, +2 if locked, +4 times the index    |
---   |   |           | (0-based) of the limit that decided; -1: this key  |
---   |   |           | failed (the other four are 0), see below           |
---   | 2 | remaining | unit requests the key could still take             |
+--   |   |           | (0-based) of the limit that decided: of those that |
+--   |   |           | deny, the one with the longest retry, else the one |
+--   |   |           | with the fewest requests left; -1: this key failed |
+--   |   |           | (the other four are 0), see below                  |
+--   | 2 | remaining | unit requests the limit that decided could still   |
+--   |   |           | take                                               |
 --   | 3 | delay_us  | the wait of an admitted reservation, or the retry  |
 --   |   |           | of a denial                                        |
---   | 4 | reset_us  | until every bucket is full again                   |
+--   | 4 | reset_us  | until the bucket of the limit that decided is full |
+--   |   |           | again                                              |
 --   | 5 | next_us   | until a unit request could be admitted, after this |
 --   |   |           | decision                                           |
 --
@@ -277,15 +281,20 @@ else
     local write = false
     if locked or denied then
       for i = 1, nlimits do
-        local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
-        if remaining < 0 or limit_remaining < remaining then
-          remaining = limit_remaining
-          if not denied then index = i - 1 end
+        if not denied then -- locked: the limit with the fewest requests left decides
+          local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
+          if remaining < 0 or limit_remaining < remaining then
+            remaining, index = limit_remaining, i - 1
+          end
         end
-        reset_us = max(reset_us, ceildiv(debt[i], ticks_per_us[i]))
         next_us = max(next_us, unit_wait(debt[i], ticks_per_us[i], ticks_per_event[i], burst[i]))
       end
-      if denied then index = retry_index end
+      if denied then -- the limit with the longest retry decides
+        index = retry_index
+        local i = retry_index + 1
+        remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
+      end
+      reset_us = ceildiv(debt[index + 1], ticks_per_us[index + 1])
       if locked then
         lock_flag = 1
         remaining = 0
@@ -312,9 +321,8 @@ else
         arrival_us[i], arrival_frac[i] = now + whole_us, debt_after - whole_us * ticks_per_us[i]
         local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt_after), ticks_per_event[i])
         if remaining < 0 or limit_remaining < remaining then
-          remaining, index = limit_remaining, i - 1
+          remaining, index, reset_us = limit_remaining, i - 1, ceildiv(debt_after, ticks_per_us[i])
         end
-        reset_us = max(reset_us, ceildiv(debt_after, ticks_per_us[i]))
         next_us = max(next_us, unit_wait(debt_after, ticks_per_us[i], ticks_per_event[i], burst[i]))
       end
       lock_until = 0

@@ -16,12 +16,12 @@ package core
 type decision struct {
 	allowed   bool
 	locked    bool
-	remaining int64
+	remaining int64 // unit requests the deciding limit could still take
 	retry     int64 // until the same request could be admitted (denied only)
-	reset     int64 // until every bucket is full again
+	reset     int64 // until the deciding limit's bucket is full again
 	wait      int64 // how long an admitted reservation must wait
 	next      int64 // until a unit request could be admitted, after this decision
-	index     int   // the limit that decided (tightest)
+	index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 }
 
 // unitWait is how long, with debt d ticks, a unit request waits under t.
@@ -82,19 +82,18 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 	locked := b.set && now < b.lock
 	if locked || denied {
 		for i, t := range ticks {
-			rem := max(0, (t.capacity()-d[i])/t.p)
-			if out.remaining < 0 || rem < out.remaining {
-				out.remaining = rem
-				if !denied {
-					out.index = i
+			if !denied { // locked: the limit with the fewest tokens left decides
+				if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
+					out.remaining, out.index = rem, i
 				}
 			}
-			out.reset = max(out.reset, ceilDiv(d[i], t.r))
 			out.next = max(out.next, unitWait(d[i], t))
 		}
-		if denied {
-			out.index = retryIdx
+		if denied { // the limit with the longest retry decides
+			t := ticks[retryIdx]
+			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
 		}
+		out.reset = ceilDiv(d[out.index], ticks[out.index].r)
 		out.retry = retry
 		if locked {
 			out.locked = true
@@ -133,9 +132,8 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 		b.tats[i] = tat{us: now + d2/t.r, frac: d2 % t.r}
 		rem := max(0, (t.capacity()-d2)/t.p)
 		if out.remaining < 0 || rem < out.remaining {
-			out.remaining, out.index = rem, i
+			out.remaining, out.index, out.reset = rem, i, ceilDiv(d2, t.r)
 		}
-		out.reset = max(out.reset, ceilDiv(d2, t.r))
 		out.next = max(out.next, unitWait(d2, t))
 	}
 	b.lock = 0

@@ -71,11 +71,22 @@ func TestDecideSteps(t *testing.T) {
 			{0, 2, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
 		}},
 		{"two limits, both consumed, tighter decides", []Limit{PerSecond(2), PerMinute(3)}, []step{
-			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: 20 * s}},
-			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 40 * s}},
+			// reset is the deciding limit's: the per-second bucket is full
+			// again in half a second, the per-minute one in 20 s.
+			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: s / 2}},
+			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
 			{s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 59 * s, index: 1}},
 			{2 * s, 1, 0, 0, decision{remaining: 0, retry: 18 * s, reset: 58 * s, index: 1}},
 			{20 * s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 60 * s, index: 1}},
+		}},
+		{"remaining and reset are the deciding limit's", []Limit{{Rate: 1, Period: time.Hour, Burst: 5}, PerSecond(10).WithBurst(4)}, []step{
+			// Admitted: the per-second limit has fewer tokens left (1 to 2)
+			// and decides, with its own reset.
+			{0, 3, 0, 0, decision{allowed: true, remaining: 1, reset: 300000, index: 1}},
+			// Both deny; the hourly limit's retry is the longer, so it
+			// decides, and its own 2 tokens and 3 h reset are reported.
+			{0, 3, 0, 0, decision{remaining: 2, retry: 3600 * s, reset: 3 * 3600 * s}},
+			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 400000, index: 1}},
 		}},
 		{"penalty lock", []Limit{PerSecond(1)}, []step{
 			{0, 1, 0, 10 * s, decision{allowed: true, reset: s}},

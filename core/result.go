@@ -7,17 +7,21 @@ import "time"
 type Result struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool
-	// Remaining is how many more unit requests the tightest limit would
-	// admit right now, after this decision.
+	// Remaining is how many more unit requests Limit, the limit that
+	// decided, would admit right now, after this decision.
 	Remaining int
 	// RetryAfter is, for a denied request, how long until the same request
 	// could be admitted (or until the penalty lock ends, if that is later).
 	// Zero when allowed.
 	RetryAfter time.Duration
-	// ResetAfter is how long until every bucket of the key is full again.
+	// ResetAfter is how long until the bucket of Limit, the limit that
+	// decided, is full again. With several limits, the others' buckets
+	// may take longer (10/s and 1000/h: the per-second bucket is full
+	// again 0.1 s after one request, the hourly one after 3.6 s).
 	ResetAfter time.Duration
-	// Limit is the limit that decided: the one that denied, or else the one
-	// with the fewest tokens left. Headers describe this limit.
+	// Limit is the limit that decided: the one that denied (with the
+	// longest wait, if several did), or else the one with the fewest tokens
+	// left. Remaining, ResetAfter and the headers describe this limit.
 	Limit Limit
 	// Locked reports that the key is under a penalty lock (see
 	// [WithPenalty]), including the denial that set it.

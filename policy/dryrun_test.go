@@ -50,7 +50,9 @@ func TestDryRunTransparent(t *testing.T) {
 		want    func(DryRunReport) bool // the last report
 	}{
 		{"would deny", memory, core.PerMinute(1), keyfunc.Static("k"), nil,
-			func(r DryRunReport) bool { return r.Key == "static:k" && !r.Result.Allowed && r.Result.DryRun && r.Err == nil }},
+			func(r DryRunReport) bool {
+				return r.Key == "static:k" && !r.Result.Allowed && r.Result.DryRun && r.Err == nil
+			}},
 		{"would wait", memory, core.PerMinute(1), keyfunc.Static("k"), []opt{WithWait[req, struct{}](time.Hour)},
 			func(r DryRunReport) bool { return !r.Result.Allowed && r.Result.DryRun }},
 		{"no key", memory, core.PerMinute(1), keyfunc.Tenant("X-Tenant"), nil,

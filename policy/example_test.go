@@ -48,6 +48,6 @@ func Example() {
 	}
 	// Output:
 	// continue; "search";r=1;t=30
-	// continue; "search";r=0;t=60
+	// continue; "search";r=0;t=30
 	// 429 "Too Many Requests\n"; retry after 30s
 }

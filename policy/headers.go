@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -8,20 +11,31 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// HeaderStyle selects the rate-limit fields written on responses.
+// HeaderStyle selects the rate-limit fields written on responses. Every
+// field describes the limit that decided the request ([core.Result.Limit]:
+// the one that denied, or else the one with the fewest tokens left), so
+// that with several limits (10/s and 1000/h) the numbers of one field all
+// belong to one limit.
 type HeaderStyle int8
 
 const (
-	// HeadersLegacy writes X-RateLimit-Limit (the limit's Burst: the most
-	// requests that can be made at once), X-RateLimit-Remaining, and
-	// X-RateLimit-Reset (seconds until the bucket is full again, rounded
-	// up; a delta, not a timestamp).
+	// HeadersLegacy writes X-RateLimit-Limit (the deciding limit's Burst:
+	// the most requests that can be made at once), X-RateLimit-Remaining
+	// (the requests it would still admit now) and X-RateLimit-Reset
+	// (seconds until its bucket is full again, rounded up; a delta, not a
+	// timestamp).
 	HeadersLegacy HeaderStyle = iota
 	// HeadersIETF writes RateLimit-Policy and RateLimit as in
-	// draft-ietf-httpapi-ratelimit-headers-10: one policy item per limit,
-	// `"name";q=Rate;w=Period-in-seconds`, and for the limit that decided
-	// `"name";r=Remaining;t=seconds`, where t is the reset time on success
-	// and the retry time on a 429.
+	// draft-ietf-httpapi-ratelimit-headers-11. RateLimit-Policy has one
+	// item per limit, `"name";q=Burst;w=seconds`, w being the time the
+	// bucket takes to refill its Burst, rounded up to whole seconds: a
+	// client that sends at most q requests in any w seconds is never
+	// denied by that limit. RateLimit has one item, for the deciding
+	// limit, `"name";r=Remaining;t=seconds`: r requests can be made now,
+	// and t is the draft's effective window, the seconds (rounded up)
+	// until the limit has a request more than r to give; on a 429 it ends
+	// no later than Retry-After. An unnamed limit is named by its text
+	// form, as [core.ParseLimit] reads it: "600/m", "100/s burst 20".
 	HeadersIETF
 	// HeadersBoth writes the legacy and the IETF fields.
 	HeadersBoth
@@ -30,8 +44,7 @@ const (
 	HeadersNone
 )
 
-// Header fields a verdict may carry, in the spelling used on the wire
-// (names) and in Go's canonical form (canonical), which http.Header keys use.
+// The response fields a verdict may carry.
 const (
 	fRetryAfter = iota
 	fLimit
@@ -42,60 +55,115 @@ const (
 	numFields
 )
 
-var (
-	names     = [numFields]string{"Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
-	canonical = [numFields]string{"Retry-After", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
-)
+// field is one response field: its name as written on the wire, its name
+// in Go's canonical form (which http.Header keys use), and its value for a
+// decision, "" when the decision has none.
+type field struct {
+	name, canonical string
+	value           func(*decided) string
+}
 
-// fields computes the verdict's header fields into vals, "" for absent ones.
-func (v *Verdict) fields(vals *[numFields]string) {
+// fields is every field a verdict may carry, by number. A field of the
+// IETF draft takes its parameters from the tables in ietf.go.
+var fields = [numFields]field{
+	fRetryAfter: {"Retry-After", "Retry-After", func(d *decided) string {
+		if !d.deny {
+			return ""
+		}
+		return strconv.FormatInt(ceilSeconds(d.retry), 10)
+	}},
+	fLimit: {"X-RateLimit-Limit", "X-Ratelimit-Limit", func(d *decided) string {
+		if d.idx >= 0 {
+			return d.rule.burstField[d.idx]
+		}
+		return strconv.Itoa(d.limit.Burst)
+	}},
+	fRemaining: {"X-RateLimit-Remaining", "X-Ratelimit-Remaining", func(d *decided) string {
+		return strconv.Itoa(d.remaining)
+	}},
+	fReset: {"X-RateLimit-Reset", "X-Ratelimit-Reset", func(d *decided) string {
+		return strconv.FormatInt(ceilSeconds(d.reset), 10)
+	}},
+	fPolicy: {"RateLimit-Policy", "Ratelimit-Policy", func(d *decided) string {
+		return d.rule.policyField
+	}},
+	fRateLimit: {"RateLimit", "Ratelimit", serviceLimit},
+}
+
+// styleFields lists the rate-limit fields of each style; Retry-After comes
+// on every Deny whatever the style.
+var styleFields = [...][]int{
+	HeadersLegacy: {fLimit, fRemaining, fReset},
+	HeadersIETF:   {fPolicy, fRateLimit},
+	HeadersBoth:   {fLimit, fRemaining, fReset, fPolicy, fRateLimit},
+	HeadersNone:   nil,
+}
+
+// decided is what the fields of one verdict say: the deciding limit and its
+// numbers, taken from the verdict's core.Result.
+type decided struct {
+	rule      *rule
+	idx       int // the deciding limit's index in rule.limits; -1 for one not in it (the local fallback's share)
+	limit     core.Limit
+	remaining int
+	reset     time.Duration // until the limit's bucket is full again
+	window    time.Duration // the draft's effective window: until the limit has more than remaining to give
+	deny      bool
+	retry     time.Duration // Retry-After's wait, jitter included; for a Deny
+}
+
+// decide fills d from v, and reports whether v carries fields at all.
+func (v *Verdict) decide(d *decided) bool {
 	if !v.decided {
-		return
+		return false
 	}
 	res := &v.Result
-	idx := -1 // the deciding limit in the rule; -1 for a fallback limit
+	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, remaining: res.Remaining, reset: res.ResetAfter}
 	for i, l := range v.rule.limits {
 		if l == res.Limit {
-			idx = i
+			d.idx = i
 			break
 		}
 	}
+	d.window = effectiveWindow(res.Limit, res.Remaining, res.ResetAfter)
 	if v.Action == Deny {
-		vals[fRetryAfter] = strconv.FormatInt(ceilSeconds(res.RetryAfter), 10)
+		d.deny = true
+		d.retry = addSat(res.RetryAfter, v.jitter)
+		// Nothing more can be had before the request's own retry, and a
+		// locked key gives nothing before the lock ends: the window ends
+		// no later than Retry-After, as the draft asks.
+		if res.Locked || d.window > res.RetryAfter {
+			d.window = res.RetryAfter
+		}
 	}
-	if v.style == HeadersLegacy || v.style == HeadersBoth {
-		if idx >= 0 {
-			vals[fLimit] = v.rule.burstField[idx]
-		} else {
-			vals[fLimit] = strconv.Itoa(res.Limit.Burst)
-		}
-		vals[fRemaining] = strconv.Itoa(res.Remaining)
-		vals[fReset] = strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
+	return true
+}
+
+// values computes the verdict's fields into vals, "" for absent ones.
+func (v *Verdict) values(vals *[numFields]string) {
+	var d decided
+	if !v.decide(&d) {
+		return
 	}
-	if v.style == HeadersIETF || v.style == HeadersBoth {
-		vals[fPolicy] = v.rule.policyField
-		t := res.ResetAfter
-		if !res.Allowed {
-			t = res.RetryAfter
+	vals[fRetryAfter] = fields[fRetryAfter].value(&d)
+	if int(v.style) < len(styleFields) {
+		for _, f := range styleFields[v.style] {
+			vals[f] = fields[f].value(&d)
 		}
-		item := limitItem(res.Limit)
-		if idx >= 0 {
-			item = v.rule.items[idx]
-		}
-		vals[fRateLimit] = item + ";r=" + strconv.Itoa(res.Remaining) + ";t=" + strconv.FormatInt(ceilSeconds(t), 10)
 	}
 }
 
 // Headers calls set for each response field the verdict carries: the
 // rate-limit fields of the policy's style for decided requests, and
-// Retry-After (delta seconds, rounded up, never earlier than the real wait)
-// on a Deny. Names are spelled as on the wire ("X-RateLimit-Limit").
+// Retry-After (delta seconds, rounded up, never earlier than the real wait;
+// later by up to the [WithRetryJitter] bound) on a Deny. Names are spelled
+// as on the wire ("X-RateLimit-Limit").
 func (v *Verdict) Headers(set func(name, value string)) {
 	var vals [numFields]string
-	v.fields(&vals)
+	v.values(&vals)
 	for i, val := range vals {
 		if val != "" {
-			set(names[i], val)
+			set(fields[i].name, val)
 		}
 	}
 }
@@ -105,7 +173,7 @@ func (v *Verdict) Headers(set func(name, value string)) {
 // their value slices.
 func (v *Verdict) WriteHeaders(h map[string][]string) {
 	var vals [numFields]string
-	v.fields(&vals)
+	v.values(&vals)
 	n := 0
 	for _, val := range vals {
 		if val != "" {
@@ -119,39 +187,49 @@ func (v *Verdict) WriteHeaders(h map[string][]string) {
 	for i, val := range vals {
 		if val != "" {
 			backing = append(backing, val)
-			h[canonical[i]] = backing[len(backing)-1 : len(backing) : len(backing)]
+			h[fields[i].canonical] = backing[len(backing)-1 : len(backing) : len(backing)]
 		}
 	}
 }
 
 // Body returns the default answer's content type and body for a Deny or a
-// Fail: the status text, or problem details with [WithProblemJSON], whose
-// detail says why (when to retry; or that the request has no key, that the
-// route is not known where the middleware runs, that the limiter is
-// misconfigured or its store unavailable). It never includes an error's
-// text.
+// Fail: the status text, or problem details with [WithProblemJSON]. A
+// Deny's problem is the draft's quota-exceeded type, naming the limit that
+// denied in violated-policies (as RateLimit-Policy names it) and saying in
+// its detail when to retry (as Retry-After does); a Fail's is about:blank,
+// whose detail says why (the request has no key, the route is not known
+// where the middleware runs, the limiter is misconfigured or its store
+// unavailable). It never includes an error's text.
 func (v *Verdict) Body() (contentType string, body []byte) {
-	title := statusText(v.Status)
 	if !v.problem {
-		return "text/plain; charset=utf-8", []byte(title + "\n")
+		return "text/plain; charset=utf-8", []byte(statusText(v.Status) + "\n")
 	}
 	var b strings.Builder
-	b.WriteString(`{"type":"about:blank","title":"`)
+	var d decided
+	if v.Action == Deny && v.decide(&d) {
+		writeQuotaExceeded(&b, &d)
+	} else {
+		writeProblem(&b, "about:blank", statusText(v.Status), v.Status, v.detail)
+		b.WriteString("}")
+	}
+	return "application/problem+json", []byte(b.String())
+}
+
+// writeProblem writes the members every problem has, leaving the object
+// open. detail is a constant of this package or built from numbers: there
+// is nothing to escape.
+func writeProblem(b *strings.Builder, typ, title string, status int, detail string) {
+	b.WriteString(`{"type":"`)
+	b.WriteString(typ)
+	b.WriteString(`","title":"`)
 	b.WriteString(title)
 	b.WriteString(`","status":`)
-	b.WriteString(strconv.Itoa(v.Status))
-	switch {
-	case v.Action == Deny:
-		b.WriteString(`,"detail":"Rate limit exceeded; retry after `)
-		b.WriteString(strconv.FormatInt(ceilSeconds(v.Result.RetryAfter), 10))
-		b.WriteString(` s."`)
-	case v.detail != "":
+	b.WriteString(strconv.Itoa(status))
+	if detail != "" {
 		b.WriteString(`,"detail":"`)
-		b.WriteString(v.detail) // a constant of this package: nothing to escape
+		b.WriteString(detail)
 		b.WriteString(`"`)
 	}
-	b.WriteString("}")
-	return "application/problem+json", []byte(b.String())
 }
 
 func statusText(code int) string {
@@ -171,30 +249,34 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	return int64((d-1)/time.Second) + 1
 }
 
-// limitItem is a limit's name as a structured-field string: its Name, or
-// "<rate>-per-<period>" when it has none.
-func limitItem(l core.Limit) string {
-	name := l.Name
-	if name == "" {
-		name = strconv.Itoa(l.Rate) + "-per-" + l.Period.String()
+// addSat is a+b for non-negative durations, saturating instead of
+// overflowing.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
 	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?') // sf-strings are printable ASCII only
-		default:
-			b.WriteByte(c)
-		}
+	return a + b
+}
+
+// checkRetryJitter validates the bound given to [WithRetryJitter].
+func checkRetryJitter(max time.Duration) error {
+	if max < 0 {
+		return fmt.Errorf("WithRetryJitter: negative duration %s", max)
 	}
-	b.WriteByte('"')
-	return b.String()
+	return nil
+}
+
+// drawJitter returns a random duration from 0 to max inclusive, to add to
+// one denial's Retry-After.
+func drawJitter(max time.Duration) time.Duration {
+	switch {
+	case max <= 0:
+		return 0
+	case max == math.MaxInt64:
+		return time.Duration(rand.Int64N(math.MaxInt64))
+	}
+	return time.Duration(rand.Int64N(int64(max) + 1))
 }

@@ -30,6 +30,7 @@ type Config[C, H any] struct {
 	problem  bool
 	scope    string
 	scopeSet bool
+	jitter   time.Duration
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -146,4 +147,18 @@ func WithScope[C, H any](name string) Option[C, H] {
 // Default: none.
 func WithDryRunHandler[C, H any](f func(C, DryRunReport)) Option[C, H] {
 	return func(c *Config[C, H]) { c.report = f }
+}
+
+// WithRetryJitter adds a random delay from 0 to max to each denial's
+// Retry-After field (and to the retry time a problem-details body gives),
+// so that clients denied together do not all come back at the same
+// second. Retry-After is never earlier than the real wait, and never later
+// than the real wait plus max, rounded up to whole seconds. The Result a
+// deny handler gets, and the RateLimit field's window, are unchanged. Zero
+// adds nothing; the constructor fails (an adapter panics) if max is
+// negative.
+//
+// Default: 0.
+func WithRetryJitter[C, H any](max time.Duration) Option[C, H] {
+	return func(c *Config[C, H]) { c.jitter = max }
 }

@@ -29,6 +29,7 @@ type Policy struct {
 	report  func(keyfunc.Request, DryRunReport) // nil: none
 	wait    time.Duration
 	problem bool
+	jitter  time.Duration // WithRetryJitter's bound
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -39,8 +40,9 @@ type Policy struct {
 //
 // New returns an error for a nil limiter, key function or option, an
 // invalid limit or extra limit (wrapping [core.ErrInvalidLimit]), a
-// negative wait or an unknown header style. Adapters panic with it, as
-// their constructors document.
+// negative wait or jitter, an unknown header style, an empty WithScope,
+// or WithDryRunHandler without WithDryRun(true). Adapters panic with it,
+// as their constructors document.
 func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
 	var cfg Config[C, H]
 	for i, opt := range opts {
@@ -70,8 +72,12 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.report != nil && !cfg.dryRun {
 		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true): the handler is told only about dry-run decisions")
 	}
+	if err := checkRetryJitter(cfg.jitter); err != nil {
+		return nil, cfg.Adapter, err
+	}
 	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, scope: scope, extra: cfg.extra, dryRun: cfg.dryRun}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
+	p.jitter = cfg.jitter
 	if f := cfg.report; f != nil {
 		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }
 	}
@@ -132,7 +138,8 @@ type Verdict struct {
 	rule    *rule
 	decided bool
 	problem bool
-	detail  string // the problem detail of a Fail: why, never the error's text
+	detail  string        // the problem detail of a Fail: why, never the error's text
+	jitter  time.Duration // added to a Deny's Retry-After (see WithRetryJitter)
 }
 
 // Decide runs the policy for one request. It never panics on request
@@ -181,7 +188,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	}
 	v := Verdict{Result: res, style: p.headers, rule: rl, decided: true, problem: p.problem}
 	if !res.Allowed {
-		v.Action, v.Status = Deny, 429
+		v.Action, v.Status, v.jitter = Deny, 429, drawJitter(p.jitter)
 	}
 	return v
 }
@@ -246,7 +253,7 @@ func (p *Policy) failure(err error, at stage) Verdict {
 	switch {
 	case errors.Is(err, keyfunc.ErrNoRoute):
 		v.Status, v.detail = 400, "The rate limiter cannot see this request's route."
-		fix = "the middleware runs before the router knows the route: attach it to the route itself (in the route's handler list with gin, echo or fiber; around the handler you register with net/http, not around the ServeMux), or key by something else"
+		fix = "the middleware runs before the router knows the route: attach it to the route itself (in the route's handler list with gin, echo or fiber; around the handler you register with net/http, not around the ServeMux; with chi, r.With(mw) on the route or r.Use inside r.Group), or key by something else"
 	case errors.Is(err, keyfunc.ErrNoKey):
 		v.Status, v.detail = 400, "The request carries no rate-limit key."
 		if at == atLimit {

@@ -71,7 +71,7 @@ func TestPolicyHeaders(t *testing.T) {
 		}},
 		{"ietf", HeadersIETF, []map[string]string{
 			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=1;t=2`},
-			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=0;t=3`},
+			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=0;t=2`},
 			{"RateLimit-Policy": `"api";q=2;w=3`, "RateLimit": `"api";r=0;t=2`, "Retry-After": "2"},
 		}},
 		{"none", HeadersNone, []map[string]string{{}, {}, {"Retry-After": "2"}}},
@@ -105,7 +105,7 @@ func TestPolicyVerdicts(t *testing.T) {
 		p.Decide(ctx, fakeReq{})
 		v := p.Decide(ctx, fakeReq{})
 		ct, body := v.Body()
-		want := `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry after 60 s."}`
+		want := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Rate limit exceeded; retry after 60 s.","violated-policies":["1/m"]}`
 		if ct != "application/problem+json" || string(body) != want {
 			t.Fatalf("Body() = %q, %s", ct, body)
 		}

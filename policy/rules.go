@@ -32,7 +32,7 @@ func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) 
 	for i, l := range rl.limits {
 		rl.items = append(rl.items, limitItem(l))
 		rl.burstField = append(rl.burstField, strconv.Itoa(l.Burst))
-		items[i] = rl.items[i] + ";q=" + strconv.Itoa(l.Rate) + ";w=" + strconv.FormatInt(ceilSeconds(l.Period), 10)
+		items[i] = policyItem(l)
 	}
 	rl.policyField = strings.Join(items, ", ")
 	return rl, nil
@@ -43,13 +43,13 @@ func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) 
 // is prepared once. It is bounded: past maxRules distinct limits, rules are
 // prepared per request and not kept.
 type ruleCache struct {
-	lim   *core.Limiter
+	lim    *core.Limiter
 	scope  string // the middleware's scope (see WithScope)
 	dryRun bool   // prepare dry-run engine rules (see WithDryRun)
-	extra []core.Limit
-	last  atomic.Pointer[rule] // the rule used last: a lock-free hit
-	mu    sync.RWMutex
-	rules map[core.Limit]*rule
+	extra  []core.Limit
+	last   atomic.Pointer[rule] // the rule used last: a lock-free hit
+	mu     sync.RWMutex
+	rules  map[core.Limit]*rule
 }
 
 const maxRules = 4096

@@ -1,0 +1,200 @@
+package policy
+
+import (
+	"math/bits"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// This file is what draft-ietf-httpapi-ratelimit-headers-11 asks of the
+// RateLimit-Policy and RateLimit fields and of a 429's problem details, as
+// tables: a later revision of the draft that renames a parameter, adds one
+// or changes what one means is a change to a table row.
+//
+// A token bucket (Rate per Period, Burst at once) is described in the
+// draft's terms this way:
+//   - a policy's quota q and window w: at most Burst requests in any window
+//     of the time the bucket takes to refill its Burst. A client keeping to
+//     that is never denied, whatever the pattern of its requests, and one
+//     that drains the bucket gets it back full after w, as with a fixed
+//     window. w is rounded up to whole seconds (the draft has no finer
+//     unit), which only ever understates the rate.
+//   - a service limit's r and t: r requests can be made now, and t is the
+//     effective window, within which no more than r can be: the time until
+//     the limit has an (r+1)th request to give. t is rounded up like
+//     Retry-After, and on a 429 it ends no later than Retry-After.
+//   - the quota unit qu is left out: the draft's default, requests. (With
+//     WithCost, q and r count cost units.)
+
+// policyParams are the parameters of a RateLimit-Policy item, in order,
+// each a function of the limit the item describes.
+var policyParams = []struct {
+	key   string
+	value func(core.Limit) int64
+}{
+	{"q", func(l core.Limit) int64 { return int64(l.Burst) }},
+	{"w", refillSeconds},
+}
+
+// limitParams are the parameters of a RateLimit item, in order, each a
+// function of the decision it describes.
+var limitParams = []struct {
+	key   string
+	value func(*decided) int64
+}{
+	{"r", func(d *decided) int64 { return int64(d.remaining) }},
+	{"t", func(d *decided) int64 { return ceilSeconds(d.window) }},
+}
+
+// The problem type of a 429 with [WithProblemJSON], with its registered
+// title and the member naming the limits that denied.
+const (
+	quotaExceededType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	quotaExceededTitle = "Quota Exceeded"
+	violatedPolicies   = "violated-policies"
+)
+
+// policyItem returns l's item in RateLimit-Policy, its name (see
+// limitItem) and parameters.
+func policyItem(l core.Limit) string {
+	b := []byte(limitItem(l))
+	for _, p := range policyParams {
+		b = append(b, ';')
+		b = append(b, p.key...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, p.value(l), 10)
+	}
+	return string(b)
+}
+
+// serviceLimit is the RateLimit field's value: one item, for the deciding
+// limit.
+func serviceLimit(d *decided) string {
+	var buf [96]byte
+	b := buf[:0]
+	if d.idx >= 0 {
+		b = append(b, d.rule.items[d.idx]...)
+	} else {
+		b = append(b, limitItem(d.limit)...)
+	}
+	for _, p := range limitParams {
+		b = append(b, ';')
+		b = append(b, p.key...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, p.value(d), 10)
+	}
+	return string(b)
+}
+
+// writeQuotaExceeded writes a Deny's problem details: the draft's
+// quota-exceeded type, with violated-policies naming the limit that denied
+// as RateLimit-Policy does. An item is a structured-field string of
+// printable ASCII in which only '"' and '\' are escaped, each by a
+// backslash: it is a JSON string too, with the same value.
+func writeQuotaExceeded(b *strings.Builder, d *decided) {
+	writeProblem(b, quotaExceededType, quotaExceededTitle, 429,
+		"Rate limit exceeded; retry after "+strconv.FormatInt(ceilSeconds(d.retry), 10)+" s.")
+	b.WriteString(`,"` + violatedPolicies + `":[`)
+	if d.idx >= 0 {
+		b.WriteString(d.rule.items[d.idx])
+	} else {
+		b.WriteString(limitItem(d.limit))
+	}
+	b.WriteString("]}")
+}
+
+// refillSeconds is how long l's bucket takes to refill its Burst,
+// Burst*Period/Rate, in whole seconds rounded up; at least 1.
+func refillSeconds(l core.Limit) int64 {
+	if l.Rate <= 0 || l.Burst <= 0 || l.Period <= 0 {
+		return 1
+	}
+	us := mulDivCeil(uint64(l.Burst), uint64(l.Period/time.Microsecond), uint64(l.Rate))
+	s := (us + 999_999) / 1_000_000
+	if s < 1 {
+		return 1
+	}
+	if s > 1<<53 {
+		return 1 << 53
+	}
+	return int64(s)
+}
+
+// effectiveWindow is how long until l, with remaining requests left now
+// and its bucket full again after reset, has a request more to give:
+// reset less the refill of the Burst-remaining-1 requests between the next
+// one and a full bucket. (A full bucket's next request is one refill
+// interval away.) reset is rounded up to whole microseconds and the refill
+// down, so the window is never short of the truth, and at most a
+// microsecond over it.
+func effectiveWindow(l core.Limit, remaining int, reset time.Duration) time.Duration {
+	if l.Rate <= 0 || l.Period <= 0 {
+		return reset
+	}
+	remaining = min(max(remaining, 0), max(l.Burst, 0))
+	ns := uint64(l.Period)
+	if n := l.Burst - remaining - 1; n >= 0 {
+		if w := reset - time.Duration(mulDiv(uint64(n), ns, uint64(l.Rate))); w > 0 {
+			return w
+		}
+		return 0
+	}
+	return addSat(reset, time.Duration(mulDivCeil(1, ns, uint64(l.Rate))))
+}
+
+// mulDiv is a*b/c rounded down, saturating at 2^62 (far beyond any
+// duration a valid limit gives).
+func mulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return 1 << 62
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	return min(q, 1<<62)
+}
+
+// mulDivCeil is a*b/c rounded up, saturating as mulDiv does.
+func mulDivCeil(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return 1 << 62
+	}
+	q, r := bits.Div64(hi, lo, c)
+	if r != 0 {
+		q++
+	}
+	return min(q, 1<<62)
+}
+
+// limitItem is a limit's name as a structured-field string: its Name, or
+// its text form ("600/m", "100/s burst 20") when it has none.
+func limitItem(l core.Limit) string {
+	name := l.Name
+	if name == "" {
+		if text, err := l.MarshalText(); err == nil {
+			name = string(text)
+		} else {
+			name = l.String()
+		}
+		name = strings.ReplaceAll(name, "µ", "u") // "500µs": keep it ASCII
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?') // sf-strings are printable ASCII only
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

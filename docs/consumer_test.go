@@ -75,6 +75,7 @@ func main() {
 `)
 	for _, unwanted := range []string{
 		"gin-gonic/gin", "labstack/echo", "gofiber/fiber", "valyala/fasthttp", "prometheus/client_golang",
+		"google.golang.org/grpc", "go.opentelemetry.io", "go-chi/chi",
 		"alicebob/miniredis", "yuin/gopher-lua", "go.uber.org/goleak", "go.yaml.in/yaml/v2", "pelletier/go-toml",
 	} {
 		if strings.Contains(gomod, unwanted) {

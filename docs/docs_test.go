@@ -1,12 +1,15 @@
 // Package docs holds no code, only tests that keep the documentation honest:
 // every Go snippet in README.md and docs/*.md compiles and passes go vet,
-// and every metric the docs and the Grafana dashboard name is one that
-// sluiceprom exports, with labels and label values it really uses.
+// every metric the docs and the Grafana dashboard name is one that
+// sluiceprom exports, with labels and label values it really uses, and
+// every OpenTelemetry instrument and attribute the docs name is one that
+// sluiceotel records.
 package docs
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +29,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/sluiceotel"
 	"github.com/sluicehq/sluice/core/sluiceprom"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // docFiles returns README.md and every docs/*.md, as absolute paths.
@@ -144,11 +151,17 @@ var packages = map[string]string{
 	"redis":      "github.com/redis/go-redis/v9",
 	"core":       "github.com/sluicehq/sluice/core",
 	"sluiceprom": "github.com/sluicehq/sluice/core/sluiceprom",
+	"sluiceotel": "github.com/sluicehq/sluice/core/sluiceotel",
 	"keyfunc":    "github.com/sluicehq/sluice/keyfunc",
 	"httplimit":  "github.com/sluicehq/sluice/httplimit",
 	"ginlimit":   "github.com/sluicehq/sluice/ginlimit",
 	"echolimit":  "github.com/sluicehq/sluice/echolimit",
 	"fiberlimit": "github.com/sluicehq/sluice/fiberlimit",
+	"grpclimit":  "github.com/sluicehq/sluice/grpclimit",
+	"grpc":       "google.golang.org/grpc",
+	"status":     "google.golang.org/grpc/status",
+	"healthpb":   "google.golang.org/grpc/health/grpc_health_v1",
+	"errdetails": "google.golang.org/genproto/googleapis/rpc/errdetails",
 	"policy":     "github.com/sluicehq/sluice/policy",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
@@ -175,6 +188,7 @@ var env = map[string]string{
 	"search":       "gin.HandlerFunc",
 	"login":        "http.Handler",
 	"api":          "http.Handler",
+	"conn":         "*grpc.ClientConn",
 }
 
 // idents collects the identifiers a file declares and those it uses.
@@ -371,7 +385,7 @@ func generate(s snippet, dir string) (generated, error) {
 // snippet whose identifiers are ids, parsed with pre lines of wrapping
 // before the snippet's first line.
 func header(s snippet, pkg string, ids idents, fset *token.FileSet, pre int) (string, error) {
-	imports := map[string]bool{}
+	imports := map[string]string{} // path -> name
 	var vars []string
 	var unknown []string
 	names := make([]string, 0, len(ids.used))
@@ -383,11 +397,12 @@ func header(s snippet, pkg string, ids idents, fset *token.FileSet, pre int) (st
 		switch {
 		case ids.declared[n] || n == "_":
 		case packages[n] != "":
-			imports[packages[n]] = true
+			imports[packages[n]] = n
 		case env[n] != "":
 			vars = append(vars, fmt.Sprintf("\t%s %s\n", n, env[n]))
 			for _, w := range regexp.MustCompile(`[a-z]+\.`).FindAllString(env[n], -1) {
-				imports[packages[strings.TrimSuffix(w, ".")]] = true
+				name := strings.TrimSuffix(w, ".")
+				imports[packages[name]] = name
 			}
 		case types.Universe.Lookup(n) != nil:
 		default:
@@ -407,7 +422,7 @@ func header(s snippet, pkg string, ids idents, fset *token.FileSet, pre int) (st
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		fmt.Fprintf(&b, "import %q\n", p)
+		fmt.Fprintf(&b, "import %s %q\n", imports[p], p) // named: a package's name may differ from its path's end
 	}
 	if len(vars) > 0 {
 		b.WriteString("\nvar (\n" + strings.Join(vars, "") + ")\n")
@@ -544,8 +559,8 @@ func TestGenerate(t *testing.T) {
 	}
 	for _, want := range []string{
 		"package snippet00\n",
-		`import "github.com/sluicehq/sluice/core"`,
-		`import "github.com/redis/go-redis/v9"`,
+		`import core "github.com/sluicehq/sluice/core"`,
+		`import redis "github.com/redis/go-redis/v9"`,
 		"\tctx context.Context\n",
 		"\trdb *redis.Client\n",
 		"//line /x/README.md:10\nlim, err := core.New(rdb)\n",
@@ -574,23 +589,34 @@ type family struct {
 	labels map[string][]string // label name -> values seen
 }
 
-// exported returns the metric families sluiceprom.New registers, after one
-// observation of every kind, so that every labelled series exists.
-func exported(t *testing.T) map[string]family {
-	t.Helper()
-	obs := sluiceprom.New()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(obs)
-	limit := core.PerMinute(60).WithName("api")
-	for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed} {
-		obs.ObserveDecision(core.Result{Allowed: true, Limit: limit}, src)
-		obs.ObserveDecision(core.Result{Limit: limit}, src)
-		obs.ObserveDecision(core.Result{Limit: limit, Locked: true}, src)
+// observeAll tells obs one thing of every kind, so that every labelled
+// series (every attribute set) exists.
+func observeAll(obs core.Observer) {
+	for _, limit := range []core.Limit{core.PerMinute(60).WithName("api"), core.PerMinute(60)} {
+		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed} {
+			for _, dry := range []bool{false, true} {
+				obs.ObserveDecision(core.Result{Allowed: true, Limit: limit, DryRun: dry}, src)
+				obs.ObserveDecision(core.Result{Limit: limit, DryRun: dry}, src)
+				obs.ObserveDecision(core.Result{Limit: limit, Locked: true, DryRun: dry}, src)
+			}
+		}
 	}
 	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: time.Millisecond})
 	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: 50 * time.Millisecond, Err: errors.New("down")})
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})
+}
+
+// exported returns the metric families a sluiceprom.Collector exports,
+// after one observation of every kind.
+func exported(t *testing.T) map[string]family {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	obs, err := sluiceprom.New(sluiceprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observeAll(obs)
 
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -608,10 +634,108 @@ func exported(t *testing.T) map[string]family {
 		}
 		out[mf.GetName()] = f
 	}
-	if len(out) < 8 {
-		t.Fatalf("sluiceprom registered %d families, want at least 8: %v", len(out), out)
+	if len(out) < 6 {
+		t.Fatalf("sluiceprom registered %d families, want at least 6: %v", len(out), out)
 	}
 	return out
+}
+
+// instruments returns the names of the instruments a sluiceotel.Observer
+// records, and the attribute keys each carries, after one observation of
+// every kind, read back through a manual reader.
+func instruments(t *testing.T) map[string][]string {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := sluiceotel.New(sluiceotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observeAll(obs)
+	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			var sets []attribute.Set
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					sets = append(sets, p.Attributes)
+				}
+			case metricdata.Sum[float64]:
+				for _, p := range d.DataPoints {
+					sets = append(sets, p.Attributes)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					sets = append(sets, p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					sets = append(sets, p.Attributes)
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T; teach instruments about it", m.Name, m.Data)
+			}
+			keys := []string{}
+			for _, set := range sets {
+				for _, kv := range set.ToSlice() {
+					if !contains(keys, string(kv.Key)) {
+						keys = append(keys, string(kv.Key))
+					}
+				}
+			}
+			out[m.Name] = keys
+		}
+	}
+	if len(out) < 5 {
+		t.Fatalf("sluiceotel recorded %d instruments, want at least 5: %v", len(out), out)
+	}
+	return out
+}
+
+// otelNameRE matches dotted sluice names: instruments and attribute keys.
+var otelNameRE = regexp.MustCompile(`\bsluice\.[a-z_]+(?:\.[a-z_]+)+`)
+
+// TestDocInstruments checks every dotted sluice name in README.md and
+// docs/*.md against the instruments and attribute keys sluiceotel records,
+// and that docs/production.md documents every instrument and every
+// attribute key.
+func TestDocInstruments(t *testing.T) {
+	t.Parallel()
+	ins := instruments(t)
+	known := map[string]bool{}
+	for name, keys := range ins {
+		known[name] = true
+		for _, k := range keys {
+			known[k] = true
+		}
+	}
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, name := range otelNameRE.FindAllString(line, -1) {
+				if !known[name] {
+					t.Errorf("%s:%d: %s is neither an instrument sluiceotel records nor one of its attributes", rel(f), i+1, name)
+				}
+			}
+		}
+		if filepath.Base(f) == "production.md" {
+			for name := range known {
+				if !strings.Contains(string(data), "`"+name+"`") {
+					t.Errorf("%s does not document %s", rel(f), name)
+				}
+			}
+		}
+	}
 }
 
 var (

@@ -2,25 +2,36 @@
 // Prometheus metrics. It lives apart from core so that services which do not
 // use Prometheus never import its client library.
 //
-//	obs := sluiceprom.New()
-//	prometheus.MustRegister(obs)
+//	obs, err := sluiceprom.New() // registered with prometheus.DefaultRegisterer
+//	if err != nil {
+//		return err
+//	}
 //	lim, err := core.New(rdb, core.WithObserver(obs))
 //
-// One Collector may serve several limiters; their metrics add up.
+// One Collector may serve several limiters; their metrics add up. To tell
+// limiters apart, give each its own Collector with its own constant labels,
+// on one registry:
+//
+//	public, err := sluiceprom.New(sluiceprom.WithRegisterer(reg),
+//		sluiceprom.WithConstLabels(prometheus.Labels{"limiter": "public"}))
+//	internal, err := sluiceprom.New(sluiceprom.WithRegisterer(reg),
+//		sluiceprom.WithConstLabels(prometheus.Labels{"limiter": "internal"}))
+//
+// [WithNamespace] replaces the "sluice" prefix of the names and [WithBuckets]
+// the latency buckets.
 //
 // # Metrics
 //
-//	sluice_decisions_total{outcome, source, limit}   counter
+//	sluice_decisions_total{outcome, source, limit, dry_run}   counter
 //	    Every decision. outcome is "allowed", "denied" or "locked" (denied
 //	    under a penalty lock); source is "store", "deny_cache",
-//	    "fallback", "fail_open" or "fail_closed" (see core.Source); limit
-//	    is the deciding limit's Name, or "<rate>/<period>" without one.
+//	    "fallback", "fail_open" or "fail_closed" (see core.Source); dry_run
+//	    is "true" for the decisions of a dry-run rule (core.Result.DryRun),
+//	    which the middleware does not enforce, and "false" otherwise.
 //	    fail_closed decisions carry outcome "denied" and limit "".
-//	sluice_degraded_decisions_total                   counter
-//	    Decisions made without the store (fallback, fail_open,
-//	    fail_closed).
-//	sluice_deny_cache_hits_total                      counter
-//	    Denials answered by the local deny cache without a Redis call.
+//	    Decisions made without the store are those of the sources
+//	    fallback, fail_open and fail_closed; deny-cache hits those of
+//	    deny_cache.
 //	sluice_store_up{node}                              gauge
 //	    Per store node: 1 while it answers, 0 while its circuit breaker is
 //	    open (from the failure that opens it to the probe that closes it).
@@ -40,4 +51,16 @@
 //	    starts at 0 when the node is first seen.
 //	sluice_store_latency_seconds{node, result}         histogram
 //	    Store call latency; result is "ok" or "error".
+//
+// # Cardinality
+//
+// The limit label is bounded whatever the traffic: it is the deciding
+// limit's Name, "unnamed" for every limit without a Name, and "other" for
+// the names a Collector sees after its first 100 distinct ones
+// ([WithMaxLimitNames]). So name limits after plans or routes, never after
+// tenants: a service that gives each of 1,000 tenants a limit of its own
+// makes at most 101 limit values (100 names and "other"), not 1,000. A
+// limit named "unnamed" or "other" shares that value. The Collector keeps
+// one counter per series it has made, so its memory is bounded by the same
+// numbers.
 package sluiceprom

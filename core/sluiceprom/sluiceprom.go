@@ -1,28 +1,40 @@
 package sluiceprom
 
 import (
-	"strconv"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/core"
 )
 
+// Values of the limit label that are not limit names.
+const (
+	labelUnnamed = "unnamed" // a limit without a Name
+	labelOther   = "other"   // a name beyond the Collector's bound
+)
+
 // Collector is a core.Observer that keeps Prometheus metrics and a
-// prometheus.Collector that exports them. It is safe for concurrent use;
-// recording a decision on a series seen before does not allocate.
+// prometheus.Collector that exports them. Make one with [New]; the zero
+// value is not usable. It is safe for concurrent use; recording a decision
+// on a series seen before does not allocate.
 type Collector struct {
 	decisions  *prometheus.CounterVec
-	degraded   prometheus.Counter
-	denyHits   prometheus.Counter
 	up         *prometheus.GaugeVec
 	outages    *prometheus.CounterVec
 	outageSecs *prometheus.Desc // computed at each scrape, see Collect
 	storeErrs  *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 
+	maxNames int
+
 	mu     sync.RWMutex
+	names  map[string]struct{} // limit names admitted as label values; at most maxNames
 	series map[seriesKey]prometheus.Counter
 
 	nodesMu sync.RWMutex
@@ -33,6 +45,7 @@ type Collector struct {
 // seen so that its error counters start at zero for every reason.
 type nodeMetrics struct {
 	up          prometheus.Gauge
+	outages     prometheus.Counter
 	latencyOK   prometheus.Observer
 	latencyFail prometheus.Observer
 	errs        map[string]prometheus.Counter // by reason; read-only once made
@@ -46,54 +59,109 @@ type nodeMetrics struct {
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
 	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
 
+// seriesKey names one series of the decisions counter. limit is the label
+// value (see limitLabel), never an unbounded string.
 type seriesKey struct {
 	outcome int8
 	source  core.Source
-	limit   core.Limit
+	dryRun  bool
+	limit   string
 }
 
 var outcomes = [...]string{"allowed", "denied", "locked"}
 
-// New returns a Collector. Register it with a prometheus.Registerer and pass
-// it to core.WithObserver.
-func New() *Collector {
+// New returns a Collector, registered with prometheus.DefaultRegisterer
+// unless [WithRegisterer] names another registerer (or nil, for none). Pass
+// it to core.WithObserver; one Collector may serve several limiters, whose
+// metrics then add up.
+//
+// New fails, registering nothing, if an option is invalid (a metric or label
+// name Prometheus refuses, a constant label named like one of the
+// Collector's labels, buckets that do not increase, a bound below 1), and
+// returns the registerer's error if registration fails: for example a
+// prometheus.AlreadyRegisteredError when a Collector with the same constant
+// labels is registered there already.
+func New(opts ...Option) (*Collector, error) {
+	o := options{namespace: "sluice", registerer: prometheus.DefaultRegisterer, maxNames: defaultMaxNames}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("sluiceprom: %w", err)
+	}
+	if len(o.buckets) == 0 {
+		o.buckets = defaultBuckets
+	}
+	name := func(n string) string { return prometheus.BuildFQName(o.namespace, "", n) }
 	c := &Collector{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Rate-limit decisions by outcome (allowed, denied, locked), source (store, deny_cache, fallback, fail_open, fail_closed) and limit.",
-		}, []string{"outcome", "source", "limit"}),
-		degraded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_degraded_decisions_total",
-			Help: "Decisions made without the store, under the failure policy.",
-		}),
-		denyHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_deny_cache_hits_total",
-			Help: "Denials answered by the local deny cache without a Redis call.",
-		}),
+			Name:        name("decisions_total"),
+			Help:        "Rate-limit decisions by outcome (allowed, denied, locked), source (store, deny_cache, fallback, fail_open, fail_closed), limit (its name, \"unnamed\" or \"other\") and dry_run (true, false).",
+			ConstLabels: o.constLabels,
+		}, []string{"outcome", "source", "limit", "dry_run"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_store_up",
-			Help: "Per store node: 1 while it answers, 0 while its circuit breaker is open.",
+			Name:        name("store_up"),
+			Help:        "Per store node: 1 while it answers, 0 while its circuit breaker is open.",
+			ConstLabels: o.constLabels,
 		}, []string{"node"}),
 		outages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_outages_total",
-			Help: "Per store node: outages begun (its keys switched to the failure policy).",
+			Name:        name("store_outages_total"),
+			Help:        "Per store node: outages begun (its keys switched to the failure policy).",
+			ConstLabels: o.constLabels,
 		}, []string{"node"}),
-		outageSecs: prometheus.NewDesc("sluice_store_outage_seconds_total",
+		outageSecs: prometheus.NewDesc(name("store_outage_seconds_total"),
 			"Per store node: total length of its outages in seconds, including the one in progress.",
-			[]string{"node"}, nil),
+			[]string{"node"}, o.constLabels),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Per store node: failed store calls by reason (timeout, refused, connection, loading, readonly, clusterdown, oom, script, other).",
+			Name:        name("store_errors_total"),
+			Help:        "Per store node: failed store calls by reason (timeout, refused, connection, loading, readonly, clusterdown, oom, script, other).",
+			ConstLabels: o.constLabels,
 		}, []string{"node", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_store_latency_seconds",
-			Help:    "Per store node: store call latency in seconds, by result (ok, error).",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Name:        name("store_latency_seconds"),
+			Help:        "Per store node: store call latency in seconds, by result (ok, error).",
+			Buckets:     o.buckets,
+			ConstLabels: o.constLabels,
 		}, []string{"node", "result"}),
-		series: make(map[seriesKey]prometheus.Counter),
-		nodes:  make(map[string]*nodeMetrics),
+		maxNames: o.maxNames,
+		names:    make(map[string]struct{}),
+		series:   make(map[seriesKey]prometheus.Counter),
+		nodes:    make(map[string]*nodeMetrics),
 	}
-	return c
+	// A private registry checks every name and label before the Collector
+	// is used: a bad descriptor would otherwise panic on the request path,
+	// when a series is first made.
+	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
+		return nil, fmt.Errorf("sluiceprom: %w", err)
+	}
+	if o.registerer != nil {
+		if err := o.registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("sluiceprom: registering the collector: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// reservedLabels are the Collector's own label names.
+var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "le"}
+
+func (o *options) validate() error {
+	for name := range o.constLabels {
+		for _, r := range reservedLabels {
+			if name == r {
+				return fmt.Errorf("constant label %q is one of the collector's own labels", name)
+			}
+		}
+	}
+	for i, b := range o.buckets {
+		if math.IsNaN(b) || i > 0 && b <= o.buckets[i-1] {
+			return fmt.Errorf("buckets %v do not increase strictly", o.buckets)
+		}
+	}
+	if o.maxNames < 1 {
+		return errors.New("WithMaxLimitNames: the bound must be at least 1")
+	}
+	return nil
 }
 
 // node returns the series of the store node named name, making them the
@@ -110,16 +178,17 @@ func (c *Collector) node(name string) *nodeMetrics {
 	if n = c.nodes[name]; n != nil {
 		return n
 	}
+	label := validUTF8(name)
 	n = &nodeMetrics{
-		up:          c.up.WithLabelValues(name),
-		latencyOK:   c.latency.WithLabelValues(name, "ok"),
-		latencyFail: c.latency.WithLabelValues(name, "error"),
+		up:          c.up.WithLabelValues(label),
+		outages:     c.outages.WithLabelValues(label),
+		latencyOK:   c.latency.WithLabelValues(label, "ok"),
+		latencyFail: c.latency.WithLabelValues(label, "error"),
 		errs:        make(map[string]prometheus.Counter, len(reasons)),
 	}
 	for _, r := range reasons {
-		n.errs[r] = c.storeErrs.WithLabelValues(name, r)
+		n.errs[r] = c.storeErrs.WithLabelValues(label, r)
 	}
-	c.outages.WithLabelValues(name)
 	n.up.Set(1)
 	c.nodes[name] = n
 	return n
@@ -150,17 +219,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			total += now.Sub(n.downSince)
 		}
 		n.mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(c.outageSecs, prometheus.CounterValue, total.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(c.outageSecs, prometheus.CounterValue, total.Seconds(), validUTF8(name))
 	}
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.degraded, c.denyHits, c.up, c.outages, c.storeErrs, c.latency}
+	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency}
 }
 
 // ObserveDecision implements core.Observer.
 func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
-	var k seriesKey
+	k := seriesKey{source: src, dryRun: res.DryRun}
 	switch {
 	case res.Allowed:
 		k.outcome = 0
@@ -169,23 +238,61 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 	default:
 		k.outcome = 1
 	}
-	k.source, k.limit = src, res.Limit
 	c.mu.RLock()
+	k.limit = c.limitLabel(res.Limit)
 	ctr := c.series[k]
 	c.mu.RUnlock()
 	if ctr == nil {
-		ctr = c.decisions.WithLabelValues(outcomes[k.outcome], src.String(), limitLabel(res.Limit))
-		c.mu.Lock()
-		c.series[k] = ctr
-		c.mu.Unlock()
+		ctr = c.addSeries(k)
 	}
 	ctr.Inc()
-	switch src {
-	case core.SourceDenyCache:
-		c.denyHits.Inc()
-	case core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed:
-		c.degraded.Inc()
+}
+
+// limitLabel returns l's limit label: "" for no limit (a fail_closed
+// decision), "unnamed" for a limit without a Name, the Name if it is one of
+// the names admitted or may still be admitted, and "other" once maxNames
+// names are. The caller holds c.mu, for reading at least.
+func (c *Collector) limitLabel(l core.Limit) string {
+	switch {
+	case l.Name != "":
+		if _, ok := c.names[l.Name]; ok || len(c.names) < c.maxNames {
+			return l.Name
+		}
+		return labelOther
+	case l == core.Limit{}:
+		return ""
 	}
+	return labelUnnamed
+}
+
+// addSeries makes the series of k, admitting its limit name if there is
+// still room, and returns its counter.
+func (c *Collector) addSeries(k seriesKey) prometheus.Counter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctr := c.series[k]; ctr != nil {
+		return ctr
+	}
+	// k.limit is a name that was not admitted when it was read.
+	if k.limit != "" && k.limit != labelUnnamed && k.limit != labelOther {
+		if _, ok := c.names[k.limit]; !ok {
+			if len(c.names) >= c.maxNames {
+				k.limit = labelOther
+				if ctr := c.series[k]; ctr != nil {
+					return ctr
+				}
+			} else {
+				c.names[k.limit] = struct{}{}
+			}
+		}
+	}
+	dryRun := "false"
+	if k.dryRun {
+		dryRun = "true"
+	}
+	ctr := c.decisions.WithLabelValues(outcomes[k.outcome], k.source.String(), validUTF8(k.limit), dryRun)
+	c.series[k] = ctr
+	return ctr
 }
 
 // ObserveStore implements core.Observer.
@@ -206,7 +313,7 @@ func (c *Collector) ObserveDegraded(o core.StoreOutage) {
 	n.downSince = o.Start
 	n.mu.Unlock()
 	n.up.Set(0)
-	c.outages.WithLabelValues(o.Node).Inc()
+	n.outages.Inc()
 }
 
 // ObserveRecovered implements core.Observer.
@@ -219,15 +326,13 @@ func (c *Collector) ObserveRecovered(o core.StoreOutage) {
 	n.up.Set(1)
 }
 
-// limitLabel names a limit in the limit label.
-func limitLabel(l core.Limit) string {
-	if l.Name != "" {
-		return l.Name
+// validUTF8 makes s a valid label value: Prometheus refuses (and
+// WithLabelValues panics on) invalid UTF-8.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
 	}
-	if l.Rate == 0 {
-		return ""
-	}
-	return strconv.Itoa(l.Rate) + "/" + l.Period.String()
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 var _ core.Observer = (*Collector)(nil)

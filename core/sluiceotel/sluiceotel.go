@@ -1,0 +1,319 @@
+package sluiceotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/core"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// ScopeName is the instrumentation scope (the meter's name) of every
+// Observer's instruments.
+const ScopeName = "github.com/sluicehq/sluice/core/sluiceotel"
+
+// Attribute keys the Observer sets, besides the semantic conventions'
+// db.system.name and error.type.
+const (
+	keyResult = attribute.Key("sluice.rate_limiting.result")
+	keyPolicy = attribute.Key("sluice.rate_limiting.policy")
+	keySource = attribute.Key("sluice.rate_limiting.source")
+	keyDryRun = attribute.Key("sluice.rate_limiting.dry_run")
+	keyNode   = attribute.Key("sluice.store.node")
+)
+
+// Values of the policy attribute that are not limit names.
+const (
+	policyUnnamed = "unnamed" // a limit without a Name
+	policyOther   = "other"   // a name beyond the Observer's bound
+)
+
+// latencyBounds are the explicit bucket boundaries advised for the store
+// operation histogram, in seconds: a healthy Redis answers in well under a
+// millisecond, and the limiter's default budget is 50 ms. A view may
+// replace them.
+var latencyBounds = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+var results = [...]string{"allowed", "denied", "locked"}
+
+// Observer is a core.Observer that records a limiter's decisions and store
+// health on OpenTelemetry instruments. Make one with [New]; the zero value
+// is not usable. It is safe for concurrent use; recording a decision on an
+// attribute set seen before takes a read lock and does not allocate in
+// this package (what the SDK allocates is its own).
+type Observer struct {
+	requests metric.Int64Counter
+	storeDur metric.Float64Histogram
+	outages  metric.Int64Counter
+	up       metric.Int64ObservableGauge
+	downTime metric.Float64ObservableCounter
+	common   []attribute.KeyValue
+	maxNames int
+
+	mu     sync.RWMutex
+	names  map[string]struct{}              // limit names admitted as policy values; at most maxNames
+	series map[seriesKey][]metric.AddOption // each holds one attribute set
+
+	nodesMu sync.RWMutex
+	nodes   map[string]*node
+}
+
+// seriesKey names one attribute set of the requests counter. policy is the
+// attribute's value (see policy), never an unbounded string.
+type seriesKey struct {
+	result int8
+	source core.Source
+	dryRun bool
+	policy string
+}
+
+// node holds one store node's attribute sets and outage state. They are
+// kept as option slices, made once, so that passing them allocates nothing.
+type node struct {
+	ok      []metric.RecordOption            // a successful call
+	errs    map[string][]metric.RecordOption // a failed call, by reason; read-only once made
+	outages []metric.AddOption               // the node's outages
+	health  []metric.ObserveOption           // the node's up and outage time
+
+	mu        sync.Mutex
+	ended     time.Duration // total length of the outages that have ended
+	downSince time.Time     // start of the outage in progress; zero while up
+}
+
+// New returns an Observer whose instruments come from the global meter
+// provider, or the one [WithMeterProvider] names. Pass it to
+// core.WithObserver; one Observer may serve several limiters, whose
+// measurements then add up.
+//
+// New fails if an option is invalid (an attribute key the Observer sets
+// itself, a bound below 1) or the provider refuses an instrument or the
+// callback that reports store health. The callback stays registered for
+// the provider's lifetime.
+func New(opts ...Option) (*Observer, error) {
+	o := options{maxNames: defaultMaxNames}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxNames < 1 {
+		return nil, errors.New("sluiceotel: WithMaxLimitNames: the bound must be at least 1")
+	}
+	for _, kv := range o.attrs {
+		switch kv.Key {
+		case keyResult, keyPolicy, keySource, keyDryRun, keyNode, semconv.DBSystemNameKey, semconv.ErrorTypeKey:
+			return nil, fmt.Errorf("sluiceotel: WithAttributes: %s is an attribute the observer sets itself", kv.Key)
+		}
+	}
+	if o.provider == nil {
+		o.provider = otel.GetMeterProvider()
+	}
+	m := o.provider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	obs := &Observer{
+		common:   o.attrs,
+		maxNames: o.maxNames,
+		names:    make(map[string]struct{}),
+		series:   make(map[seriesKey][]metric.AddOption),
+		nodes:    make(map[string]*node),
+	}
+	var errs [5]error
+	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
+	obs.storeDur, errs[1] = m.Float64Histogram("sluice.store.operation.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of the limiter's store calls; a batched decision records its batch's."),
+		metric.WithExplicitBucketBoundaries(latencyBounds...))
+	obs.outages, errs[2] = m.Int64Counter("sluice.store.outages",
+		metric.WithUnit("{outage}"),
+		metric.WithDescription("Store outages begun: each opening of a node's circuit breaker."))
+	obs.up, errs[3] = m.Int64ObservableGauge("sluice.store.up",
+		metric.WithDescription("1 while the store node answers, 0 while its circuit breaker is open."))
+	obs.downTime, errs[4] = m.Float64ObservableCounter("sluice.store.outage.time",
+		metric.WithUnit("s"),
+		metric.WithDescription("Total length of the store node's outages, including the one in progress."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("sluiceotel: %w", err)
+	}
+	if _, err := m.RegisterCallback(obs.observeNodes, obs.up, obs.downTime); err != nil {
+		return nil, fmt.Errorf("sluiceotel: %w", err)
+	}
+	return obs, nil
+}
+
+// attrs returns the attribute set of kvs and the Observer's own
+// attributes, as a measurement option.
+func (obs *Observer) attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(append(kvs, obs.common...)...))
+}
+
+// ObserveDecision implements core.Observer.
+func (obs *Observer) ObserveDecision(res core.Result, src core.Source) {
+	k := seriesKey{source: src, dryRun: res.DryRun}
+	switch {
+	case res.Allowed:
+		k.result = 0
+	case res.Locked:
+		k.result = 2
+	default:
+		k.result = 1
+	}
+	obs.mu.RLock()
+	k.policy = obs.policy(res.Limit)
+	opts := obs.series[k]
+	obs.mu.RUnlock()
+	if opts == nil {
+		opts = obs.addSeries(k)
+	}
+	obs.requests.Add(context.Background(), 1, opts...)
+}
+
+// policy returns l's policy value: "" for no limit (a fail_closed
+// decision, recorded without the attribute), "unnamed" for a limit
+// without a Name, the Name if it is one of the names admitted or may still
+// be admitted, and "other" once maxNames names are. The caller holds
+// obs.mu, for reading at least.
+func (obs *Observer) policy(l core.Limit) string {
+	switch {
+	case l.Name != "":
+		if _, ok := obs.names[l.Name]; ok || len(obs.names) < obs.maxNames {
+			return l.Name
+		}
+		return policyOther
+	case l == core.Limit{}:
+		return ""
+	}
+	return policyUnnamed
+}
+
+// addSeries makes the attribute set of k, admitting its limit name if
+// there is still room.
+func (obs *Observer) addSeries(k seriesKey) []metric.AddOption {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if opts := obs.series[k]; opts != nil {
+		return opts
+	}
+	// k.policy is a name that was not admitted when it was read.
+	if k.policy != "" && k.policy != policyUnnamed && k.policy != policyOther {
+		if _, ok := obs.names[k.policy]; !ok {
+			if len(obs.names) >= obs.maxNames {
+				k.policy = policyOther
+				if opts := obs.series[k]; opts != nil {
+					return opts
+				}
+			} else {
+				obs.names[k.policy] = struct{}{}
+			}
+		}
+	}
+	kvs := []attribute.KeyValue{
+		keyResult.String(results[k.result]),
+		keySource.String(k.source.String()),
+		keyDryRun.Bool(k.dryRun),
+	}
+	if k.policy != "" {
+		kvs = append(kvs, keyPolicy.String(validUTF8(k.policy)))
+	}
+	opts := []metric.AddOption{obs.attrs(kvs...)}
+	obs.series[k] = opts
+	return opts
+}
+
+// node returns the store node named name, making it the first time; a
+// node starts up.
+func (obs *Observer) node(name string) *node {
+	obs.nodesMu.RLock()
+	n := obs.nodes[name]
+	obs.nodesMu.RUnlock()
+	if n != nil {
+		return n
+	}
+	obs.nodesMu.Lock()
+	defer obs.nodesMu.Unlock()
+	if n = obs.nodes[name]; n != nil {
+		return n
+	}
+	nodeAttr := keyNode.String(validUTF8(name))
+	all := obs.attrs(nodeAttr)
+	n = &node{
+		ok:      []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr)},
+		errs:    make(map[string][]metric.RecordOption, len(reasons)),
+		outages: []metric.AddOption{all},
+		health:  []metric.ObserveOption{all},
+	}
+	for _, r := range reasons {
+		n.errs[r] = []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr, semconv.ErrorTypeKey.String(r))}
+	}
+	obs.nodes[name] = n
+	return n
+}
+
+// reasons are the values of error.type, from core.ErrorReason.
+var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
+	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
+
+// ObserveStore implements core.Observer.
+func (obs *Observer) ObserveStore(call core.StoreCall) {
+	n := obs.node(call.Node)
+	opts := n.ok
+	if call.Err != nil {
+		opts = n.errs[core.ErrorReason(call.Err)]
+	}
+	obs.storeDur.Record(context.Background(), call.Latency.Seconds(), opts...)
+}
+
+// ObserveDegraded implements core.Observer.
+func (obs *Observer) ObserveDegraded(o core.StoreOutage) {
+	n := obs.node(o.Node)
+	n.mu.Lock()
+	n.downSince = o.Start
+	n.mu.Unlock()
+	obs.outages.Add(context.Background(), 1, n.outages...)
+}
+
+// ObserveRecovered implements core.Observer.
+func (obs *Observer) ObserveRecovered(o core.StoreOutage) {
+	n := obs.node(o.Node)
+	n.mu.Lock()
+	n.downSince = time.Time{}
+	n.ended += o.Duration
+	n.mu.Unlock()
+}
+
+// observeNodes reports each node's health at collection: up, and its
+// outage time so far, the outage in progress included.
+func (obs *Observer) observeNodes(_ context.Context, o metric.Observer) error {
+	now := time.Now()
+	obs.nodesMu.RLock()
+	defer obs.nodesMu.RUnlock()
+	for _, n := range obs.nodes {
+		n.mu.Lock()
+		total, up := n.ended, int64(1)
+		if !n.downSince.IsZero() {
+			total += now.Sub(n.downSince)
+			up = 0
+		}
+		n.mu.Unlock()
+		o.ObserveInt64(obs.up, up, n.health...)
+		o.ObserveFloat64(obs.downTime, total.Seconds(), n.health...)
+	}
+	return nil
+}
+
+// validUTF8 makes s a valid attribute value for exporters that require
+// UTF-8 (OTLP's protobuf strings).
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+var _ core.Observer = (*Observer)(nil)

@@ -1,6 +1,6 @@
 // Package echolimit is sluice's rate-limiting middleware for echo
-// (github.com/labstack/echo/v4). It supports echo v4 only; echo's main
-// branch is now v5, which will get an adapter package of its own.
+// (github.com/labstack/echo/v4). It supports echo v4 only; for echo v5
+// use [github.com/sluicehq/sluice/echov5limit], which takes the same options.
 //
 // [New] returns an echo.MiddlewareFunc that limits requests by a key under
 // a [core.Limit], on a [core.Limiter] that any number of middlewares share:

@@ -1,6 +1,6 @@
 // Package fiberlimit is sluice's rate-limiting middleware for fiber
-// (github.com/gofiber/fiber/v2). It supports fiber v2 only; fiber's main
-// branch is now v3, which will get an adapter package of its own.
+// (github.com/gofiber/fiber/v2). It supports fiber v2 only; for fiber v3
+// use [github.com/sluicehq/sluice/fiberv3limit], which takes the same options.
 //
 // [New] returns a fiber.Handler that limits requests by a key under a
 // [core.Limit], on a [core.Limiter] that any number of middlewares share:

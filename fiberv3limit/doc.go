@@ -1,0 +1,88 @@
+// Package fiberv3limit is sluice's rate-limiting middleware for fiber v3
+// (github.com/gofiber/fiber/v3). It supports fiber v3 only; package
+// [github.com/sluicehq/sluice/fiberlimit] is the one for fiber v2. Both
+// take the same options and give the same answers.
+//
+// [New] returns a fiber.Handler that limits requests by a key under a
+// [core.Limit], on a [core.Limiter] that any number of middlewares share:
+//
+//	lim, err := core.New(rdb)
+//	// ...
+//	app := fiber.New()
+//	app.Use(fiberv3limit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant")))
+//	app.Get("/items/:id", fiberv3limit.New(lim, core.PerSecond(5), keyfunc.Route()), items)
+//
+// The limiting itself (skip, key, limit choice, cost, decision or wait,
+// dry run, header values) is [policy.Policy]'s; this package only adapts
+// fiber to it.
+//
+// # Answers
+//
+// An admitted request gets the rate-limit fields (X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset by default; see [WithHeaders])
+// and goes on to the next handler. A denied one gets the same fields and
+// Retry-After, and the middleware returns a *fiber.Error with status 429 Too
+// Many Requests, unless [WithDenyHandler] says otherwise: the app's
+// ErrorHandler answers it, as it answers every other error, and the fields
+// stay on the response. With [WithProblemJSON] the 429 is written directly
+// as problem details instead.
+//
+// A request that cannot be decided makes the middleware return a
+// *fiber.Error, unless [WithErrorHandler] says otherwise: 400 Bad Request
+// when it has no key (a missing tenant header, say: it is never let through
+// unlimited), 503 Service Unavailable when the store is down under
+// [core.FailClosed] or the request's context ended while waiting, and 500
+// Internal Server Error otherwise. The app's ErrorHandler answers it;
+// fiber's default one writes the status text. The error carries only the
+// status, because fiber's default error handler sends an error's whole
+// text to the client; use [WithErrorHandler] to see the cause. With
+// [WithProblemJSON], which fiber's error handler cannot render, failures
+// are answered directly with problem details instead.
+//
+// # Client addresses and proxies
+//
+// [keyfunc.IP] keys requests by the connection's peer address, as fasthttp
+// reports it, and reads no forwarding header unless trusted proxies are
+// named with [keyfunc.TrustProxies], as in every adapter. fiber.Ctx.IP,
+// which follows the app's TrustProxy, TrustProxyConfig and ProxyHeader
+// settings, is used only by [keyfunc.FrameworkClientIP]. Formatting the
+// peer address costs one small allocation per request that reads it.
+//
+// # Route keys
+//
+// [keyfunc.Route] reads the matched route's path, with any group prefix,
+// such as "/items/:id" (fiber.Ctx.FullPath), once fiber has matched the
+// request's own route (fiber.Ctx.Matched). A handler added with App.Use,
+// or with Group and handlers, matches a path prefix and runs before the
+// request's route is known: a route key fails there with
+// [keyfunc.ErrNoKey] (answered 400) rather than putting every path in one
+// bucket. Attach a middleware that keys by route to the route itself:
+//
+//	app.Get("/items/:id", fiberv3limit.New(lim, limit, keyfunc.Route()), items)
+//
+// Keys that do not depend on the route (IP, tenant, user) work in App.Use.
+//
+// # Request-scoped values
+//
+// [keyfunc.User] and [keyfunc.TenantValue] find values stored with
+// fiber.Ctx.Locals, then values in fiber.Ctx.Context.
+//
+// # Request context and buffers
+//
+// The limiter runs with fiber.Ctx.Context, which fiber v3 never cancels
+// when a client hangs up: a wait (see [WithWait]) ends at its bound, or
+// when earlier middleware sets a context that ends sooner, such as fiber's
+// timeout middleware.
+//
+// fiber reuses its request buffers once a handler returns. The strings this
+// package hands to key functions share them and are never kept: keyfunc's
+// extractors build new strings, and the limiter copies the keys it stores.
+// A custom key function, skip, cost or limit function must not keep the
+// strings it reads from the request either.
+//
+// # Cost
+//
+// The keyfunc view of the usual *fiber.DefaultCtx is one pointer and costs
+// no allocation. An app made with fiber.NewWithCustomCtx costs one small
+// allocation per request for it.
+package fiberv3limit

@@ -1,0 +1,84 @@
+package fiberv3limit
+
+import (
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Option configures the middleware that [New] returns: the options every
+// adapter shares, defined once in package policy, and this package's deny
+// and error handlers. When an option is passed twice, the last one wins. A
+// nil Option makes New panic.
+type Option = policy.Option[fiber.Ctx, handlers]
+
+// handlers holds the settings only this adapter has.
+type handlers struct {
+	deny    func(fiber.Ctx, core.Result) error
+	onError func(fiber.Ctx, error) error
+}
+
+// The options every adapter shares, each documented in package policy.
+// Those that take a function pass it the request's fiber.Ctx.
+var (
+	// WithSkip is [policy.WithSkip].
+	WithSkip = policy.WithSkip[fiber.Ctx, handlers]
+	// WithCost is [policy.WithCost].
+	WithCost = policy.WithCost[fiber.Ctx, handlers]
+	// WithLimitFunc is [policy.WithLimitFunc].
+	WithLimitFunc = policy.WithLimitFunc[fiber.Ctx, handlers]
+	// WithLimits is [policy.WithLimits].
+	WithLimits = policy.WithLimits[fiber.Ctx, handlers]
+	// WithHeaders is [policy.WithHeaders].
+	WithHeaders = policy.WithHeaders[fiber.Ctx, handlers]
+	// WithDryRun is [policy.WithDryRun].
+	WithDryRun = policy.WithDryRun[fiber.Ctx, handlers]
+	// WithDryRunHandler is [policy.WithDryRunHandler].
+	WithDryRunHandler = policy.WithDryRunHandler[fiber.Ctx, handlers]
+	// WithWait is [policy.WithWait].
+	WithWait = policy.WithWait[fiber.Ctx, handlers]
+	// WithProblemJSON is [policy.WithProblemJSON].
+	WithProblemJSON = policy.WithProblemJSON[fiber.Ctx, handlers]
+	// WithScope is [policy.WithScope].
+	WithScope = policy.WithScope[fiber.Ctx, handlers]
+	// WithRetryJitter is [policy.WithRetryJitter].
+	WithRetryJitter = policy.WithRetryJitter[fiber.Ctx, handlers]
+)
+
+// WithDenyHandler sets the handler that answers denied requests; the
+// middleware returns what f returns, and never calls the next handler. The
+// rate-limit fields and Retry-After are already set on the response when f
+// runs; res says when to retry. f must be safe for concurrent use. A nil f
+// restores the default.
+//
+// Default: a *fiber.Error with status 429, for the app's ErrorHandler.
+func WithDenyHandler(f func(c fiber.Ctx, res core.Result) error) Option {
+	return func(c *policy.Config[fiber.Ctx, handlers]) { c.Adapter.deny = f }
+}
+
+// WithErrorHandler sets the handler that answers requests that could not be
+// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// [core.ErrInvalidLimit] or the error of fiber.Ctx.Context. Do not send
+// err's text to the client. The middleware returns what f returns, and
+// calls the next handler only if f does. f must be safe for concurrent use.
+// A nil f restores the default.
+//
+// Default: a *fiber.Error with status 400 for a missing key, 503 when the
+// store is unavailable or the request's context ended, 500 otherwise, and
+// the status text as its message (see the package documentation).
+func WithErrorHandler(f func(c fiber.Ctx, err error) error) Option {
+	return func(c *policy.Config[fiber.Ctx, handlers]) { c.Adapter.onError = f }
+}
+
+// Key returns a key function over the request's fiber.Ctx, for keys
+// keyfunc's extractors cannot express, such as a path parameter:
+//
+//	Key(func(c fiber.Ctx) (string, error) { return "item:" + c.Params("id"), nil })
+//
+// It is [policy.NativeKey] for fiber: give the key a prefix of your own, and
+// return an error wrapping [keyfunc.ErrNoKey] (400) when the request has
+// none. Used in another framework's middleware it fails every request
+// (500, logged once).
+func Key(f func(fiber.Ctx) (string, error)) keyfunc.Func { return policy.NativeKey(f) }

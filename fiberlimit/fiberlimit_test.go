@@ -77,7 +77,9 @@ func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
 		fctx.SetUserValue(userContext{}, r.Context)
 		h(fctx)
 		res := adaptertest.Response{Status: fctx.Response.StatusCode(), Header: http.Header{}, Body: string(fctx.Response.Body())}
-		fctx.Response.Header.VisitAll(func(k, v []byte) { res.Header.Add(string(k), string(v)) })
+		for k, v := range fctx.Response.Header.All() {
+			res.Header.Add(string(k), string(v))
+		}
 		return res
 	}
 }

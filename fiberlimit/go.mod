@@ -7,17 +7,17 @@ replace github.com/sluicehq/sluice => ..
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/valyala/fasthttp v1.60.0
+	github.com/valyala/fasthttp v1.74.0
 )
 
 require (
-	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
+	github.com/molecule-man/go-brrr v1.0.1 // indirect
 	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect

@@ -43,6 +43,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[fiber.Ctx, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[fiber.Ctx, handlers]
+	// WithQuotaUnit is [policy.WithQuotaUnit].
+	WithQuotaUnit = policy.WithQuotaUnit[fiber.Ctx, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[fiber.Ctx, handlers]
 )

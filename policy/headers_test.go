@@ -133,7 +133,7 @@ func TestPolicyItem(t *testing.T) {
 		{core.Limit{Name: `a "b" \c` + "\n", Rate: 1, Period: time.Second, Burst: 1}, `"a \"b\" \\c?";q=1;w=1`},
 	}
 	for _, tt := range tests {
-		if got := policyItem(tt.limit); got != tt.want {
+		if got := policyItem(tt.limit, ""); got != tt.want {
 			t.Errorf("policyItem(%v) = %s, want %s", tt.limit, got, tt.want)
 		}
 	}
@@ -433,4 +433,24 @@ func canonicalName(s string) string {
 		up = c == '-'
 	}
 	return string(b)
+}
+
+// TestQuotaUnit: WithQuotaUnit names the unit on every RateLimit-Policy
+// item, and the constructor refuses a unit the draft does not register.
+func TestQuotaUnit(t *testing.T) {
+	p := newTestPolicy(t, core.PerMinute(600).WithName("bytes"), keyfunc.Static("k"),
+		WithHeaders[req, struct{}](HeadersIETF), WithLimits[req, struct{}](core.PerHour(10_000).WithName("hour")),
+		WithQuotaUnit[req, struct{}]("content-bytes"))
+	v := p.Decide(context.Background(), fakeReq{})
+	want := `"bytes";q=600;w=60;qu="content-bytes", "hour";q=10000;w=3600;qu="content-bytes"`
+	if got := headersOf(v)["RateLimit-Policy"]; got != want {
+		t.Errorf("RateLimit-Policy = %s, want %s", got, want)
+	}
+	lim, err := core.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := New(lim, core.PerMinute(1), keyfunc.Static("k"), self, WithQuotaUnit[req, struct{}]("tokens")); err == nil || !strings.Contains(err.Error(), `unknown unit "tokens"`) {
+		t.Errorf("WithQuotaUnit(\"tokens\"): %v, want an error naming it", err)
+	}
 }

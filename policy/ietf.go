@@ -26,8 +26,9 @@ import (
 //     effective window, within which no more than r can be: the time until
 //     the limit has an (r+1)th request to give. t is rounded up like
 //     Retry-After, and on a 429 it ends no later than Retry-After.
-//   - the quota unit qu is left out: the draft's default, requests. (With
-//     WithCost, q and r count cost units.)
+//   - the quota unit qu is left out unless WithQuotaUnit names one: the
+//     draft's default is requests. (With WithCost, q and r count cost
+//     units: name the unit they are, such as content-bytes.)
 
 // policyParams are the parameters of a RateLimit-Policy item, in order,
 // each a function of the limit the item describes.
@@ -59,7 +60,7 @@ const (
 
 // policyItem returns l's item in RateLimit-Policy, its name (see
 // limitItem) and parameters.
-func policyItem(l core.Limit) string {
+func policyItem(l core.Limit, unit string) string {
 	b := []byte(limitItem(l))
 	for _, p := range policyParams {
 		b = append(b, ';')
@@ -67,8 +68,17 @@ func policyItem(l core.Limit) string {
 		b = append(b, '=')
 		b = strconv.AppendInt(b, p.value(l), 10)
 	}
+	if unit != "" {
+		b = append(b, `;qu="`...)
+		b = append(b, unit...)
+		b = append(b, '"')
+	}
 	return string(b)
 }
+
+// quotaUnits are the quota units the draft registers, the values
+// WithQuotaUnit accepts.
+var quotaUnits = []string{"requests", "content-bytes", "concurrent-requests"}
 
 // serviceLimit is the RateLimit field's value: one item, for the deciding
 // limit.

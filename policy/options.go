@@ -31,6 +31,7 @@ type Config[C, H any] struct {
 	scope    string
 	scopeSet bool
 	jitter   time.Duration
+	unit     string
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -161,4 +162,15 @@ func WithDryRunHandler[C, H any](f func(C, DryRunReport)) Option[C, H] {
 // Default: 0.
 func WithRetryJitter[C, H any](max time.Duration) Option[C, H] {
 	return func(c *Config[C, H]) { c.jitter = max }
+}
+
+// WithQuotaUnit names what the limits count in RateLimit-Policy's qu
+// parameter: "requests", "content-bytes" or "concurrent-requests", the
+// units the draft registers. Name it when WithCost charges something other
+// than one per request (bytes, say): q and r then count that unit. The
+// constructor fails (an adapter panics) on another unit.
+//
+// Default: none, which the draft reads as requests.
+func WithQuotaUnit[C, H any](unit string) Option[C, H] {
+	return func(c *Config[C, H]) { c.unit = unit }
 }

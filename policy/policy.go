@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,13 +71,16 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	} else if scope == "" {
 		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for the middleware's own buckets")
 	}
+	if cfg.unit != "" && !slices.Contains(quotaUnits, cfg.unit) {
+		return nil, cfg.Adapter, fmt.Errorf("WithQuotaUnit: unknown unit %q, want one the draft registers: %s", cfg.unit, strings.Join(quotaUnits, ", "))
+	}
 	if cfg.report != nil && !cfg.dryRun {
 		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true): the handler is told only about dry-run decisions")
 	}
 	if err := checkRetryJitter(cfg.jitter); err != nil {
 		return nil, cfg.Adapter, err
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, scope: scope, extra: cfg.extra, dryRun: cfg.dryRun}, headers: cfg.headers,
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, dryRun: cfg.dryRun, unit: cfg.unit}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	p.jitter = cfg.jitter
 	if f := cfg.report; f != nil {

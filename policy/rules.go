@@ -19,9 +19,16 @@ type rule struct {
 	items       []string // each limit's RateLimit item name
 }
 
-func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) (*rule, error) {
-	r, err := lim.PrepareScoped(scope, limits...)
-	if err == nil && dryRun {
+// ruleSettings are a policy's settings that every rule it prepares shares.
+type ruleSettings struct {
+	scope  string // the middleware's scope (see WithScope)
+	dryRun bool   // prepare dry-run engine rules (see WithDryRun)
+	unit   string // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
+}
+
+func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, error) {
+	r, err := lim.PrepareScoped(set.scope, limits...)
+	if err == nil && set.dryRun {
 		r, err = r.DryRun()
 	}
 	if err != nil {
@@ -32,7 +39,7 @@ func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) 
 	for i, l := range rl.limits {
 		rl.items = append(rl.items, limitItem(l))
 		rl.burstField = append(rl.burstField, strconv.Itoa(l.Burst))
-		items[i] = policyItem(l)
+		items[i] = policyItem(l, set.unit)
 	}
 	rl.policyField = strings.Join(items, ", ")
 	return rl, nil
@@ -43,13 +50,12 @@ func newRule(lim *core.Limiter, scope string, dryRun bool, limits []core.Limit) 
 // is prepared once. It is bounded: past maxRules distinct limits, rules are
 // prepared per request and not kept.
 type ruleCache struct {
-	lim    *core.Limiter
-	scope  string // the middleware's scope (see WithScope)
-	dryRun bool   // prepare dry-run engine rules (see WithDryRun)
-	extra  []core.Limit
-	last   atomic.Pointer[rule] // the rule used last: a lock-free hit
-	mu     sync.RWMutex
-	rules  map[core.Limit]*rule
+	lim   *core.Limiter
+	set   ruleSettings
+	extra []core.Limit
+	last  atomic.Pointer[rule] // the rule used last: a lock-free hit
+	mu    sync.RWMutex
+	rules map[core.Limit]*rule
 }
 
 const maxRules = 4096
@@ -66,7 +72,7 @@ func (c *ruleCache) get(l core.Limit) (*rule, error) {
 		// a copy.
 		l.Name = strings.Clone(l.Name)
 		var err error
-		if r, err = newRule(c.lim, c.scope, c.dryRun, append([]core.Limit{l}, c.extra...)); err != nil {
+		if r, err = newRule(c.lim, c.set, append([]core.Limit{l}, c.extra...)); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()

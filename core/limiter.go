@@ -220,7 +220,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int, limits ...Limit
 	return res, err
 }
 
-// Wait reserves n tokens on key under limits and sleeps until they are due.
+// Wait reserves n tokens on key under limits and sleeps until they are due;
+// the Result's Wait says how long that is (zero if they are due at once).
 // If they cannot be due before ctx's deadline, Wait reserves nothing and
 // returns at once with Allowed false and RetryAfter set, as AllowN does. A
 // context without a deadline waits as long as needed.

@@ -58,7 +58,9 @@ func (s Source) String() string {
 // The sluiceprom package provides one that exports Prometheus metrics.
 type Observer interface {
 	// ObserveDecision is called once per decision, with its result and
-	// what made it. A [SourceFailClosed] decision has a zero Result.
+	// what made it. A [SourceFailClosed] decision has a zero Result. A
+	// reservation ([Limiter.Wait]) is observed when it is made, before
+	// the wait, which its Result's Wait gives.
 	ObserveDecision(res Result, src Source)
 	// ObserveStore is called after each store call. A call the caller
 	// cancelled is not reported.

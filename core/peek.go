@@ -71,7 +71,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 func peekResult(d decision, p *plan) Result {
 	res := d.result(p)
 	res.Allowed = d.allowed && d.next == 0
-	res.RetryAfter = 0
+	res.RetryAfter, res.Wait = 0, 0
 	if !res.Allowed {
 		res.RetryAfter = time.Duration(d.next) * time.Microsecond
 	}

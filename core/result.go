@@ -14,6 +14,11 @@ type Result struct {
 	// could be admitted (or until the penalty lock ends, if that is later).
 	// Zero when allowed.
 	RetryAfter time.Duration
+	// Wait is, for an admitted reservation ([Limiter.Wait], [Rule.Wait], a
+	// middleware's WithWait), how long the request waits for its tokens
+	// before it may proceed. Zero for an immediate admission and for a
+	// denial.
+	Wait time.Duration
 	// ResetAfter is how long until the bucket of Limit, the limit that
 	// decided, is full again. With several limits, the others' buckets
 	// may take longer (10/s and 1000/h: the per-second bucket is full
@@ -39,6 +44,7 @@ func (d decision) result(p *plan) Result {
 		Allowed:    d.allowed,
 		Remaining:  int(d.remaining),
 		RetryAfter: time.Duration(d.retry) * time.Microsecond,
+		Wait:       time.Duration(d.wait) * time.Microsecond,
 		ResetAfter: time.Duration(d.reset) * time.Microsecond,
 		Limit:      p.limits[d.index],
 		Locked:     d.locked,

@@ -596,6 +596,7 @@ func observeAll(obs core.Observer) {
 		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed} {
 			for _, dry := range []bool{false, true} {
 				obs.ObserveDecision(core.Result{Allowed: true, Limit: limit, DryRun: dry}, src)
+				obs.ObserveDecision(core.Result{Allowed: true, Wait: 50 * time.Millisecond, Limit: limit, DryRun: dry}, src)
 				obs.ObserveDecision(core.Result{Limit: limit, DryRun: dry}, src)
 				obs.ObserveDecision(core.Result{Limit: limit, Locked: true, DryRun: dry}, src)
 			}

@@ -35,6 +35,15 @@
 //	    sluice.rate_limiting.dry_run  true for the decisions of a dry-run
 //	                                  rule (core.Result.DryRun), which the
 //	                                  middleware does not enforce
+//	sluice.rate_limiting.time_waited         histogram, s
+//	    How long each admitted reservation (core.Limiter.Wait,
+//	    core.Rule.Wait, the middleware's WithWait) waits for its tokens:
+//	    core.Result.Wait, recorded when the tokens are reserved. Only
+//	    waits above zero are recorded, so its count is the reservations
+//	    that had to wait, not every admission. Attributes:
+//	    sluice.rate_limiting.policy and sluice.rate_limiting.dry_run, as
+//	    above. Advised bucket boundaries from 1 ms to 60 s: 1, 2.5, 5, 10,
+//	    25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30 and 60 s.
 //	sluice.store.operation.duration          histogram, s
 //	    Each store call's I/O time. Attributes: db.system.name "redis";
 //	    sluice.store.node, the node asked (a Cluster master's address,
@@ -61,11 +70,6 @@
 // rather than server.address because it names a failure domain, which is
 // not always one address.
 //
-// The time a request waits for its tokens (core.Limiter.Wait, the
-// middleware's WithWait) is not recorded: the Observer is told of the
-// reservation, an allowed Result, before the wait, and a Result does not
-// carry it.
-//
 // # Cardinality
 //
 // The policy attribute is bounded whatever the traffic: it is the deciding
@@ -73,8 +77,8 @@
 // the names an Observer sees after its first 100 distinct ones
 // ([WithMaxLimitNames]). So name limits after plans or routes, never after
 // tenants. A limit named "unnamed" or "other" shares that value. The
-// Observer keeps one attribute set per combination it has recorded, so its
-// memory is bounded by the same numbers.
+// Observer keeps one attribute set per combination it has recorded (on
+// each instrument), so its memory is bounded by the same numbers.
 //
 // # Several limiters
 //

@@ -42,6 +42,12 @@ const (
 // replace them.
 var latencyBounds = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
+// waitBounds are the explicit bucket boundaries advised for the time
+// waited histogram, in seconds: from a millisecond, below which a wait is
+// hardly felt, to a minute, beyond which a request is better denied than
+// kept waiting. A view may replace them.
+var waitBounds = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
 var results = [...]string{"allowed", "denied", "locked"}
 
 // Observer is a core.Observer that records a limiter's decisions and store
@@ -51,6 +57,7 @@ var results = [...]string{"allowed", "denied", "locked"}
 // this package (what the SDK allocates is its own).
 type Observer struct {
 	requests metric.Int64Counter
+	waited   metric.Float64Histogram
 	storeDur metric.Float64Histogram
 	outages  metric.Int64Counter
 	up       metric.Int64ObservableGauge
@@ -61,6 +68,7 @@ type Observer struct {
 	mu     sync.RWMutex
 	names  map[string]struct{}              // limit names admitted as policy values; at most maxNames
 	series map[seriesKey][]metric.AddOption // each holds one attribute set
+	waits  map[waitKey][]metric.RecordOption
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*node
@@ -71,6 +79,13 @@ type Observer struct {
 type seriesKey struct {
 	result int8
 	source core.Source
+	dryRun bool
+	policy string
+}
+
+// waitKey names one attribute set of the time waited histogram; policy is
+// a value the requests counter already has (see addSeries).
+type waitKey struct {
 	dryRun bool
 	policy string
 }
@@ -120,22 +135,27 @@ func New(opts ...Option) (*Observer, error) {
 		maxNames: o.maxNames,
 		names:    make(map[string]struct{}),
 		series:   make(map[seriesKey][]metric.AddOption),
+		waits:    make(map[waitKey][]metric.RecordOption),
 		nodes:    make(map[string]*node),
 	}
-	var errs [5]error
+	var errs [6]error
 	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
-	obs.storeDur, errs[1] = m.Float64Histogram("sluice.store.operation.duration",
+	obs.waited, errs[1] = m.Float64Histogram("sluice.rate_limiting.time_waited",
+		metric.WithUnit("s"),
+		metric.WithDescription("Time admitted reservations wait for their tokens, by policy and dry run; admissions that need not wait are not recorded."),
+		metric.WithExplicitBucketBoundaries(waitBounds...))
+	obs.storeDur, errs[2] = m.Float64Histogram("sluice.store.operation.duration",
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of the limiter's store calls; a batched decision records its batch's."),
 		metric.WithExplicitBucketBoundaries(latencyBounds...))
-	obs.outages, errs[2] = m.Int64Counter("sluice.store.outages",
+	obs.outages, errs[3] = m.Int64Counter("sluice.store.outages",
 		metric.WithUnit("{outage}"),
 		metric.WithDescription("Store outages begun: each opening of a node's circuit breaker."))
-	obs.up, errs[3] = m.Int64ObservableGauge("sluice.store.up",
+	obs.up, errs[4] = m.Int64ObservableGauge("sluice.store.up",
 		metric.WithDescription("1 while the store node answers, 0 while its circuit breaker is open."))
-	obs.downTime, errs[4] = m.Float64ObservableCounter("sluice.store.outage.time",
+	obs.downTime, errs[5] = m.Float64ObservableCounter("sluice.store.outage.time",
 		metric.WithUnit("s"),
 		metric.WithDescription("Total length of the store node's outages, including the one in progress."))
 	if err := errors.Join(errs[:]...); err != nil {
@@ -164,14 +184,26 @@ func (obs *Observer) ObserveDecision(res core.Result, src core.Source) {
 	default:
 		k.result = 1
 	}
+	waited := res.Allowed && res.Wait > 0
+	var wopts []metric.RecordOption
 	obs.mu.RLock()
 	k.policy = obs.policy(res.Limit)
 	opts := obs.series[k]
+	if waited {
+		wopts = obs.waits[waitKey{dryRun: k.dryRun, policy: k.policy}]
+	}
 	obs.mu.RUnlock()
 	if opts == nil {
-		opts = obs.addSeries(k)
+		opts, k.policy = obs.addSeries(k)
 	}
 	obs.requests.Add(context.Background(), 1, opts...)
+	if !waited {
+		return
+	}
+	if wopts == nil {
+		wopts = obs.addWait(waitKey{dryRun: k.dryRun, policy: k.policy})
+	}
+	obs.waited.Record(context.Background(), res.Wait.Seconds(), wopts...)
 }
 
 // policy returns l's policy value: "" for no limit (a fail_closed
@@ -193,12 +225,13 @@ func (obs *Observer) policy(l core.Limit) string {
 }
 
 // addSeries makes the attribute set of k, admitting its limit name if
-// there is still room.
-func (obs *Observer) addSeries(k seriesKey) []metric.AddOption {
+// there is still room. It returns the set and the policy value it has:
+// k's, or "other" if the name came too late.
+func (obs *Observer) addSeries(k seriesKey) ([]metric.AddOption, string) {
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	if opts := obs.series[k]; opts != nil {
-		return opts
+		return opts, k.policy
 	}
 	// k.policy is a name that was not admitted when it was read.
 	if k.policy != "" && k.policy != policyUnnamed && k.policy != policyOther {
@@ -206,7 +239,7 @@ func (obs *Observer) addSeries(k seriesKey) []metric.AddOption {
 			if len(obs.names) >= obs.maxNames {
 				k.policy = policyOther
 				if opts := obs.series[k]; opts != nil {
-					return opts
+					return opts, k.policy
 				}
 			} else {
 				obs.names[k.policy] = struct{}{}
@@ -223,6 +256,23 @@ func (obs *Observer) addSeries(k seriesKey) []metric.AddOption {
 	}
 	opts := []metric.AddOption{obs.attrs(kvs...)}
 	obs.series[k] = opts
+	return opts, k.policy
+}
+
+// addWait makes the time waited histogram's attribute set of k. k.policy
+// is a value addSeries returned, so the names stay bounded.
+func (obs *Observer) addWait(k waitKey) []metric.RecordOption {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if opts := obs.waits[k]; opts != nil {
+		return opts
+	}
+	kvs := []attribute.KeyValue{keyDryRun.Bool(k.dryRun)}
+	if k.policy != "" {
+		kvs = append(kvs, keyPolicy.String(validUTF8(k.policy)))
+	}
+	opts := []metric.RecordOption{obs.attrs(kvs...)}
+	obs.waits[k] = opts
 	return opts
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -106,7 +107,7 @@ func TestInstruments(t *testing.T) {
 	obs, reader := newTest(t)
 	api := core.PerMinute(2).WithName("api")
 	obs.ObserveDecision(core.Result{Allowed: true, Limit: api}, core.SourceStore)
-	obs.ObserveDecision(core.Result{Allowed: true, Limit: api}, core.SourceStore)
+	obs.ObserveDecision(core.Result{Allowed: true, Wait: 30 * time.Millisecond, Limit: api}, core.SourceStore)
 	obs.ObserveDecision(core.Result{Limit: api}, core.SourceStore)
 	obs.ObserveDecision(core.Result{Limit: api, Locked: true}, core.SourceDenyCache)
 	obs.ObserveDecision(core.Result{Allowed: true, Limit: core.PerSecond(5)}, core.SourceFallback)
@@ -120,6 +121,7 @@ func TestInstruments(t *testing.T) {
 
 	const (
 		req   = "sluice.rate_limiting.requests"
+		wait  = "sluice.rate_limiting.time_waited"
 		dur   = "sluice.store.operation.duration"
 		up    = "sluice.store.up"
 		outs  = "sluice.store.outages"
@@ -135,6 +137,7 @@ func TestInstruments(t *testing.T) {
 		{"locked from the deny cache", req, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api,sluice.rate_limiting.result=locked,sluice.rate_limiting.source=deny_cache", 1},
 		{"fallback, unnamed limit", req, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=unnamed,sluice.rate_limiting.result=allowed,sluice.rate_limiting.source=fallback", 1},
 		{"fail closed, no policy", req, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.result=denied,sluice.rate_limiting.source=fail_closed", 1},
+		{"the one reservation that waited", wait, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api", 1},
 		{"calls to a", dur, "db.system.name=redis,sluice.store.node=" + a, 2},
 		{"timeouts of b", dur, "db.system.name=redis,error.type=timeout,sluice.store.node=" + b, 1},
 		{"other errors of b", dur, "db.system.name=redis,error.type=other,sluice.store.node=" + b, 1},
@@ -157,7 +160,7 @@ func TestInstruments(t *testing.T) {
 		}
 	}
 
-	units := map[string]string{req: "{request}", dur: "s", up: "", outs: "{outage}", otime: "s"}
+	units := map[string]string{req: "{request}", wait: "s", dur: "s", up: "", outs: "{outage}", otime: "s"}
 	for name, unit := range units {
 		m, ok := ms[name]
 		if !ok {
@@ -174,6 +177,14 @@ func TestInstruments(t *testing.T) {
 	if h, ok := ms[dur].Data.(metricdata.Histogram[float64]); ok {
 		if got := h.DataPoints[0].Bounds; !slices.Equal(got, latencyBounds) {
 			t.Errorf("%s bounds = %v, want %v", dur, got, latencyBounds)
+		}
+	}
+	if h, ok := ms[wait].Data.(metricdata.Histogram[float64]); ok {
+		if got := h.DataPoints[0].Bounds; !slices.Equal(got, waitBounds) {
+			t.Errorf("%s bounds = %v, want %v", wait, got, waitBounds)
+		}
+		if got := h.DataPoints[0].Sum; got != .03 {
+			t.Errorf("%s sum = %v, want 0.03", wait, got)
 		}
 	}
 	if s, ok := ms[otime].Data.(metricdata.Sum[float64]); !ok || !s.IsMonotonic {
@@ -233,6 +244,56 @@ func TestDryRun(t *testing.T) {
 	}
 }
 
+// TestTimeWaited: sluice.rate_limiting.time_waited records the waits of
+// admitted reservations, by policy and dry run, and nothing for an
+// admission that need not wait or a denial.
+func TestTimeWaited(t *testing.T) {
+	obs, reader := newTest(t, WithMaxLimitNames(1))
+	api := core.PerMinute(100).WithName("api")
+	const ms = time.Millisecond
+	for _, res := range []core.Result{
+		{Allowed: true, Wait: 30 * ms, Limit: api},
+		{Allowed: true, Wait: 2 * time.Second, Limit: api},
+		{Allowed: true, Limit: api},                                // at once: not a wait
+		{Limit: api, RetryAfter: time.Second},                      // denied
+		{Allowed: true, Wait: 10 * ms, Limit: api, DryRun: true},   // a dry-run rule's
+		{Allowed: true, Wait: 40 * ms, Limit: core.PerSecond(5)},   // unnamed
+		{Allowed: true, Wait: 50 * ms, Limit: api.WithName("b")},   // beyond the bound
+		{Allowed: true, Wait: 70 * ms, Limit: api.WithName("c")},   // beyond the bound
+		{Allowed: true, Wait: 20 * ms, Limit: api, Degraded: true}, // the local fallback's
+	} {
+		obs.ObserveDecision(res, core.SourceStore)
+	}
+	obs.ObserveDecision(core.Result{}, core.SourceFailClosed)
+	metrics, _ := collect(t, reader)
+	h, ok := metrics["sluice.rate_limiting.time_waited"].Data.(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("sluice.rate_limiting.time_waited is %T, want a float64 histogram", metrics["sluice.rate_limiting.time_waited"].Data)
+	}
+	type agg struct {
+		count uint64
+		sum   float64
+	}
+	got := map[string]agg{}
+	for _, p := range h.DataPoints {
+		got[attrString(p.Attributes)] = agg{p.Count, p.Sum}
+	}
+	want := map[string]agg{
+		"sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api":     {3, 2.05},
+		"sluice.rate_limiting.dry_run=true,sluice.rate_limiting.policy=api":      {1, .01},
+		"sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=unnamed": {1, .04},
+		"sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=other":   {2, .12},
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d attribute sets, want %d: %v", len(got), len(want), got)
+	}
+	for attrs, w := range want {
+		if g, ok := got[attrs]; !ok || g.count != w.count || math.Abs(g.sum-w.sum) > 1e-9 {
+			t.Errorf("time_waited{%s} = %+v (found %v), want %+v", attrs, g, ok, w)
+		}
+	}
+}
+
 // TestPolicyCardinality: however many distinct limits a service uses, the
 // policy attribute and the Observer's own maps stay bounded.
 func TestPolicyCardinality(t *testing.T) {
@@ -257,7 +318,7 @@ func TestPolicyCardinality(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			obs, reader := newTest(t, tt.opts...)
 			for i := range 1000 {
-				obs.ObserveDecision(core.Result{Allowed: true, Limit: tt.limit(i)}, core.SourceStore)
+				obs.ObserveDecision(core.Result{Allowed: true, Wait: time.Millisecond, Limit: tt.limit(i)}, core.SourceStore)
 			}
 			_, ps := collect(t, reader)
 			values := map[string]float64{}
@@ -280,6 +341,18 @@ func TestPolicyCardinality(t *testing.T) {
 			}
 			if n := len(obs.series); n != tt.wantN {
 				t.Errorf("the observer holds %d attribute sets, want %d", n, tt.wantN)
+			}
+			if n := len(obs.waits); n != tt.wantN {
+				t.Errorf("the observer holds %d time waited attribute sets, want %d", n, tt.wantN)
+			}
+			waited := 0
+			for _, p := range ps {
+				if p.name == "sluice.rate_limiting.time_waited" {
+					waited++
+				}
+			}
+			if waited != tt.wantN {
+				t.Errorf("time_waited has %d attribute sets, want %d", waited, tt.wantN)
 			}
 			total := 0.0
 			for _, v := range values {
@@ -376,19 +449,33 @@ func TestGlobalProvider(t *testing.T) {
 	}
 }
 
-// TestWithLimiter wires the Observer to an in-memory limiter.
+// TestWithLimiter wires the Observer to an in-memory limiter, whose clock
+// stands still: the second Wait reserves a token due in 50 ms.
 func TestWithLimiter(t *testing.T) {
 	obs, reader := newTest(t)
-	lim, err := core.NewMemory(core.WithObserver(obs))
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim, err := core.NewMemory(core.WithObserver(obs), core.WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	for range 3 {
-		lim.Allow(context.Background(), "k", core.PerMinute(2).WithName("api"))
+		lim.Allow(ctx, "k", core.PerMinute(2).WithName("api"))
 	}
-	_, ps := collect(t, reader)
+	smooth := core.PerSecond(20).WithBurst(1).WithName("smooth")
+	for range 2 {
+		if _, err := lim.Wait(ctx, "w", 1, smooth); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, ps := collect(t, reader)
 	if got, _ := find(ps, "sluice.rate_limiting.requests", "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api,sluice.rate_limiting.result=denied,sluice.rate_limiting.source=store"); got != 1 {
 		t.Errorf("denied = %v, want 1", got)
+	}
+	h, _ := ms["sluice.rate_limiting.time_waited"].Data.(metricdata.Histogram[float64])
+	if len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 || h.DataPoints[0].Sum != .05 ||
+		attrString(h.DataPoints[0].Attributes) != "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=smooth" {
+		t.Errorf("time_waited = %+v, want one wait of 0.05 s under policy smooth", h.DataPoints)
 	}
 }
 
@@ -415,6 +502,10 @@ func TestObserveNoAlloc(t *testing.T) {
 				{Allowed: true, Limit: core.PerMinute(600).WithName("first")},
 				{Allowed: true, Limit: core.PerMinute(600).WithName("second")},
 				{Limit: core.PerMinute(600).WithName("first"), DryRun: true},
+				{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("first")},
+				{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600)},
+				{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("second")},
+				{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("first"), DryRun: true},
 			} {
 				obs.ObserveDecision(res, core.SourceStore)
 				if a := testing.AllocsPerRun(1000, func() { obs.ObserveDecision(res, core.SourceStore) }); a != 0 {

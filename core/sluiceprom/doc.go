@@ -18,7 +18,7 @@
 //		sluiceprom.WithConstLabels(prometheus.Labels{"limiter": "internal"}))
 //
 // [WithNamespace] replaces the "sluice" prefix of the names and [WithBuckets]
-// the latency buckets.
+// the store latency buckets.
 //
 // # Metrics
 //
@@ -32,6 +32,15 @@
 //	    Decisions made without the store are those of the sources
 //	    fallback, fail_open and fail_closed; deny-cache hits those of
 //	    deny_cache.
+//	sluice_wait_seconds{limit, dry_run}                histogram
+//	    How long each admitted reservation (core.Limiter.Wait,
+//	    core.Rule.Wait, a middleware's WithWait) waits for its tokens:
+//	    core.Result.Wait, observed when the tokens are reserved. Only
+//	    waits above zero are observed, so its count is the reservations
+//	    that had to wait, not every admission. limit and dry_run are as
+//	    in sluice_decisions_total. Buckets from 1 ms to 60 s: 1, 2.5, 5,
+//	    10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30 and 60 s
+//	    (WithBuckets does not change them).
 //	sluice_store_up{node}                              gauge
 //	    Per store node: 1 while it answers, 0 while its circuit breaker is
 //	    open (from the failure that opens it to the probe that closes it).
@@ -61,6 +70,6 @@
 // tenants: a service that gives each of 1,000 tenants a limit of its own
 // makes at most 101 limit values (100 names and "other"), not 1,000. A
 // limit named "unnamed" or "other" shares that value. The Collector keeps
-// one counter per series it has made, so its memory is bounded by the same
-// numbers.
+// one counter per series it has made, and one histogram per limit label
+// and dry_run that waited, so its memory is bounded by the same numbers.
 package sluiceprom

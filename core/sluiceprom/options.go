@@ -22,6 +22,11 @@ type options struct {
 // budget is 50 ms.
 var defaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
+// waitBuckets are the wait histogram's buckets, in seconds: from a
+// millisecond, below which a wait is hardly felt, to a minute, beyond which
+// a request is better denied than kept waiting.
+var waitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
 // defaultMaxNames is how many distinct limit names label decisions.
 const defaultMaxNames = 100
 
@@ -57,7 +62,8 @@ func WithRegisterer(r prometheus.Registerer) Option {
 
 // WithBuckets sets the upper bounds, in seconds, of the store latency
 // histogram's buckets. They must increase strictly; an empty list restores
-// the default. The list is copied.
+// the default. The list is copied. The wait histogram keeps its own
+// buckets (see the package documentation).
 //
 // Default: 100 µs, 250 µs, 500 µs, 1, 2.5, 5, 10, 25, 50, 100, 250 ms and 1 s.
 func WithBuckets(upper ...float64) Option {

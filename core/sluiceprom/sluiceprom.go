@@ -30,12 +30,14 @@ type Collector struct {
 	outageSecs *prometheus.Desc // computed at each scrape, see Collect
 	storeErrs  *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	waits      *prometheus.HistogramVec
 
 	maxNames int
 
-	mu     sync.RWMutex
-	names  map[string]struct{} // limit names admitted as label values; at most maxNames
-	series map[seriesKey]prometheus.Counter
+	mu         sync.RWMutex
+	names      map[string]struct{} // limit names admitted as label values; at most maxNames
+	series     map[seriesKey]prometheus.Counter
+	waitSeries map[waitKey]prometheus.Observer // made at a series' first wait
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*nodeMetrics
@@ -69,6 +71,13 @@ type seriesKey struct {
 }
 
 var outcomes = [...]string{"allowed", "denied", "locked"}
+
+// waitKey names one series of the wait histogram; limit is a label value
+// the decisions counter already has (see addSeries).
+type waitKey struct {
+	dryRun bool
+	limit  string
+}
 
 // New returns a Collector, registered with prometheus.DefaultRegisterer
 // unless [WithRegisterer] names another registerer (or nil, for none). Pass
@@ -123,10 +132,17 @@ func New(opts ...Option) (*Collector, error) {
 			Buckets:     o.buckets,
 			ConstLabels: o.constLabels,
 		}, []string{"node", "result"}),
-		maxNames: o.maxNames,
-		names:    make(map[string]struct{}),
-		series:   make(map[seriesKey]prometheus.Counter),
-		nodes:    make(map[string]*nodeMetrics),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        name("wait_seconds"),
+			Help:        "Time admitted reservations (Limiter.Wait, a middleware's WithWait) wait for their tokens in seconds, by limit (its name, \"unnamed\" or \"other\") and dry_run (true, false); admissions that need not wait are not observed.",
+			Buckets:     waitBuckets,
+			ConstLabels: o.constLabels,
+		}, []string{"limit", "dry_run"}),
+		maxNames:   o.maxNames,
+		names:      make(map[string]struct{}),
+		series:     make(map[seriesKey]prometheus.Counter),
+		waitSeries: make(map[waitKey]prometheus.Observer),
+		nodes:      make(map[string]*nodeMetrics),
 	}
 	// A private registry checks every name and label before the Collector
 	// is used: a bad descriptor would otherwise panic on the request path,
@@ -224,7 +240,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency}
+	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits}
 }
 
 // ObserveDecision implements core.Observer.
@@ -238,14 +254,26 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 	default:
 		k.outcome = 1
 	}
+	waited := res.Allowed && res.Wait > 0
+	var hist prometheus.Observer
 	c.mu.RLock()
 	k.limit = c.limitLabel(res.Limit)
 	ctr := c.series[k]
+	if waited {
+		hist = c.waitSeries[waitKey{dryRun: k.dryRun, limit: k.limit}]
+	}
 	c.mu.RUnlock()
 	if ctr == nil {
-		ctr = c.addSeries(k)
+		ctr, k.limit = c.addSeries(k)
 	}
 	ctr.Inc()
+	if !waited {
+		return
+	}
+	if hist == nil {
+		hist = c.addWaitSeries(waitKey{dryRun: k.dryRun, limit: k.limit})
+	}
+	hist.Observe(res.Wait.Seconds())
 }
 
 // limitLabel returns l's limit label: "" for no limit (a fail_closed
@@ -266,12 +294,13 @@ func (c *Collector) limitLabel(l core.Limit) string {
 }
 
 // addSeries makes the series of k, admitting its limit name if there is
-// still room, and returns its counter.
-func (c *Collector) addSeries(k seriesKey) prometheus.Counter {
+// still room, and returns its counter and the limit label it has: k's, or
+// "other" if the name came too late.
+func (c *Collector) addSeries(k seriesKey) (prometheus.Counter, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ctr := c.series[k]; ctr != nil {
-		return ctr
+		return ctr, k.limit
 	}
 	// k.limit is a name that was not admitted when it was read.
 	if k.limit != "" && k.limit != labelUnnamed && k.limit != labelOther {
@@ -279,20 +308,37 @@ func (c *Collector) addSeries(k seriesKey) prometheus.Counter {
 			if len(c.names) >= c.maxNames {
 				k.limit = labelOther
 				if ctr := c.series[k]; ctr != nil {
-					return ctr
+					return ctr, k.limit
 				}
 			} else {
 				c.names[k.limit] = struct{}{}
 			}
 		}
 	}
-	dryRun := "false"
-	if k.dryRun {
-		dryRun = "true"
-	}
-	ctr := c.decisions.WithLabelValues(outcomes[k.outcome], k.source.String(), validUTF8(k.limit), dryRun)
+	ctr := c.decisions.WithLabelValues(outcomes[k.outcome], k.source.String(), validUTF8(k.limit), boolLabel(k.dryRun))
 	c.series[k] = ctr
-	return ctr
+	return ctr, k.limit
+}
+
+// addWaitSeries makes the wait histogram's series of k and returns it.
+// k.limit is a label value addSeries returned, so the names stay bounded.
+func (c *Collector) addWaitSeries(k waitKey) prometheus.Observer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.waitSeries[k]; h != nil {
+		return h
+	}
+	h := c.waits.WithLabelValues(validUTF8(k.limit), boolLabel(k.dryRun))
+	c.waitSeries[k] = h
+	return h
+}
+
+// boolLabel is the dry_run label's value.
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
 }
 
 // ObserveStore implements core.Observer.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,48 @@ sluice_decisions_total{dry_run="true",limit="",outcome="denied",source="fail_clo
 	}
 }
 
+// TestWait: sluice_wait_seconds observes the waits of admitted
+// reservations, by limit and dry_run, and nothing for an admission that
+// need not wait or a denial.
+func TestWait(t *testing.T) {
+	c, reg := newTest(t, WithMaxLimitNames(1))
+	api := core.PerMinute(100).WithName("api")
+	const ms = time.Millisecond
+	for _, res := range []core.Result{
+		{Allowed: true, Wait: 30 * ms, Limit: api},
+		{Allowed: true, Wait: 2 * time.Second, Limit: api},
+		{Allowed: true, Limit: api},                                // at once: not a wait
+		{Limit: api, RetryAfter: time.Second},                      // denied
+		{Allowed: true, Wait: 10 * ms, Limit: api, DryRun: true},   // a dry-run rule's
+		{Allowed: true, Wait: 40 * ms, Limit: core.PerSecond(5)},   // unnamed
+		{Allowed: true, Wait: 50 * ms, Limit: api.WithName("b")},   // beyond the bound
+		{Allowed: true, Wait: 70 * ms, Limit: api.WithName("c")},   // beyond the bound
+		{Allowed: true, Wait: 90 * ms, Limit: api.WithName("c")},   // beyond the bound
+		{Allowed: true, Wait: 20 * ms, Limit: api, Degraded: true}, // the local fallback's
+	} {
+		c.ObserveDecision(res, core.SourceStore)
+	}
+	c.ObserveDecision(core.Result{}, core.SourceFailClosed)
+	want := map[string]hist{
+		`dry_run="false",limit="api"`:     {3, 2.05},
+		`dry_run="true",limit="api"`:      {1, .01},
+		`dry_run="false",limit="unnamed"`: {1, .04},
+		`dry_run="false",limit="other"`:   {3, .21},
+	}
+	got := histograms(t, reg, "sluice_wait_seconds")
+	if len(got) != len(want) {
+		t.Errorf("sluice_wait_seconds has %d series, want %d: %v", len(got), len(want), got)
+	}
+	for labels, w := range want {
+		if g, ok := got[labels]; !ok || g.count != w.count || math.Abs(g.sum-w.sum) > 1e-9 {
+			t.Errorf("sluice_wait_seconds{%s} = %+v (found %v), want %+v", labels, g, ok, w)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
 // TestLimitCardinality: however many distinct limits a service uses, the
 // limit label and the Collector's own maps stay bounded.
 func TestLimitCardinality(t *testing.T) {
@@ -187,7 +230,7 @@ func TestLimitCardinality(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, reg := newTest(t, tt.opts...)
 			for i := range 1000 {
-				c.ObserveDecision(core.Result{Allowed: true, Limit: tt.limit(i)}, core.SourceStore)
+				c.ObserveDecision(core.Result{Allowed: true, Wait: time.Millisecond, Limit: tt.limit(i)}, core.SourceStore)
 				c.ObserveDecision(core.Result{Limit: tt.limit(i)}, core.SourceDenyCache)
 			}
 			// A name admitted before the bound was reached keeps its value.
@@ -204,6 +247,12 @@ func TestLimitCardinality(t *testing.T) {
 			}
 			if n := len(c.series); n != 2*tt.wantN {
 				t.Errorf("the collector holds %d series, want %d", n, 2*tt.wantN)
+			}
+			if n := len(c.waitSeries); n != tt.wantN {
+				t.Errorf("the collector holds %d wait series, want %d", n, tt.wantN)
+			}
+			if waits := histograms(t, reg, "sluice_wait_seconds"); len(waits) != tt.wantN {
+				t.Errorf("sluice_wait_seconds has %d series, want %d: %v", len(waits), tt.wantN, waits)
 			}
 			if got := values[tt.limit(0).Name]; tt.limit(0).Name != "" && got != 3 {
 				t.Errorf("decisions of the first limit = %v, want 3", got)
@@ -228,7 +277,7 @@ func TestLimitBoundConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				c.ObserveDecision(core.Result{Allowed: true, Limit: core.PerSecond(1).WithName(fmt.Sprintf("n%d-%d", g, i%20))}, core.SourceStore)
+				c.ObserveDecision(core.Result{Allowed: true, Wait: time.Millisecond, Limit: core.PerSecond(1).WithName(fmt.Sprintf("n%d-%d", g, i%20))}, core.SourceStore)
 			}
 		}()
 	}
@@ -243,6 +292,16 @@ func TestLimitBoundConcurrent(t *testing.T) {
 	}
 	if total != 1600 {
 		t.Errorf("decisions counted = %v, want 1600", total)
+	}
+	var waits uint64
+	for labels, h := range histograms(t, reg, "sluice_wait_seconds") {
+		waits += h.count
+		if limit := strings.TrimSuffix(strings.TrimPrefix(labels, `dry_run="false",limit="`), `"`); values[limit] == 0 {
+			t.Errorf("sluice_wait_seconds{%s}: a limit label the decisions do not have", labels)
+		}
+	}
+	if waits != 1600 {
+		t.Errorf("waits observed = %v, want 1600", waits)
 	}
 }
 
@@ -329,11 +388,11 @@ func TestOptions(t *testing.T) {
 		wantErr  string   // substring of New's error; "" for success
 		families []string // families the registry must have after one observation of each kind
 	}{
-		{"defaults", nil, "", []string{"sluice_decisions_total", "sluice_store_up", "sluice_store_outages_total",
+		{"defaults", nil, "", []string{"sluice_decisions_total", "sluice_wait_seconds", "sluice_store_up", "sluice_store_outages_total",
 			"sluice_store_outage_seconds_total", "sluice_store_errors_total", "sluice_store_latency_seconds"}},
-		{"namespace", []Option{WithNamespace("edge")}, "", []string{"edge_decisions_total", "edge_store_up",
+		{"namespace", []Option{WithNamespace("edge")}, "", []string{"edge_decisions_total", "edge_wait_seconds", "edge_store_up",
 			"edge_store_outages_total", "edge_store_outage_seconds_total", "edge_store_errors_total", "edge_store_latency_seconds"}},
-		{"no namespace", []Option{WithNamespace("")}, "", []string{"decisions_total", "store_latency_seconds"}},
+		{"no namespace", []Option{WithNamespace("")}, "", []string{"decisions_total", "wait_seconds", "store_latency_seconds"}},
 		{"last namespace wins", []Option{WithNamespace("a"), WithNamespace("b")}, "", []string{"b_decisions_total"}},
 		{"constant labels", []Option{WithConstLabels(prometheus.Labels{"region": "eu", "limiter": "api"})}, "", []string{"sluice_decisions_total"}},
 		{"buckets", []Option{WithBuckets(0.001, 0.01, 0.1)}, "", []string{"sluice_store_latency_seconds"}},
@@ -362,6 +421,7 @@ func TestOptions(t *testing.T) {
 				t.Fatalf("New() = %v", err)
 			}
 			c.ObserveDecision(core.Result{Allowed: true, Limit: core.PerSecond(1)}, core.SourceStore)
+			c.ObserveDecision(core.Result{Allowed: true, Wait: time.Second, Limit: core.PerSecond(1)}, core.SourceStore)
 			c.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: 5 * time.Millisecond})
 			mfs, err := reg.Gather()
 			if err != nil {
@@ -379,6 +439,11 @@ func TestOptions(t *testing.T) {
 			if mf := got["sluice_store_latency_seconds"]; mf != nil && tt.name == "buckets" {
 				if n := len(mf.GetMetric()[0].GetHistogram().GetBucket()); n != 3 {
 					t.Errorf("latency histogram has %d buckets, want 3", n)
+				}
+			}
+			if mf := got["sluice_wait_seconds"]; mf != nil {
+				if n := len(mf.GetMetric()[0].GetHistogram().GetBucket()); n != len(waitBuckets) {
+					t.Errorf("wait histogram has %d buckets, want %d whatever WithBuckets says", n, len(waitBuckets))
 				}
 			}
 			if tt.name == "constant labels" {
@@ -432,6 +497,10 @@ func TestObserveDecisionNoAlloc(t *testing.T) {
 		{"named", core.Result{Allowed: true, Limit: core.PerMinute(600).WithName("first")}},
 		{"beyond the bound", core.Result{Allowed: true, Limit: core.PerMinute(600).WithName("second")}},
 		{"dry run", core.Result{Limit: core.PerMinute(600).WithName("first"), DryRun: true}},
+		{"waited", core.Result{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("first")}},
+		{"waited, unnamed", core.Result{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600)}},
+		{"waited beyond the bound", core.Result{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("second")}},
+		{"waited in a dry run", core.Result{Allowed: true, Wait: 30 * time.Millisecond, Limit: core.PerMinute(600).WithName("first"), DryRun: true}},
 	}
 	for _, tt := range tests {
 		c.ObserveDecision(tt.res, core.SourceStore)
@@ -452,18 +521,30 @@ func TestInvalidUTF8(t *testing.T) {
 	}
 }
 
-// TestWithLimiter wires the collector to an in-memory limiter.
+// TestWithLimiter wires the collector to an in-memory limiter, whose clock
+// stands still: the second Wait reserves a token due in 50 ms.
 func TestWithLimiter(t *testing.T) {
-	c, _ := newTest(t)
-	lim, err := core.NewMemory(core.WithObserver(c))
+	c, reg := newTest(t)
+	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim, err := core.NewMemory(core.WithObserver(c), core.WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	for range 3 {
-		lim.Allow(context.Background(), "k", core.PerMinute(2))
+		lim.Allow(ctx, "k", core.PerMinute(2))
 	}
 	if got := testutil.ToFloat64(c.decisions.WithLabelValues("denied", "store", "unnamed", "false")); got != 1 {
 		t.Fatalf("denied = %v, want 1", got)
+	}
+	smooth := core.PerSecond(20).WithBurst(1).WithName("smooth")
+	for range 2 {
+		if _, err := lim.Wait(ctx, "w", 1, smooth); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := histograms(t, reg, "sluice_wait_seconds")[`dry_run="false",limit="smooth"`]; got != (hist{1, .05}) {
+		t.Errorf("sluice_wait_seconds{limit=smooth} = %+v, want one wait of 0.05 s", got)
 	}
 }
 
@@ -508,6 +589,37 @@ func labelValues(t *testing.T, reg *prometheus.Registry, name, label string) map
 			for _, m := range mf.GetMetric() {
 				out[labelsOf(m)[label]] += m.GetCounter().GetValue()
 			}
+		}
+	}
+	return out
+}
+
+// hist is one histogram series as the tests compare it.
+type hist struct {
+	count uint64
+	sum   float64
+}
+
+// histograms scrapes reg for family name's histograms, by their labels
+// written k="v",k="v" in name order.
+func histograms(t *testing.T, reg *prometheus.Registry, name string) map[string]hist {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]hist{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, l := range m.GetLabel() { // sorted by name
+				parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			h := m.GetHistogram()
+			out[strings.Join(parts, ",")] = hist{h.GetSampleCount(), h.GetSampleSum()}
 		}
 	}
 	return out

@@ -26,8 +26,10 @@ const DefaultRemoteAddr = "192.0.2.10:40000"
 // to send it requests. It reports setup failures with tb.Fatal.
 type Build func(tb testing.TB, app App) Serve
 
-// Serve sends one request through the router and returns its answer. It is
-// called from the test's goroutine, one request at a time.
+// Serve sends one request through the router and returns its answer. [Run]
+// calls it from the test's goroutine, one request at a time;
+// [CheckConcurrency] calls it from several goroutines at once, which the
+// Serve of [ServeHTTP] allows.
 type Serve func(Request) Response
 
 // App is a router to build: one limiter shared by every middleware, an
@@ -51,6 +53,12 @@ type Route struct {
 	Pattern string
 	// Middleware, when not nil, limits this route only.
 	Middleware *Middleware
+	// Handler, when not nil, is called by the route's handler, with the
+	// request as the middleware's options see it, before it answers [OK].
+	// It may block, and it may panic: the builder then recovers outside
+	// the middleware, as the framework's recover middleware does, and
+	// answers 500 (see [CheckConcurrency]).
+	Handler func(Call)
 }
 
 // ColonPattern returns the route's pattern with parameters written as
@@ -94,6 +102,9 @@ type Middleware struct {
 	Wait        time.Duration
 	ProblemJSON bool
 	Scope       string
+	// Concurrency maps to WithConcurrency; its zero value means "do not
+	// pass the option".
+	Concurrency core.ConcurrencyLimit
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.

@@ -26,9 +26,10 @@
 //		})
 //	}
 //
-// The builder's route handlers answer 200 with the body [OK] as plain text.
-// A neutral deny or error handler returns a [Reply], which the builder's
-// native handler writes as it is.
+// The builder's route handlers answer 200 with the body [OK] as plain text,
+// after calling the route's [Route.Handler] when it has one. A neutral deny
+// or error handler returns a [Reply], which the builder's native handler
+// writes as it is.
 //
 // [ServeHTTP] serves requests through any http.Handler with
 // net/http/httptest. Frameworks that are not built on net/http perform the
@@ -47,4 +48,9 @@
 // status codes, rate-limit header fields, Retry-After, content types and
 // bodies, and every answer is checked never to contain an error's text.
 // No scenario sleeps; the waiting ones take a few tens of milliseconds.
+//
+// [CheckConcurrency] checks a concurrency cap (WithConcurrency) with the
+// same builder: requests held in a route's handler, concurrent requests, a
+// handler that panics and a client that hangs up, in memory and on a real
+// Redis.
 package adaptertest

@@ -14,9 +14,10 @@ import (
 
 // RunPanics checks that an adapter's constructor panics on each programming
 // mistake it must catch at setup: a nil limiter, a nil key function, an
-// invalid limit or extra limit, a negative wait and an unknown header
-// style. The panic message must begin with pkg and ": ", and for an invalid
-// limit the panic value must be an error wrapping [core.ErrInvalidLimit].
+// invalid limit, extra limit or concurrency cap, a negative wait and an
+// unknown header style. The panic message must begin with pkg and ": ",
+// and for an invalid limit or cap the panic value must be an error
+// wrapping [core.ErrInvalidLimit].
 //
 // mk builds the adapter's middleware for m on lim, as a [Build] does.
 func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middleware)) {
@@ -34,6 +35,7 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "zero limit", lim: lim, m: Middleware{Key: keyfunc.IP()}, invalid: true},
 		{name: "invalid limit", lim: lim, m: Middleware{Limit: core.PerSecond(0), Key: keyfunc.IP()}, invalid: true},
 		{name: "invalid extra limit", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Limits: []core.Limit{{Rate: 1}}}, invalid: true},
+		{name: "invalid concurrency cap", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Concurrency: core.ConcurrencyLimit{Max: -1}}, invalid: true},
 		{name: "negative wait", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Wait: -time.Second}},
 		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: policy.HeadersNone + 1}},
 	} {

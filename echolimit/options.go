@@ -43,6 +43,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[echo.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[echo.Context, handlers]
+	// WithConcurrency is [policy.WithConcurrency].
+	WithConcurrency = policy.WithConcurrency[echo.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].
 	WithQuotaUnit = policy.WithQuotaUnit[echo.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].

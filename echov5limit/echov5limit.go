@@ -21,10 +21,15 @@ import (
 // handler (see [WithErrorHandler]). See the package documentation for the
 // default answers.
 //
+// With [WithConcurrency], an admitted request holds a slot of its key until
+// the next handler returns or panics, and gives it back then (see
+// [policy.Verdict.Done]).
+//
 // New panics, with a message that begins "echov5limit: ", when lim or key
-// is nil, when limit or a limit from [WithLimits] is invalid (the panic
-// value then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
-// when [WithHeaders] names an unknown style, or when an option is nil.
+// is nil, when limit, a limit from [WithLimits] or the cap of
+// [WithConcurrency] is invalid (the panic value then wraps
+// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) echo.MiddlewareFunc {
 	mw, err := Build(lim, limit, key, opts...)
 	if err != nil {
@@ -48,6 +53,7 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 			switch v.Action {
 			case policy.Continue:
 				v.WriteHeaders(c.Response().Header())
+				defer v.Done() // also when next panics
 				return next(c)
 			case policy.Deny:
 				v.WriteHeaders(c.Response().Header())

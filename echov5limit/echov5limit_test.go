@@ -18,6 +18,10 @@ func TestConformance(t *testing.T) {
 	adaptertest.Run(t, build)
 }
 
+func TestConcurrency(t *testing.T) {
+	adaptertest.CheckConcurrency(t, build)
+}
+
 func TestNewPanics(t *testing.T) {
 	adaptertest.RunPanics(t, "echov5limit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
 }
@@ -38,11 +42,17 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 		}
 		_ = c.Blob(code, "text/plain; charset=utf-8", []byte(http.StatusText(code)+"\n"))
 	}
+	e.Use(recoverer)
 	if app.Use != nil {
 		e.Use(middleware(app.Limiter, app.Use))
 	}
-	ok := func(c *echo.Context) error { return c.String(http.StatusOK, adaptertest.OK) }
 	for _, rt := range app.Routes {
+		ok := func(c *echo.Context) error {
+			if rt.Handler != nil {
+				rt.Handler(call(c))
+			}
+			return c.String(http.StatusOK, adaptertest.OK)
+		}
 		var mws []echo.MiddlewareFunc
 		if rt.Middleware != nil {
 			mws = append(mws, middleware(app.Limiter, rt.Middleware))
@@ -52,17 +62,35 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 	return adaptertest.ServeHTTP(e)
 }
 
+// recoverer answers 500 for a handler that panics, as echo's Recover
+// middleware does.
+func recoverer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) (err error) {
+		defer func() {
+			if recover() != nil {
+				err = &echo.HTTPError{Code: http.StatusInternalServerError, Message: http.StatusText(http.StatusInternalServerError)}
+			}
+		}()
+		return next(c)
+	}
+}
+
+// call is the neutral view of a request.
+func call(c *echo.Context) adaptertest.Call {
+	return adaptertest.Call{Method: c.Request().Method, Path: c.Request().URL.Path, Header: c.Request().Header.Get}
+}
+
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFunc {
-	call := func(c *echo.Context) adaptertest.Call {
-		return adaptertest.Call{Method: c.Request().Method, Path: c.Request().URL.Path, Header: c.Request().Header.Get}
-	}
 	reply := func(c *echo.Context, rep adaptertest.Reply) error {
 		return c.Blob(rep.Status, rep.ContentType, []byte(rep.Body))
 	}
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
 	if m.Scope != "" {
 		opts = append(opts, WithScope(m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, WithConcurrency(m.Concurrency))
 	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c *echo.Context) bool { return m.Skip(call(c)) }))

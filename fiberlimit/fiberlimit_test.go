@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	fiberrecover "github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
@@ -19,6 +20,10 @@ import (
 
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, build)
+}
+
+func TestConcurrency(t *testing.T) {
+	adaptertest.CheckConcurrency(t, build)
 }
 
 func TestNewPanics(t *testing.T) {
@@ -51,6 +56,7 @@ func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
 		c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
 		return c.Status(code).SendString(utils.StatusMessage(code) + "\n")
 	}})
+	f.Use(fiberrecover.New()) // a panic answers 500, through the ErrorHandler
 	f.Use(func(c *fiber.Ctx) error {
 		if ctx, ok := c.Context().UserValue(userContext{}).(context.Context); ok {
 			c.SetUserContext(ctx)
@@ -60,11 +66,14 @@ func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
 	if app.Use != nil {
 		f.Use(middleware(app.Limiter, app.Use))
 	}
-	ok := func(c *fiber.Ctx) error {
-		c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
-		return c.SendString(adaptertest.OK)
-	}
 	for _, rt := range app.Routes {
+		ok := func(c *fiber.Ctx) error {
+			if rt.Handler != nil {
+				rt.Handler(call(c))
+			}
+			c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+			return c.SendString(adaptertest.OK)
+		}
 		handlers := []fiber.Handler{ok}
 		if rt.Middleware != nil {
 			handlers = []fiber.Handler{middleware(app.Limiter, rt.Middleware), ok}
@@ -104,11 +113,13 @@ func newCtx(tb testing.TB, method, path, peer string, header http.Header) *fasth
 	return fctx
 }
 
+// call is the neutral view of a request.
+func call(c *fiber.Ctx) adaptertest.Call {
+	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+}
+
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
-	call := func(c *fiber.Ctx) adaptertest.Call {
-		return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
-	}
 	reply := func(c *fiber.Ctx, rep adaptertest.Reply) error {
 		c.Set(fiber.HeaderContentType, rep.ContentType)
 		return c.Status(rep.Status).SendString(rep.Body)
@@ -116,6 +127,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
 	if m.Scope != "" {
 		opts = append(opts, WithScope(m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, WithConcurrency(m.Concurrency))
 	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c *fiber.Ctx) bool { return m.Skip(call(c)) }))

@@ -43,6 +43,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*fiber.Ctx, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*fiber.Ctx, handlers]
+	// WithConcurrency is [policy.WithConcurrency].
+	WithConcurrency = policy.WithConcurrency[*fiber.Ctx, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].
 	WithQuotaUnit = policy.WithQuotaUnit[*fiber.Ctx, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].

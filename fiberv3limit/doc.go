@@ -39,6 +39,11 @@
 // [WithProblemJSON], which fiber's error handler cannot render, failures
 // are answered directly with problem details instead.
 //
+// With [WithConcurrency], a request holds its slot until c.Next returns. A
+// handler that streams its answer (SendStreamWriter) returns before
+// fasthttp writes the body, so the slot is given back before the body is
+// sent: the cap counts the handlers' work, not the transfer.
+//
 // # Client addresses and proxies
 //
 // [keyfunc.IP] keys requests by the connection's peer address, as fasthttp

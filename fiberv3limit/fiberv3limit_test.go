@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v3"
+	fiberrecover "github.com/gofiber/fiber/v3/middleware/recover"
 	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
@@ -28,6 +29,12 @@ func TestConformance(t *testing.T) {
 func TestConformanceCustomCtx(t *testing.T) {
 	adaptertest.Run(t, func(tb testing.TB, app adaptertest.App) adaptertest.Serve {
 		return build(tb, app, newCustomApp())
+	})
+}
+
+func TestConcurrency(t *testing.T) {
+	adaptertest.CheckConcurrency(t, func(tb testing.TB, app adaptertest.App) adaptertest.Serve {
+		return build(tb, app, fiber.New(config))
 	})
 }
 
@@ -70,6 +77,7 @@ type userContext struct{}
 // handler sets the context from the test request, as an app's timeout
 // middleware would.
 func build(tb testing.TB, app adaptertest.App, f *fiber.App) adaptertest.Serve {
+	f.Use(fiberrecover.New()) // a panic answers 500, through the ErrorHandler
 	f.Use(func(c fiber.Ctx) error {
 		if ctx, ok := c.RequestCtx().UserValue(userContext{}).(context.Context); ok {
 			c.SetContext(ctx)
@@ -79,11 +87,14 @@ func build(tb testing.TB, app adaptertest.App, f *fiber.App) adaptertest.Serve {
 	if app.Use != nil {
 		f.Use(middleware(app.Limiter, app.Use))
 	}
-	ok := func(c fiber.Ctx) error {
-		c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
-		return c.SendString(adaptertest.OK)
-	}
 	for _, rt := range app.Routes {
+		ok := func(c fiber.Ctx) error {
+			if rt.Handler != nil {
+				rt.Handler(call(c))
+			}
+			c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+			return c.SendString(adaptertest.OK)
+		}
 		if rt.Middleware != nil {
 			f.Add([]string{rt.Method}, rt.ColonPattern(), middleware(app.Limiter, rt.Middleware), ok)
 		} else {
@@ -123,11 +134,13 @@ func newCtx(tb testing.TB, method, path, peer string, header http.Header) *fasth
 	return fctx
 }
 
+// call is the neutral view of a request.
+func call(c fiber.Ctx) adaptertest.Call {
+	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+}
+
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
-	call := func(c fiber.Ctx) adaptertest.Call {
-		return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
-	}
 	reply := func(c fiber.Ctx, rep adaptertest.Reply) error {
 		c.Set(fiber.HeaderContentType, rep.ContentType)
 		return c.Status(rep.Status).SendString(rep.Body)
@@ -135,6 +148,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
 	if m.Scope != "" {
 		opts = append(opts, WithScope(m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, WithConcurrency(m.Concurrency))
 	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c fiber.Ctx) bool { return m.Skip(call(c)) }))

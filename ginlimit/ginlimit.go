@@ -20,10 +20,15 @@ import (
 // (see [WithErrorHandler]). Both abort the chain. See the package
 // documentation for the default answers.
 //
+// With [WithConcurrency], an admitted request holds a slot of its key until
+// the rest of the chain returns or panics, and gives it back then (see
+// [policy.Verdict.Done]).
+//
 // New panics, with a message that begins "ginlimit: ", when lim or key is
-// nil, when limit or a limit from [WithLimits] is invalid (the panic value
-// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative,
-// when [WithHeaders] names an unknown style, or when an option is nil.
+// nil, when limit, a limit from [WithLimits] or the cap of
+// [WithConcurrency] is invalid (the panic value then wraps
+// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) gin.HandlerFunc {
 	mw, err := Build(lim, limit, key, opts...)
 	if err != nil {
@@ -46,6 +51,7 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 		switch v.Action {
 		case policy.Continue:
 			v.WriteHeaders(c.Writer.Header())
+			defer v.Done() // also when the chain panics
 			c.Next()
 			return
 		case policy.Deny:

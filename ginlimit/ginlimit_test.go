@@ -2,6 +2,7 @@ package ginlimit
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,19 +18,29 @@ func TestConformance(t *testing.T) {
 	adaptertest.Run(t, build)
 }
 
+func TestConcurrency(t *testing.T) {
+	adaptertest.CheckConcurrency(t, build)
+}
+
 func TestNewPanics(t *testing.T) {
 	adaptertest.RunPanics(t, "ginlimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
 }
 
-// build serves app with a gin engine: app.Use through Engine.Use, route
-// middlewares in their route's chain.
+// build serves app with a gin engine: gin's recovery first, app.Use
+// through Engine.Use, route middlewares in their route's chain.
 func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 	r := gin.New()
+	r.Use(gin.RecoveryWithWriter(io.Discard))
 	if app.Use != nil {
 		r.Use(middleware(app.Limiter, app.Use))
 	}
-	ok := func(c *gin.Context) { c.String(http.StatusOK, adaptertest.OK) }
 	for _, rt := range app.Routes {
+		ok := func(c *gin.Context) {
+			if rt.Handler != nil {
+				rt.Handler(call(c))
+			}
+			c.String(http.StatusOK, adaptertest.OK)
+		}
 		chain := []gin.HandlerFunc{ok}
 		if rt.Middleware != nil {
 			chain = []gin.HandlerFunc{middleware(app.Limiter, rt.Middleware), ok}
@@ -39,15 +50,20 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 	return adaptertest.ServeHTTP(r)
 }
 
+// call is the neutral view of a request.
+func call(c *gin.Context) adaptertest.Call {
+	return adaptertest.Call{Method: c.Request.Method, Path: c.Request.URL.Path, Header: c.GetHeader}
+}
+
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
-	call := func(c *gin.Context) adaptertest.Call {
-		return adaptertest.Call{Method: c.Request.Method, Path: c.Request.URL.Path, Header: c.GetHeader}
-	}
 	reply := func(c *gin.Context, rep adaptertest.Reply) { c.Data(rep.Status, rep.ContentType, []byte(rep.Body)) }
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
 	if m.Scope != "" {
 		opts = append(opts, WithScope(m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, WithConcurrency(m.Concurrency))
 	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(c *gin.Context) bool { return m.Skip(call(c)) }))

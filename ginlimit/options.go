@@ -43,6 +43,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*gin.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*gin.Context, handlers]
+	// WithConcurrency is [policy.WithConcurrency].
+	WithConcurrency = policy.WithConcurrency[*gin.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].
 	WithQuotaUnit = policy.WithQuotaUnit[*gin.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].

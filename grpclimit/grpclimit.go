@@ -43,9 +43,10 @@ type Interceptor struct {
 // answers.
 //
 // New panics, with a message that begins "grpclimit: ", when lim or key is
-// nil, when limit or a limit from [WithLimits] is invalid (the panic value
-// then wraps [core.ErrInvalidLimit]), when [WithWait] is negative, when
-// [WithHeaders] names an unknown style, or when an option is nil.
+// nil, when limit, a limit from [WithLimits] or the cap of
+// [WithConcurrency] is invalid (the panic value then wraps
+// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) *Interceptor {
 	l, err := Build(lim, limit, key, opts...)
 	if err != nil {
@@ -68,12 +69,16 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 
 // Unary returns the interceptor for unary calls, for grpc.UnaryInterceptor
 // or grpc.ChainUnaryInterceptor. It sets the rate-limit metadata with
-// grpc.SetHeader, and calls the handler only for an admitted call.
+// grpc.SetHeader, and calls the handler only for an admitted call. With
+// [WithConcurrency], an admitted call holds a slot of its key until the
+// handler returns or panics.
 func (l *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := l.decide(ctx, info.FullMethod, grpc.ServerTransportStreamFromContext(ctx)); err != nil {
+		v, err := l.decide(ctx, info.FullMethod, grpc.ServerTransportStreamFromContext(ctx))
+		if err != nil {
 			return nil, err
 		}
+		defer v.Done() // also when the handler panics
 		return handler(ctx, req)
 	}
 }
@@ -83,12 +88,15 @@ func (l *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // call: it is decided once, when it opens, whatever number of messages it
 // carries. The interceptor sets the rate-limit metadata with
 // ServerStream.SetHeader, and calls the handler only for an admitted
-// stream.
+// stream. With [WithConcurrency], an admitted stream holds a slot of its
+// key until the handler returns or panics: for as long as it is open.
 func (l *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := l.decide(ss.Context(), info.FullMethod, ss); err != nil {
+		v, err := l.decide(ss.Context(), info.FullMethod, ss)
+		if err != nil {
 			return err
 		}
+		defer v.Done() // also when the handler panics
 		return handler(srv, ss)
 	}
 }
@@ -108,9 +116,15 @@ func (l *Interceptor) Stream() grpc.StreamServerInterceptor {
 // codes.ResourceExhausted status whose message embeds this one's, so a
 // call without a key or a store outage look like a denial there, and the
 // RetryInfo detail is lost; prefer Unary and Stream.
+//
+// Limit cannot hold a slot of a [WithConcurrency] cap, since nothing tells
+// it when the call ends: it refuses a call whose key has Max calls in
+// flight through Unary and Stream, but the calls it admits take no slot.
 func (l *Interceptor) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	return l.decide(ctx, method, grpc.ServerTransportStreamFromContext(ctx))
+	v, err := l.decide(ctx, method, grpc.ServerTransportStreamFromContext(ctx))
+	v.Done()
+	return err
 }
 
 // headerSetter is what both grpc.ServerTransportStream and
@@ -119,25 +133,27 @@ type headerSetter interface {
 	SetHeader(metadata.MD) error
 }
 
-// decide runs the policy for one call and returns nil to let the call go
-// on, or the error it fails with. hs may be nil outside a server call.
-func (l *Interceptor) decide(ctx context.Context, method string, hs headerSetter) error {
+// decide runs the policy for one call and returns its verdict and nil to
+// let the call go on, or the error it fails with. The caller calls the
+// verdict's Done when the call ends (a handler that lets a refused call go
+// on holds no slot). hs may be nil outside a server call.
+func (l *Interceptor) decide(ctx context.Context, method string, hs headerSetter) (policy.Verdict, error) {
 	v := l.p.Decide(ctx, &call{ctx: ctx, method: method})
 	switch v.Action {
 	case policy.Continue:
 		setHeaders(&v, hs)
-		return nil
+		return v, nil
 	case policy.Deny:
 		retryAfter := setHeaders(&v, hs)
 		if l.o.deny != nil {
-			return l.o.deny(ctx, v.Result)
+			return v, l.o.deny(ctx, v.Result)
 		}
-		return denied(v.Result, retryAfter)
+		return v, denied(v.Result, retryAfter)
 	default:
 		if l.o.onError != nil {
-			return l.o.onError(ctx, v.Err)
+			return v, l.o.onError(ctx, v.Err)
 		}
-		return failed(ctx, &v)
+		return v, failed(ctx, &v)
 	}
 }
 

@@ -594,7 +594,11 @@ func TestFailureCodes(t *testing.T) {
 
 func TestNewPanics(t *testing.T) {
 	adaptertest.RunPanics(t, "grpclimit", func(lim *core.Limiter, m *adaptertest.Middleware) {
-		New(lim, m.Limit, m.Key, WithLimits(m.Limits...), WithHeaders(m.Headers), WithWait(m.Wait))
+		opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithWait(m.Wait)}
+		if m.Concurrency != (core.ConcurrencyLimit{}) {
+			opts = append(opts, WithConcurrency(m.Concurrency))
+		}
+		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {
 		if v := recover(); v == nil || !strings.HasPrefix(v.(error).Error(), "grpclimit: ") {

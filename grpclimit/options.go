@@ -48,6 +48,8 @@ var (
 	WithWait = policy.WithWait[context.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[context.Context, handlers]
+	// WithConcurrency is [policy.WithConcurrency].
+	WithConcurrency = policy.WithConcurrency[context.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].
 	WithQuotaUnit = policy.WithQuotaUnit[context.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].

@@ -15,20 +15,27 @@ func TestConformance(t *testing.T) {
 	adaptertest.Run(t, build)
 }
 
+func TestConcurrency(t *testing.T) {
+	adaptertest.CheckConcurrency(t, build)
+}
+
 func TestNewPanics(t *testing.T) {
 	adaptertest.RunPanics(t, "httplimit", func(lim *core.Limiter, m *adaptertest.Middleware) { middleware(lim, m) })
 }
 
 // build serves app with a ServeMux: app.Use wraps the whole mux, route
-// middlewares wrap their route's handler.
+// middlewares wrap their route's handler, and a recoverer the whole, as
+// a panicking handler's server would answer it.
 func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte(adaptertest.OK))
-	})
 	mux := http.NewServeMux()
 	for _, rt := range app.Routes {
-		var h http.Handler = ok
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if rt.Handler != nil {
+				rt.Handler(call(r))
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte(adaptertest.OK))
+		})
 		if rt.Middleware != nil {
 			h = middleware(app.Limiter, rt.Middleware)(h)
 		}
@@ -38,14 +45,28 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 	if app.Use != nil {
 		root = middleware(app.Limiter, app.Use)(mux)
 	}
-	return adaptertest.ServeHTTP(root)
+	return adaptertest.ServeHTTP(recoverer(root))
+}
+
+// recoverer answers 500 for a handler that panics.
+func recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if recover() != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// call is the neutral view of a request.
+func call(r *http.Request) adaptertest.Call {
+	return adaptertest.Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Get}
 }
 
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler) http.Handler {
-	call := func(r *http.Request) adaptertest.Call {
-		return adaptertest.Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Get}
-	}
 	reply := func(w http.ResponseWriter, rep adaptertest.Reply) {
 		w.Header().Set("Content-Type", rep.ContentType)
 		w.WriteHeader(rep.Status)
@@ -54,6 +75,9 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler)
 	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
 	if m.Scope != "" {
 		opts = append(opts, WithScope(m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, WithConcurrency(m.Concurrency))
 	}
 	if m.Skip != nil {
 		opts = append(opts, WithSkip(func(r *http.Request) bool { return m.Skip(call(r)) }))
@@ -116,6 +140,16 @@ func BenchmarkMiddleware(b *testing.B) {
 		b.Fatal(err)
 	}
 	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP())(hello))
+}
+
+// BenchmarkConcurrency is BenchmarkMiddleware with a concurrency cap on
+// the memory limiter: a slot taken and given back per request.
+func BenchmarkConcurrency(b *testing.B) {
+	lim, err := core.NewMemory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bench(b, New(lim, core.PerSecond(1<<30), keyfunc.IP(), WithConcurrency(core.ConcurrencyLimit{Max: 10}))(hello))
 }
 
 // BenchmarkKey measures extracting a tenant, route and IP key through the *http.Request view.

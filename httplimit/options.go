@@ -43,6 +43,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*http.Request, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*http.Request, handlers]
+	// WithConcurrency is [policy.WithConcurrency].
+	WithConcurrency = policy.WithConcurrency[*http.Request, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].
 	WithQuotaUnit = policy.WithQuotaUnit[*http.Request, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].

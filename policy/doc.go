@@ -5,7 +5,8 @@
 //
 // The adapters (httplimit, ginlimit, echolimit, fiberlimit) only translate:
 // each wraps its framework's request in a [keyfunc.Request], calls
-// [Policy.Decide], and writes the [Verdict] the way its framework expects.
+// [Policy.Decide], writes the [Verdict] the way its framework expects, and
+// calls [Verdict.Done] when a request it passed on ends.
 // Their options are this package's, instantiated for the framework's
 // request type, so the four cannot drift apart:
 //

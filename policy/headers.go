@@ -16,6 +16,14 @@ import (
 // the one that denied, or else the one with the fewest tokens left), so
 // that with several limits (10/s and 1000/h) the numbers of one field all
 // belong to one limit.
+//
+// With a concurrency cap ([WithConcurrency]), RateLimit-Policy ends with an
+// item for the cap, `"name";q=Max;qu="concurrent-requests"`, without w: a
+// cap has no window. The other fields describe the rate limits, except on
+// a request the cap refused: they then describe the cap, RateLimit as
+// `"name";r=0` without t (no one can tell when a slot frees), and
+// X-RateLimit-Limit, -Remaining and -Reset as Max, 0 and 1, the last
+// agreeing with Retry-After.
 type HeaderStyle int8
 
 const (
@@ -60,31 +68,34 @@ const (
 // decision, "" when the decision has none.
 type field struct {
 	name, canonical string
-	value           func(*decided) string
+	value           func(decided) string // by value: a pointer through a func table would make every verdict's decided escape to the heap
 }
 
 // fields is every field a verdict may carry, by number. A field of the
 // IETF draft takes its parameters from the tables in ietf.go.
 var fields = [numFields]field{
-	fRetryAfter: {"Retry-After", "Retry-After", func(d *decided) string {
+	fRetryAfter: {"Retry-After", "Retry-After", func(d decided) string {
 		if !d.deny {
 			return ""
 		}
 		return strconv.FormatInt(ceilSeconds(d.retry), 10)
 	}},
-	fLimit: {"X-RateLimit-Limit", "X-Ratelimit-Limit", func(d *decided) string {
-		if d.idx >= 0 {
+	fLimit: {"X-RateLimit-Limit", "X-Ratelimit-Limit", func(d decided) string {
+		switch {
+		case d.cap != nil:
+			return d.cap.max
+		case d.idx >= 0:
 			return d.rule.burstField[d.idx]
 		}
 		return strconv.Itoa(d.limit.Burst)
 	}},
-	fRemaining: {"X-RateLimit-Remaining", "X-Ratelimit-Remaining", func(d *decided) string {
+	fRemaining: {"X-RateLimit-Remaining", "X-Ratelimit-Remaining", func(d decided) string {
 		return strconv.Itoa(d.remaining)
 	}},
-	fReset: {"X-RateLimit-Reset", "X-Ratelimit-Reset", func(d *decided) string {
+	fReset: {"X-RateLimit-Reset", "X-Ratelimit-Reset", func(d decided) string {
 		return strconv.FormatInt(ceilSeconds(d.reset), 10)
 	}},
-	fPolicy: {"RateLimit-Policy", "Ratelimit-Policy", func(d *decided) string {
+	fPolicy: {"RateLimit-Policy", "Ratelimit-Policy", func(d decided) string {
 		return d.rule.policyField
 	}},
 	fRateLimit: {"RateLimit", "Ratelimit", serviceLimit},
@@ -100,10 +111,12 @@ var styleFields = [...][]int{
 }
 
 // decided is what the fields of one verdict say: the deciding limit and its
-// numbers, taken from the verdict's core.Result.
+// numbers, taken from the verdict's core.Result, or the concurrency cap
+// that refused the request.
 type decided struct {
 	rule      *rule
-	idx       int // the deciding limit's index in rule.limits; -1 for one not in it (the local fallback's share)
+	cap       *capRule // the cap that refused the request; nil when a rate limit decided
+	idx       int      // the deciding limit's index in rule.limits; -1 for one not in it (the local fallback's share)
 	limit     core.Limit
 	remaining int
 	reset     time.Duration // until the limit's bucket is full again
@@ -116,6 +129,12 @@ type decided struct {
 func (v *Verdict) decide(d *decided) bool {
 	if !v.decided {
 		return false
+	}
+	if v.capped {
+		// No slot is known to free at any time: a refusal advises
+		// capRetry, and its RateLimit item has no window.
+		*d = decided{rule: v.rule, cap: v.rule.cap, idx: -1, reset: capRetry, deny: true, retry: addSat(capRetry, v.jitter)}
+		return true
 	}
 	res := &v.Result
 	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, remaining: res.Remaining, reset: res.ResetAfter}
@@ -139,16 +158,28 @@ func (v *Verdict) decide(d *decided) bool {
 	return true
 }
 
+// item is the RateLimit item name of what decided: the deciding limit's,
+// or the cap's.
+func (d *decided) item() string {
+	switch {
+	case d.cap != nil:
+		return d.cap.item
+	case d.idx >= 0:
+		return d.rule.items[d.idx]
+	}
+	return limitItem(d.limit)
+}
+
 // values computes the verdict's fields into vals, "" for absent ones.
 func (v *Verdict) values(vals *[numFields]string) {
 	var d decided
 	if !v.decide(&d) {
 		return
 	}
-	vals[fRetryAfter] = fields[fRetryAfter].value(&d)
+	vals[fRetryAfter] = fields[fRetryAfter].value(d)
 	if int(v.style) < len(styleFields) {
 		for _, f := range styleFields[v.style] {
-			vals[f] = fields[f].value(&d)
+			vals[f] = fields[f].value(d)
 		}
 	}
 }

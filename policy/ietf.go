@@ -29,25 +29,40 @@ import (
 //   - the quota unit qu is left out unless WithQuotaUnit names one: the
 //     draft's default is requests. (With WithCost, q and r count cost
 //     units: name the unit they are, such as content-bytes.)
+//
+// A concurrency cap (WithConcurrency) is a policy of its own quota unit,
+// concurrent-requests, with q its Max. It has no window: the draft makes
+// both w and t optional, and a cap has neither a window nor a time at
+// which a slot is known to free, so its items leave them out. A refusal
+// says r=0 and, in Retry-After, one second (see capRetry).
 
-// policyParams are the parameters of a RateLimit-Policy item, in order,
-// each a function of the limit the item describes.
+// quota is what a RateLimit-Policy item says of a rate limit or a cap.
+type quota struct {
+	q    int64  // the quota: a limit's Burst, a cap's Max
+	w    int64  // the window in seconds; 0 for none (a cap)
+	unit string // qu; "" leaves it out
+}
+
+// policyParams are the integer parameters of a RateLimit-Policy item, in
+// order, each a function of the quota the item describes that also says
+// whether the item has it. The quota unit follows them.
 var policyParams = []struct {
 	key   string
-	value func(core.Limit) int64
+	value func(*quota) (int64, bool)
 }{
-	{"q", func(l core.Limit) int64 { return int64(l.Burst) }},
-	{"w", refillSeconds},
+	{"q", func(q *quota) (int64, bool) { return q.q, true }},
+	{"w", func(q *quota) (int64, bool) { return q.w, q.w > 0 }},
 }
 
 // limitParams are the parameters of a RateLimit item, in order, each a
-// function of the decision it describes.
+// function of the decision it describes that also says whether the item
+// has it.
 var limitParams = []struct {
 	key   string
-	value func(*decided) int64
+	value func(decided) (int64, bool)
 }{
-	{"r", func(d *decided) int64 { return int64(d.remaining) }},
-	{"t", func(d *decided) int64 { return ceilSeconds(d.window) }},
+	{"r", func(d decided) (int64, bool) { return int64(d.remaining), true }},
+	{"t", func(d decided) (int64, bool) { return ceilSeconds(d.window), d.cap == nil }},
 }
 
 // The problem type of a 429 with [WithProblemJSON], with its registered
@@ -61,40 +76,53 @@ const (
 // policyItem returns l's item in RateLimit-Policy, its name (see
 // limitItem) and parameters.
 func policyItem(l core.Limit, unit string) string {
-	b := []byte(limitItem(l))
+	return quotaItem(limitItem(l), quota{q: int64(l.Burst), w: refillSeconds(l), unit: unit})
+}
+
+// capPolicyItem returns c's item in RateLimit-Policy, its name (see
+// capItem) and parameters.
+func capPolicyItem(c core.ConcurrencyLimit) string {
+	return quotaItem(capItem(c), quota{q: int64(c.Max), unit: concurrentRequests})
+}
+
+// quotaItem is the RateLimit-Policy item named name (an sf-string) for q.
+func quotaItem(name string, q quota) string {
+	b := []byte(name)
 	for _, p := range policyParams {
-		b = append(b, ';')
-		b = append(b, p.key...)
-		b = append(b, '=')
-		b = strconv.AppendInt(b, p.value(l), 10)
+		if v, ok := p.value(&q); ok {
+			b = append(b, ';')
+			b = append(b, p.key...)
+			b = append(b, '=')
+			b = strconv.AppendInt(b, v, 10)
+		}
 	}
-	if unit != "" {
+	if q.unit != "" {
 		b = append(b, `;qu="`...)
-		b = append(b, unit...)
+		b = append(b, q.unit...)
 		b = append(b, '"')
 	}
 	return string(b)
 }
 
+// concurrentRequests is the quota unit of a concurrency cap.
+const concurrentRequests = "concurrent-requests"
+
 // quotaUnits are the quota units the draft registers, the values
 // WithQuotaUnit accepts.
-var quotaUnits = []string{"requests", "content-bytes", "concurrent-requests"}
+var quotaUnits = []string{"requests", "content-bytes", concurrentRequests}
 
 // serviceLimit is the RateLimit field's value: one item, for the deciding
 // limit.
-func serviceLimit(d *decided) string {
+func serviceLimit(d decided) string {
 	var buf [96]byte
-	b := buf[:0]
-	if d.idx >= 0 {
-		b = append(b, d.rule.items[d.idx]...)
-	} else {
-		b = append(b, limitItem(d.limit)...)
-	}
+	b := append(buf[:0], d.item()...)
 	for _, p := range limitParams {
-		b = append(b, ';')
-		b = append(b, p.key...)
-		b = append(b, '=')
-		b = strconv.AppendInt(b, p.value(d), 10)
+		if v, ok := p.value(d); ok {
+			b = append(b, ';')
+			b = append(b, p.key...)
+			b = append(b, '=')
+			b = strconv.AppendInt(b, v, 10)
+		}
 	}
 	return string(b)
 }
@@ -105,14 +133,14 @@ func serviceLimit(d *decided) string {
 // printable ASCII in which only '"' and '\' are escaped, each by a
 // backslash: it is a JSON string too, with the same value.
 func writeQuotaExceeded(b *strings.Builder, d *decided) {
-	writeProblem(b, quotaExceededType, quotaExceededTitle, 429,
-		"Rate limit exceeded; retry after "+strconv.FormatInt(ceilSeconds(d.retry), 10)+" s.")
-	b.WriteString(`,"` + violatedPolicies + `":[`)
-	if d.idx >= 0 {
-		b.WriteString(d.rule.items[d.idx])
-	} else {
-		b.WriteString(limitItem(d.limit))
+	what := "Rate limit exceeded"
+	if d.cap != nil {
+		what = "Too many requests in flight"
 	}
+	writeProblem(b, quotaExceededType, quotaExceededTitle, 429,
+		what+"; retry after "+strconv.FormatInt(ceilSeconds(d.retry), 10)+" s.")
+	b.WriteString(`,"` + violatedPolicies + `":[`)
+	b.WriteString(d.item())
 	b.WriteString("]}")
 }
 
@@ -191,6 +219,21 @@ func limitItem(l core.Limit) string {
 		}
 		name = strings.ReplaceAll(name, "µ", "u") // "500µs": keep it ASCII
 	}
+	return sfString(name)
+}
+
+// capItem is a concurrency cap's name as a structured-field string: its
+// Name, or "concurrency-<Max>" when it has none.
+func capItem(c core.ConcurrencyLimit) string {
+	if c.Name != "" {
+		return sfString(c.Name)
+	}
+	return sfString("concurrency-" + strconv.Itoa(c.Max))
+}
+
+// sfString is name as a structured-field string: quoted, with '"' and
+// '\' escaped and any byte that is not printable ASCII replaced by '?'.
+func sfString(name string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for i := 0; i < len(name); i++ {

@@ -32,6 +32,8 @@ type Config[C, H any] struct {
 	scopeSet bool
 	jitter   time.Duration
 	unit     string
+	conc     core.ConcurrencyLimit
+	concSet  bool
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -173,4 +175,41 @@ func WithRetryJitter[C, H any](max time.Duration) Option[C, H] {
 // Default: none, which the draft reads as requests.
 func WithQuotaUnit[C, H any](unit string) Option[C, H] {
 	return func(c *Config[C, H]) { c.unit = unit }
+}
+
+// WithConcurrency caps the requests in flight per key: at most c.Max
+// requests of one key run at once, across every replica sharing the
+// limiter's Redis (an upload endpoint capped at 4 per tenant, say). A
+// request the rate limits admit then takes a slot of its key, and gives it
+// back when the handlers after the middleware return, also when they
+// panic or the client hangs up (see [Verdict.Done]). The limiter renews
+// the slot's lease while the request runs, so a slow request keeps its
+// slot, and the slots of a process that dies are free again within
+// c.Lease (see [core.ConcurrencyLimit]). A request the rate limits deny
+// takes no slot; one the cap refuses has spent its rate tokens.
+//
+// A refusal is answered as a denial: 429 (or the deny handler, whose
+// core.Result is the rate limits' decision with Allowed false and
+// RetryAfter one second), with Retry-After: 1, as no one can tell when a
+// slot frees, plus any [WithRetryJitter]. The cap is named in the header
+// fields (see [HeaderStyle]) and in a problem body's violated-policies by
+// its Name, or "concurrency-<Max>". [WithWait] waits for rate tokens only:
+// a full cap refuses at once. Under [WithDryRun] requests take and give
+// back slots as usual but are never refused; the dry-run handler is told
+// of a would-be refusal (see [DryRunReport]).
+//
+// The slots are the middleware's own, as its buckets are: middlewares
+// share them only when they share a scope (see [WithScope]), a cap and a
+// key. While the store is unavailable the cap follows the limiter's
+// failure policy: under core.FallbackLocal each replica admits at most its
+// share of Max, core.FailOpen admits without counting, and
+// core.FailClosed fails the request (503). A slot whose release fails
+// frees itself within its lease; the first such failure is logged once.
+//
+// The constructor fails (an adapter panics) on an invalid cap, with an
+// error wrapping [core.ErrInvalidLimit].
+//
+// Default: no cap.
+func WithConcurrency[C, H any](c core.ConcurrencyLimit) Option[C, H] {
+	return func(cfg *Config[C, H]) { cfg.conc, cfg.concSet = c, true }
 }

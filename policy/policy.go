@@ -32,6 +32,7 @@ type Policy struct {
 	wait    time.Duration
 	problem bool
 	jitter  time.Duration // WithRetryJitter's bound
+	cap     *capRule      // WithConcurrency's cap; nil: none
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -43,8 +44,9 @@ type Policy struct {
 // New returns an error for a nil limiter, key function or option, an
 // invalid limit or extra limit (wrapping [core.ErrInvalidLimit]), a
 // negative wait or jitter, an unknown header style, an empty WithScope,
-// or WithDryRunHandler without WithDryRun(true). Adapters panic with it,
-// as their constructors document.
+// an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
+// WithDryRunHandler without WithDryRun(true). Adapters panic with it, as
+// their constructors document.
 func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
 	var cfg Config[C, H]
 	for i, opt := range opts {
@@ -80,9 +82,16 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if err := checkRetryJitter(cfg.jitter); err != nil {
 		return nil, cfg.Adapter, err
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, dryRun: cfg.dryRun, unit: cfg.unit}}, headers: cfg.headers,
+	var capr *capRule
+	if cfg.concSet {
+		var err error
+		if capr, err = newCapRule(lim, scope, cfg.conc); err != nil {
+			return nil, cfg.Adapter, fmt.Errorf("WithConcurrency: %w", err)
+		}
+	}
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
-	p.jitter = cfg.jitter
+	p.jitter, p.cap = cfg.jitter, capr
 	if f := cfg.report; f != nil {
 		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }
 	}
@@ -113,7 +122,8 @@ type Action int8
 
 const (
 	// Continue passes the request on, after writing the verdict's
-	// headers.
+	// headers, and calls [Verdict.Done] when the handlers after the
+	// middleware return.
 	Continue Action = iota
 	// Deny answers 429 (or calls the user's deny handler), with the
 	// verdict's headers, Retry-After included.
@@ -127,7 +137,10 @@ const (
 type Verdict struct {
 	// Action says what to do.
 	Action Action
-	// Result is the limiter's decision; zero when skipped or failed.
+	// Result is the limiter's decision; zero when skipped or failed. When
+	// the concurrency cap refused the request (see [WithConcurrency]), it
+	// is the rate limits' decision with Allowed false and RetryAfter one
+	// second.
 	Result core.Result
 	// Err is why the request failed, for Fail: it wraps
 	// [keyfunc.ErrNoKey], [core.ErrUnavailable], [core.ErrInvalidLimit]
@@ -143,14 +156,19 @@ type Verdict struct {
 	rule    *rule
 	decided bool
 	problem bool
-	detail  string        // the problem detail of a Fail: why, never the error's text
-	jitter  time.Duration // added to a Deny's Retry-After (see WithRetryJitter)
+	detail  string          // the problem detail of a Fail: why, never the error's text
+	jitter  time.Duration   // added to a Deny's Retry-After (see WithRetryJitter)
+	capped  bool            // the concurrency cap refused the request
+	lease   *core.Lease     // the slot the request holds; nil: none (see Done)
+	ctx     context.Context // the request's, whose values Done keeps
 }
 
 // Decide runs the policy for one request. It never panics on request
 // content; failures come back as a Verdict with Action Fail. Under
 // [WithDryRun] every verdict is Continue, with no rate-limit fields: the
-// would-be result and any failure go to the dry-run handler instead.
+// would-be result and any failure go to the dry-run handler instead. A
+// Continue may hold a concurrency slot ([WithConcurrency]): the caller
+// defers [Verdict.Done] around what it passes the request on to.
 func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	if p.skip != nil && p.skip(r) {
 		return Verdict{Action: Continue}
@@ -185,14 +203,29 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	if err != nil {
 		return p.fail(r, key, err, atDecide)
 	}
+	v := Verdict{Result: res, style: p.headers, rule: rl, decided: !p.dryRun, problem: p.problem}
+	inFlight := 0
+	if p.cap != nil && res.Allowed {
+		// Only a request the rate limits admit takes a slot.
+		ls, err := p.cap.acquire(ctx, key)
+		if err != nil {
+			return p.fail(r, key, err, atDecide)
+		}
+		inFlight = ls.InFlight
+		if ls.Acquired {
+			v.lease, v.ctx = ls, ctx
+		} else {
+			v.capped = true
+			v.Result.Allowed, v.Result.RetryAfter = false, capRetry
+		}
+	}
 	if p.dryRun {
 		if p.report != nil {
-			p.report(r, DryRunReport{Key: key, Result: res})
+			p.report(r, DryRunReport{Key: key, Result: v.Result, InFlight: inFlight})
 		}
-		return Verdict{Action: Continue, Result: res}
+		return Verdict{Action: Continue, Result: v.Result, rule: rl, lease: v.lease, ctx: v.ctx}
 	}
-	v := Verdict{Result: res, style: p.headers, rule: rl, decided: true, problem: p.problem}
-	if !res.Allowed {
+	if !v.Result.Allowed {
 		v.Action, v.Status, v.jitter = Deny, 429, drawJitter(p.jitter)
 	}
 	return v
@@ -210,6 +243,15 @@ type DryRunReport struct {
 	// cost or limit function, the store unavailable under FailClosed),
 	// which outside a dry run would have failed it; nil otherwise.
 	Err error
+	// InFlight is, with [WithConcurrency], how many requests of the key
+	// held a slot of the cap once this one had taken its own, or when the
+	// cap would have refused it; Result is then not Allowed, with
+	// RetryAfter one second, as a refusal's verdict says. So a report
+	// with InFlight above 0 and Result not Allowed is a would-be refusal
+	// by the cap. InFlight is 0 without a cap, when the rate limits would
+	// have denied the request (it then takes no slot), and for a slot
+	// granted without counting (core.FailOpen while the store is down).
+	InFlight int
 }
 
 // waitFor reserves n tokens due within the policy's wait and sleeps until

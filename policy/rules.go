@@ -17,13 +17,15 @@ type rule struct {
 	policyField string   // the RateLimit-Policy value
 	burstField  []string // X-RateLimit-Limit per limit
 	items       []string // each limit's RateLimit item name
+	cap         *capRule // the policy's concurrency cap; nil: none
 }
 
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
-	scope  string // the middleware's scope (see WithScope)
-	dryRun bool   // prepare dry-run engine rules (see WithDryRun)
-	unit   string // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
+	scope  string   // the middleware's scope (see WithScope)
+	dryRun bool     // prepare dry-run engine rules (see WithDryRun)
+	unit   string   // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
+	cap    *capRule // the concurrency cap (see WithConcurrency); nil: none
 }
 
 func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, error) {
@@ -34,12 +36,15 @@ func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, e
 	if err != nil {
 		return nil, err
 	}
-	rl := &rule{engine: r, limits: r.Limits()}
-	items := make([]string, len(rl.limits))
+	rl := &rule{engine: r, limits: r.Limits(), cap: set.cap}
+	items := make([]string, len(rl.limits), len(rl.limits)+1)
 	for i, l := range rl.limits {
 		rl.items = append(rl.items, limitItem(l))
 		rl.burstField = append(rl.burstField, strconv.Itoa(l.Burst))
 		items[i] = policyItem(l, set.unit)
+	}
+	if set.cap != nil {
+		items = append(items, set.cap.policyItem)
 	}
 	rl.policyField = strings.Join(items, ", ")
 	return rl, nil

@@ -319,3 +319,32 @@ func CheckBuild(t *testing.T, pkg string, build func(*core.Limiter, core.Limit, 
 		t.Errorf("Build = non-nil middleware %v, error %v", ok, err)
 	}
 }
+
+// Options returns the shared options m describes, as policy options for
+// an adapter whose framework passes requests as C (H is the adapter's own
+// settings type): every field of m but Limit, Key, Param, Deny and Error,
+// which involve the adapter's own API. call turns the framework's request
+// into the Call m's functions see. An adapter's tests append its deny and
+// error handlers and pass the result to the adapter's New.
+func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
+	opts := []policy.Option[C, H]{
+		policy.WithLimits[C, H](m.Limits...), policy.WithHeaders[C, H](m.Headers),
+		policy.WithDryRun[C, H](m.DryRun), policy.WithWait[C, H](m.Wait), policy.WithProblemJSON[C, H](m.ProblemJSON),
+	}
+	if m.Scope != "" {
+		opts = append(opts, policy.WithScope[C, H](m.Scope))
+	}
+	if m.Concurrency != (core.ConcurrencyLimit{}) {
+		opts = append(opts, policy.WithConcurrency[C, H](m.Concurrency))
+	}
+	if m.Skip != nil {
+		opts = append(opts, policy.WithSkip[C, H](func(c C) bool { return m.Skip(call(c)) }))
+	}
+	if m.Cost != nil {
+		opts = append(opts, policy.WithCost[C, H](func(c C) int { return m.Cost(call(c)) }))
+	}
+	if m.LimitFunc != nil {
+		opts = append(opts, policy.WithLimitFunc[C, H](func(c C) (core.Limit, error) { return m.LimitFunc(call(c)) }))
+	}
+	return opts
+}

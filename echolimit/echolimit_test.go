@@ -84,22 +84,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFun
 	reply := func(c echo.Context, rep adaptertest.Reply) error {
 		return c.Blob(rep.Status, rep.ContentType, []byte(rep.Body))
 	}
-	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
-	if m.Scope != "" {
-		opts = append(opts, WithScope(m.Scope))
-	}
-	if m.Concurrency != (core.ConcurrencyLimit{}) {
-		opts = append(opts, WithConcurrency(m.Concurrency))
-	}
-	if m.Skip != nil {
-		opts = append(opts, WithSkip(func(c echo.Context) bool { return m.Skip(call(c)) }))
-	}
-	if m.Cost != nil {
-		opts = append(opts, WithCost(func(c echo.Context) int { return m.Cost(call(c)) }))
-	}
-	if m.LimitFunc != nil {
-		opts = append(opts, WithLimitFunc(func(c echo.Context) (core.Limit, error) { return m.LimitFunc(call(c)) }))
-	}
+	opts := adaptertest.Options[echo.Context, handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c echo.Context, res core.Result) error { return reply(c, m.Deny(res)) }))
 	}

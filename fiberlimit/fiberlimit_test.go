@@ -124,22 +124,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 		c.Set(fiber.HeaderContentType, rep.ContentType)
 		return c.Status(rep.Status).SendString(rep.Body)
 	}
-	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
-	if m.Scope != "" {
-		opts = append(opts, WithScope(m.Scope))
-	}
-	if m.Concurrency != (core.ConcurrencyLimit{}) {
-		opts = append(opts, WithConcurrency(m.Concurrency))
-	}
-	if m.Skip != nil {
-		opts = append(opts, WithSkip(func(c *fiber.Ctx) bool { return m.Skip(call(c)) }))
-	}
-	if m.Cost != nil {
-		opts = append(opts, WithCost(func(c *fiber.Ctx) int { return m.Cost(call(c)) }))
-	}
-	if m.LimitFunc != nil {
-		opts = append(opts, WithLimitFunc(func(c *fiber.Ctx) (core.Limit, error) { return m.LimitFunc(call(c)) }))
-	}
+	opts := adaptertest.Options[*fiber.Ctx, handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c *fiber.Ctx, res core.Result) error { return reply(c, m.Deny(res)) }))
 	}

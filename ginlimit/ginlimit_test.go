@@ -58,22 +58,7 @@ func call(c *gin.Context) adaptertest.Call {
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
 	reply := func(c *gin.Context, rep adaptertest.Reply) { c.Data(rep.Status, rep.ContentType, []byte(rep.Body)) }
-	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
-	if m.Scope != "" {
-		opts = append(opts, WithScope(m.Scope))
-	}
-	if m.Concurrency != (core.ConcurrencyLimit{}) {
-		opts = append(opts, WithConcurrency(m.Concurrency))
-	}
-	if m.Skip != nil {
-		opts = append(opts, WithSkip(func(c *gin.Context) bool { return m.Skip(call(c)) }))
-	}
-	if m.Cost != nil {
-		opts = append(opts, WithCost(func(c *gin.Context) int { return m.Cost(call(c)) }))
-	}
-	if m.LimitFunc != nil {
-		opts = append(opts, WithLimitFunc(func(c *gin.Context) (core.Limit, error) { return m.LimitFunc(call(c)) }))
-	}
+	opts := adaptertest.Options[*gin.Context, handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c *gin.Context, res core.Result) { reply(c, m.Deny(res)) }))
 	}

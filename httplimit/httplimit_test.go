@@ -72,22 +72,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler)
 		w.WriteHeader(rep.Status)
 		_, _ = w.Write([]byte(rep.Body))
 	}
-	opts := []Option{WithLimits(m.Limits...), WithHeaders(m.Headers), WithDryRun(m.DryRun), WithWait(m.Wait), WithProblemJSON(m.ProblemJSON)}
-	if m.Scope != "" {
-		opts = append(opts, WithScope(m.Scope))
-	}
-	if m.Concurrency != (core.ConcurrencyLimit{}) {
-		opts = append(opts, WithConcurrency(m.Concurrency))
-	}
-	if m.Skip != nil {
-		opts = append(opts, WithSkip(func(r *http.Request) bool { return m.Skip(call(r)) }))
-	}
-	if m.Cost != nil {
-		opts = append(opts, WithCost(func(r *http.Request) int { return m.Cost(call(r)) }))
-	}
-	if m.LimitFunc != nil {
-		opts = append(opts, WithLimitFunc(func(r *http.Request) (core.Limit, error) { return m.LimitFunc(call(r)) }))
-	}
+	opts := adaptertest.Options[*http.Request, handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res core.Result) { reply(w, m.Deny(res)) }))
 	}

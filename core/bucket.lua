@@ -64,7 +64,8 @@
 --   |           |              | than ticks_per_us                            |
 --   A value with another number of fields is read as a full bucket. Every
 --   write sets an expiry of when the buckets are full again (and not before
---   a lock ends).
+--   a lock ends). core/settle.lua (a reservation's settlement) reads and
+--   writes the same value.
 --
 -- Numbers are doubles here; every value stays an integer below 2^53 (the
 -- limits are validated for it). There a / b never rounds across an integer,

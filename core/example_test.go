@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -250,4 +251,33 @@ func ExampleLimiter_PrepareConcurrency() {
 	// true 2
 	// false 2
 	// true 2
+}
+
+func ExampleRule_Reserve() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, _ := core.New(rdb, core.WithTimeout(time.Second))
+	// 100 tokens a minute per tenant, charged by what a call really used.
+	tokens, err := lim.Prepare(core.PerMinute(100))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	rv, err := tokens.Reserve(ctx, "tenant:acme", 40) // the estimate
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(rv.Result.Allowed, rv.Result.Remaining)
+	// The call used 25 tokens: the other 15 are refunded.
+	if err := rv.Settle(ctx, 25); err != nil {
+		panic(err)
+	}
+	// A retried settlement changes nothing.
+	fmt.Println(errors.Is(rv.Settle(ctx, 25), core.ErrSettled))
+	res, _ := tokens.Peek(ctx, "tenant:acme")
+	fmt.Println(res.Remaining)
+	// Output:
+	// true 60
+	// true
+	// 75
 }

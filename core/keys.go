@@ -71,3 +71,15 @@ func redisKey(prefix, fp, key string) string {
 	b.WriteString(key)
 	return b.String()
 }
+
+// markerKey builds the name of the marker that records reservation id of
+// the bucket rkey (built by redisKey with prefix and fp) as settled:
+//
+//	<prefix>{<tag>}<fingerprint>~<id>
+//
+// It shares the bucket's hash tag, so the settle script's two keys are in
+// one Cluster slot, and it cannot name a bucket: a bucket's name has ':'
+// right after the fixed-length fingerprint.
+func markerKey(rkey, prefix, fp, id string) string {
+	return rkey[:len(prefix)+6+len(fp)] + "~" + id
+}

@@ -58,14 +58,18 @@ var injectedTimeScript = func() *redis.Script {
 
 // clockScripter is a redis.Scripter for a limiter or store on a real Redis
 // that decides on the test's clock: it runs the bucket script as
-// injectedTimeScript at the instant now returns (unix microseconds), and
-// passes every other command through.
+// injectedTimeScript and the settle script as injectedSettleScript at the
+// instant now returns (unix microseconds), and passes every other command
+// through.
 type clockScripter struct {
 	redis.Scripter
 	now func() int64
 }
 
 func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha == settleScript.Hash() {
+		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
 	if sha != bucketScript.Hash() {
 		return c.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
@@ -73,6 +77,9 @@ func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 }
 
 func (c clockScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if script == settleLua {
+		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
 	if script != bucketLua {
 		return c.Scripter.Eval(ctx, script, keys, args...)
 	}

@@ -1,0 +1,234 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed settle.lua
+var settleLua string
+
+// settleScript applies a settled reservation's difference to its buckets
+// once (see the layout table at the top of core/settle.lua).
+var settleScript = redis.NewScript(settleLua)
+
+// SettleWindow is how long after [Rule.Reserve] a reservation may be
+// settled. A reservation not settled by then (its process died, or its
+// caller forgot) stands as reserved: its cost stays charged, which is
+// what the bucket already holds, so nothing leaks and nothing is charged
+// twice. [Reservation.Settle] after the window changes nothing and returns
+// an error wrapping [ErrSettled].
+const SettleWindow = 10 * time.Minute
+
+// markerMargin is how long Redis keeps a settled reservation's marker
+// beyond the end of its settle window: a retry of the settling call
+// (go-redis's own, within the call's time budget, or the caller's, within
+// the window) finds it and changes nothing.
+const markerMargin = time.Minute
+
+// ErrSettled is returned (wrapped) by [Reservation.Settle] and
+// [Reservation.Cancel] for a reservation settled already (by an earlier
+// call, maybe one that reported an error after Redis applied it), being
+// settled by a concurrent call, or past its [SettleWindow]. Nothing is
+// changed; the earlier settlement, or the reserved cost, stands.
+var ErrSettled = errors.New("core: reservation already settled")
+
+// settleVia says where a reservation is settled.
+type settleVia uint8
+
+const (
+	settleNothing settleVia = iota // denied, fail-open: nothing was charged
+	settleRedis                    // charged in Redis
+	settleLocal                    // charged in process memory (NewMemory, or the fallback)
+)
+
+// Reservation is an admitted (or denied) request whose cost is not known
+// yet: [Rule.Reserve] charged its estimate, and [Reservation.Settle]
+// charges its final cost instead. A Reservation is safe for concurrent use;
+// it settles at most once. Its zero value has nothing to settle.
+type Reservation struct {
+	// Result is the reservation's decision, exactly that of
+	// [Rule.AllowN] with the same cost.
+	Result Result
+
+	lim   *Limiter
+	p     *plan
+	key   string
+	n     int64       // the cost reserved
+	via   settleVia   // where it is settled
+	ticks []tickLimit // settleLocal: the limits it was charged under
+	held  int64       // settleLocal: the cost charged there (the fallback caps it at its share's Burst)
+	id    string      // settleRedis: names the marker
+	made  time.Time   // when it was made, on the monotonic clock
+	state atomic.Int32
+}
+
+// Reservation states.
+const (
+	rsOpen     = iota // not settled
+	rsSettling        // a Settle is in flight
+	rsSettled         // settled, or cancelled
+)
+
+// Reserve decides a request of estimated cost n on key exactly as
+// [Rule.AllowN] does (the same buckets, batching, deny cache and failure
+// policy) and returns a [Reservation] holding the decision. An admitted
+// reservation has charged n; settle it with the request's final cost when
+// that is known. A denied one charged nothing and has nothing to settle.
+// Errors are those of AllowN.
+func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
+	l := r.lim
+	res, d, err := l.admit(ctx, key, r.p, n, 0)
+	if err != nil {
+		return nil, err
+	}
+	rv := &Reservation{Result: res, lim: l, p: r.p, key: key, n: int64(n), made: time.Now()}
+	switch {
+	case !res.Allowed:
+	case l.store == nil:
+		rv.via, rv.ticks, rv.held = settleLocal, r.p.ticks, int64(n)
+	case res.Degraded && d.remaining < 0: // FailOpen: nothing was counted
+	case res.Degraded:
+		sh := l.share(r.p)
+		rv.via, rv.ticks, rv.held = settleLocal, sh.ticks, min(int64(n), sh.minB)
+	default:
+		var buf [16]byte
+		_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
+		rv.via, rv.id = settleRedis, hex.EncodeToString(buf[:])
+	}
+	return rv, nil
+}
+
+// Settle charges final instead of the reserved cost, atomically on every
+// limit of the rule: it refunds what was not used (final below the
+// reservation's cost), never filling a bucket beyond full, or charges the
+// difference (final above it). A charge may take a bucket into debt, at
+// most one Burst beyond empty (a debt a waiting reservation took further
+// is not increased); later requests wait for the debt to refill. When
+// several reservations overshoot at once, what goes beyond that debt is
+// not charged.
+// final may be 0 (see [Reservation.Cancel]) and at most the reserved cost
+// plus the rule's smallest Burst; otherwise Settle returns an error
+// wrapping [ErrInvalidLimit] and the reservation stays open.
+//
+// Settle is idempotent: a reservation is settled at most once, in this
+// process and in Redis, where a marker in the bucket's slot makes a
+// retried or duplicated call change nothing. A second Settle returns an
+// error wrapping [ErrSettled]. A denied or fail-open reservation has
+// nothing to settle: Settle returns nil.
+//
+// A reservation decided in Redis is settled in Redis, by one script call
+// of its own (not batched, bounded by the limiter's time budget, and, as
+// with [Limiter.Reset], not counted by the breaker or the observer). If
+// Redis cannot be reached, Settle returns an error wrapping
+// [ErrUnavailable], the reserved cost stands and the reservation stays
+// open: call Settle again (within [SettleWindow]). The local fallback's
+// copy of the key is not adjusted. A reservation decided by the local
+// fallback (the store was down) is settled in the local fallback, even
+// once Redis is back; Redis never saw it. A refund ends this limiter's
+// cached denial of the key (see [WithDenyCache]); a charge never extends
+// one. Other replicas' cached denials end as usual, within a second.
+func (rv *Reservation) Settle(ctx context.Context, final int) error {
+	if rv.via == settleNothing {
+		return nil
+	}
+	if final < 0 || int64(final) > rv.n+rv.p.minB {
+		return fmt.Errorf("%w: final cost must be within [0, %d], got %d", ErrInvalidLimit, rv.n+rv.p.minB, final)
+	}
+	left := SettleWindow - time.Since(rv.made)
+	if left < 0 {
+		return fmt.Errorf("%w: its settle window (%s) has passed; the reserved cost stands", ErrSettled, SettleWindow)
+	}
+	if !rv.state.CompareAndSwap(rsOpen, rsSettling) {
+		return ErrSettled
+	}
+	applied, err := rv.settle(ctx, int64(final), left+markerMargin)
+	if err != nil {
+		rv.state.Store(rsOpen)
+		return err
+	}
+	rv.state.Store(rsSettled)
+	if !applied {
+		return ErrSettled
+	}
+	return nil
+}
+
+// Cancel is shorthand for [Reservation.Settle] with a final cost of 0: it
+// refunds the whole reservation.
+func (rv *Reservation) Cancel(ctx context.Context) error { return rv.Settle(ctx, 0) }
+
+// settle applies final in the reservation's store and reports whether it
+// was applied (false: Redis had settled it already); marker is how long
+// Redis keeps the reservation's marker.
+func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Duration) (bool, error) {
+	l, p := rv.lim, rv.p
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if rv.via == settleLocal {
+		delta := final - rv.held
+		l.local.settle(p.id, rv.key, l.now(), rv.ticks, delta)
+		if delta < 0 && l.denies != nil {
+			l.denies.delete(p.id, rv.key)
+		}
+		return true, nil
+	}
+	delta := final - rv.n
+	rkey := redisKey(l.prefix, p.fp, rv.key)
+	keys := []string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}
+	args := make([]any, 0, 2+len(p.args))
+	args = append(args, strconv.FormatInt(delta, 10), strconv.FormatInt(marker.Milliseconds(), 10))
+	args = append(args, p.args...)
+	run := func(ctx context.Context) (int64, error) {
+		return settleScript.Run(ctx, l.store.rdb, keys, args...).Int64()
+	}
+	var got int64
+	var err error
+	if l.store.detached {
+		got, err = runApart(ctx, l.timeout, run)
+	} else {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if l.timeout > 0 {
+			rctx, cancel = context.WithTimeout(ctx, l.timeout)
+		}
+		got, err = run(rctx)
+		cancel()
+	}
+	if err != nil {
+		if cerr := callerGone(ctx); cerr != nil {
+			return false, cerr
+		}
+		return false, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, err)
+	}
+	if got == 1 && delta < 0 && l.denies != nil {
+		l.denies.delete(p.id, rv.key)
+	}
+	return got == 1, nil
+}
+
+// settle moves key's local bucket by delta events (see settleBucket). A
+// key not held is a full bucket: a refund leaves it so.
+func (s *localStore) settle(id uint64, key string, now int64, ticks []tickLimit, delta int64) {
+	k := makeLocalKey(id, key)
+	sh := s.m.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.m.entry(sh, k, now, delta > 0)
+	if e == nil {
+		return
+	}
+	if !e.b.set && e.b.tats == nil {
+		e.b.tats = e.buf[:0]
+	}
+	settleBucket(&e.b, now, ticks, delta)
+}

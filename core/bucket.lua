@@ -10,7 +10,7 @@
 --
 -- KEYS     one bucket per key, decided in order.
 --
--- ARGV, lone form (#ARGV < 8): one key under one limit. Trailing
+-- ARGV, lone form (#ARGV < 8): one key under one continuous limit. Trailing
 -- arguments at their default are left out: a plain Allow sends three.
 --   | 1 | ticks_per_us    | r: one microsecond is r ticks                  |
 --   | 2 | ticks_per_event | p: one event is p ticks                        |
@@ -33,6 +33,23 @@
 --   |           |                  | group, 1-based, in key order          |
 --   A batch of one group of one limit, the usual case, has 8 arguments
 --   and nothing per key.
+--   A stepped limit (core.Refill; a call with one goes in the batch form,
+--   even alone) takes the place of a limit's three numbers with these,
+--   counted in events; its reservation waits for its next window at most:
+--   | interval | 0          | the marker: Rate at once every Period      |
+--   |          | refill     | events added at each window's start        |
+--   |          | burst      | the capacity, in events                    |
+--   |          | every_us   | the window: windows start at multiples of  |
+--   |          |            | every_us since the Unix epoch              |
+--   | calendar | -1         | the marker: the quota at each boundary     |
+--   |          | refill     | events added at each window's start (the   |
+--   |          | burst      | quota, both), and the capacity             |
+--   |          | first      | the index of the window [start_0, start_1) |
+--   |          | start_0 .. | five consecutive window starts, unix       |
+--   |          | start_4    | microseconds, computed by the client (Lua  |
+--   |          |            | has no time zones) around its clock; TIME  |
+--   |          |            | must fall in [start_0, start_3), else the  |
+--   |          |            | group's keys fail (ERR)                    |
 --
 -- Reply: five integers per key, in key order.
 --   | 1 | flags     | 1 if admitted, +2 if locked, +4 times the index    |
@@ -62,6 +79,9 @@
 --   | limit     | arrival_frac | its bucket is full again): arrival_us        |
 --   |           |              | microseconds plus arrival_frac ticks, fewer  |
 --   |           |              | than ticks_per_us                            |
+--   A stepped limit's two fields are its debt in events and the index of
+--   the window it was counted in (for an interval, floor(now / every_us);
+--   for a calendar, core/calendar.go's index).
 --   A value with another number of fields is read as a full bucket. Every
 --   write sets an expiry of when the buckets are full again (and not before
 --   a lock ends). core/settle.lua (a reservation's settlement) reads and
@@ -186,8 +206,8 @@ local reply = {}
 -- decide_from(first_key, ...) decides keys first_key.. in order into reply,
 -- five integers each.
 local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity
-if argv[1] == '1' and argv[5] == '1' then
-  -- One group of one limit, the usual batch: its numbers are parsed once
+if argv[1] == '1' and argv[5] == '1' and argv[6] ~= '0' and argv[6] ~= '-1' then
+  -- One group of one continuous limit, the usual batch: its numbers are parsed once
   -- and passed as arguments, scalars all the way down.
   ticks_per_us, ticks_per_event = argv[6] + 0, argv[7] + 0
   cost_ticks, max_wait_ticks, penalty_us, capacity = argv[2] * ticks_per_event, argv[3] * ticks_per_us, argv[4] + 0, argv[8] * ticks_per_event
@@ -200,22 +220,6 @@ if argv[1] == '1' and argv[5] == '1' then
 else
   -- Several groups, or several limits: each group parsed once, into tables
   -- indexed by group (and each limit's numbers by limit).
-  local ngroups = argv[1] + 0
-  local group_cost, group_max_wait_us, group_penalty_us, group_nlimits = {}, {}, {}, {}
-  local group_ticks_per_us, group_ticks_per_event, group_burst = {}, {}, {}
-  local arg_at = 2 -- the next argument to parse
-  for group = 1, ngroups do
-    group_cost[group], group_max_wait_us[group], group_penalty_us[group], group_nlimits[group] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0, argv[arg_at + 3] + 0
-    arg_at = arg_at + 4
-    local limit_ticks_per_us, limit_ticks_per_event, limit_burst = {}, {}, {}
-    for i = 1, group_nlimits[group] do
-      limit_ticks_per_us[i], limit_ticks_per_event[i], limit_burst[i] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0
-      arg_at = arg_at + 3
-    end
-    group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group] = limit_ticks_per_us, limit_ticks_per_event, limit_burst
-  end
-  -- arg_at is now the first key's group, when ngroups > 1.
-
   local floor, max = math.floor, math.max
   local function floordiv(a, b)
     local q = floor(a / b)
@@ -229,14 +233,73 @@ else
   local function ceildiv(a, b)
     return floordiv(a + b - 1, b)
   end
+
+  local ngroups = argv[1] + 0
+  local group_cost, group_max_wait_us, group_penalty_us, group_nlimits = {}, {}, {}, {}
+  local group_ticks_per_us, group_ticks_per_event, group_burst, group_step = {}, {}, {}, {}
+  local group_error = {} -- a group whose calendar windows do not hold now: its keys fail
+  local arg_at = 2 -- the next argument to parse
+  for group = 1, ngroups do
+    group_cost[group], group_max_wait_us[group], group_penalty_us[group], group_nlimits[group] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0, argv[arg_at + 3] + 0
+    arg_at = arg_at + 4
+    local limit_ticks_per_us, limit_ticks_per_event, limit_burst, limit_step = {}, {}, {}, nil
+    for i = 1, group_nlimits[group] do
+      limit_ticks_per_us[i], limit_ticks_per_event[i], limit_burst[i] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0
+      arg_at = arg_at + 3
+      if limit_ticks_per_us[i] < 1 then
+        -- A stepped limit: it counts in events, and step says where
+        -- Redis's clock stands among its windows (see the layout table).
+        local step = { refill = limit_ticks_per_event[i] }
+        if limit_ticks_per_us[i] == 0 then
+          step.every = argv[arg_at] + 0
+          step.idx = floordiv(now, step.every)
+          arg_at = arg_at + 1
+        else
+          local first, starts = argv[arg_at] + 0, {}
+          for j = 1, 5 do starts[j] = argv[arg_at + j] + 0 end
+          arg_at = arg_at + 6
+          for j = 0, 2 do
+            if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
+          end
+          if not step.idx then
+            step.idx, step.base = first + 1, 1
+            group_error[group] = { err = 'ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)' }
+          end
+          step.starts = starts
+        end
+        limit_ticks_per_us[i], limit_ticks_per_event[i] = 1, 1
+        limit_step = limit_step or {}
+        limit_step[i] = step
+      end
+    end
+    group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group], group_step[group] = limit_ticks_per_us, limit_ticks_per_event, limit_burst, limit_step
+  end
+  -- arg_at is now the first key's group, when ngroups > 1.
+
+  -- until_us is how long until a limit's debt has fallen by x ticks (a
+  -- stepped limit's: events, at the start of a window), 0 if x <= 0.
+  local function until_us(x, ticks_per_us, step)
+    if x <= 0 then return 0 end
+    if not step then return ceildiv(x, ticks_per_us) end
+    local n = ceildiv(x, step.refill)
+    if step.every then return (step.idx + n) * step.every - now end
+    local start = step.starts[step.base + n + 1]
+    if not start then error('ERR sluice: a calendar wait beyond the windows passed') end
+    return start - now
+  end
   -- unit_wait is how long, with debt ticks of debt, a unit request waits.
-  local function unit_wait(debt, ticks_per_us, ticks_per_event, burst)
-    return max(0, ceildiv(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us))
+  local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
+    return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
   end
 
   -- decide_many decides a key under several limits, with tables indexed by
   -- limit, in the order of decide in gcra.go.
-  local function decide_many(key, cost, max_wait_us, penalty_us, nlimits, ticks_per_us, ticks_per_event, burst)
+  -- step, if not nil, holds each stepped limit's place among its windows:
+  -- such a limit's debt is in events, stored as debt and window index, and
+  -- falls by its refill at each window's start.
+  local no_step = {}
+  local function decide_many(key, cost, max_wait_us, penalty_us, nlimits, ticks_per_us, ticks_per_event, burst, step)
+    step = step or no_step
     local stored = call('GET', key)
     local exists = false -- a stored value of the plan's shape
     local lock_until = 0
@@ -260,7 +323,14 @@ else
     for i = 1, nlimits do
       debt[i] = 0
       if exists then
-        local stored_debt = (arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i]
+        local stored_debt
+        if step[i] then
+          stored_debt = arrival_us[i]
+          local crossed = step[i].idx - arrival_frac[i]
+          if crossed > 0 then stored_debt = stored_debt - crossed * step[i].refill end
+        else
+          stored_debt = (arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i]
+        end
         if stored_debt > 0 then debt[i] = stored_debt end
       end
     end
@@ -270,8 +340,11 @@ else
     for i = 1, nlimits do
       local excess = debt[i] + cost * ticks_per_event[i] - burst[i] * ticks_per_event[i]
       if excess > 0 then
-        local limit_wait_us = ceildiv(excess, ticks_per_us[i])
-        if excess > max_wait_us * ticks_per_us[i] then denied = true end
+        local limit_wait_us = until_us(excess, ticks_per_us[i], step[i])
+        if step[i] then
+          -- A stepped limit waits for its next window at most.
+          if excess > step[i].refill or limit_wait_us > max_wait_us then denied = true end
+        elseif excess > max_wait_us * ticks_per_us[i] then denied = true end
         if limit_wait_us > retry_us then retry_us, retry_index = limit_wait_us, i - 1 end
         if limit_wait_us > wait_us then wait_us = limit_wait_us end
       end
@@ -288,14 +361,14 @@ else
             remaining, index = limit_remaining, i - 1
           end
         end
-        next_us = max(next_us, unit_wait(debt[i], ticks_per_us[i], ticks_per_event[i], burst[i]))
+        next_us = max(next_us, unit_wait(debt[i], ticks_per_us[i], ticks_per_event[i], burst[i], step[i]))
       end
       if denied then -- the limit with the longest retry decides
         index = retry_index
         local i = retry_index + 1
         remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
       end
-      reset_us = ceildiv(debt[index + 1], ticks_per_us[index + 1])
+      reset_us = until_us(debt[index + 1], ticks_per_us[index + 1], step[index + 1])
       if locked then
         lock_flag = 1
         remaining = 0
@@ -308,7 +381,11 @@ else
         next_us = max(next_us, penalty_us)
         if not exists then
           for i = 1, nlimits do
-            arrival_us[i], arrival_frac[i] = now, 0
+            if step[i] then
+              arrival_us[i], arrival_frac[i] = 0, step[i].idx
+            else
+              arrival_us[i], arrival_frac[i] = now, 0
+            end
           end
         end
         lock_until = now + penalty_us
@@ -318,13 +395,18 @@ else
       allowed = 1
       for i = 1, nlimits do
         local debt_after = debt[i] + cost * ticks_per_event[i]
-        local whole_us = floordiv(debt_after, ticks_per_us[i])
-        arrival_us[i], arrival_frac[i] = now + whole_us, debt_after - whole_us * ticks_per_us[i]
+        if step[i] then
+          arrival_us[i], arrival_frac[i] = debt_after, step[i].idx
+          debt[i] = debt_after -- for the expiry
+        else
+          local whole_us = floordiv(debt_after, ticks_per_us[i])
+          arrival_us[i], arrival_frac[i] = now + whole_us, debt_after - whole_us * ticks_per_us[i]
+        end
         local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt_after), ticks_per_event[i])
         if remaining < 0 or limit_remaining < remaining then
-          remaining, index, reset_us = limit_remaining, i - 1, ceildiv(debt_after, ticks_per_us[i])
+          remaining, index, reset_us = limit_remaining, i - 1, until_us(debt_after, ticks_per_us[i], step[i])
         end
-        next_us = max(next_us, unit_wait(debt_after, ticks_per_us[i], ticks_per_event[i], burst[i]))
+        next_us = max(next_us, unit_wait(debt_after, ticks_per_us[i], ticks_per_event[i], burst[i], step[i]))
       end
       lock_until = 0
       write = cost > 0 -- cost 0 is a peek: nothing is written
@@ -336,7 +418,11 @@ else
       local parts = { format('%d', lock_until) }
       for i = 1, nlimits do
         parts[#parts + 1] = format('%d %d', arrival_us[i], arrival_frac[i])
-        ttl = max(ttl, ceildiv((arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i], ticks_per_us[i]))
+        if step[i] then
+          ttl = max(ttl, until_us(debt[i], 1, step[i]))
+        else
+          ttl = max(ttl, ceildiv((arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i], ticks_per_us[i]))
+        end
       end
       ttl = max(ttl, 1)
       call('SET', key, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
@@ -352,14 +438,15 @@ else
     for k = first_key, nkeys do
       local group = 1
       if ngroups > 1 then group = argv[arg_at + k - 1] + 0 end
+      if group_error[group] then error(group_error[group]) end
       local nlimits, limit_ticks_per_us, limit_ticks_per_event = group_nlimits[group], group_ticks_per_us[group], group_ticks_per_event[group]
       local at = 5 * k - 5 -- the key's first integer in reply, less one
-      if nlimits == 1 then
+      if nlimits == 1 and not group_step[group] then
         local ticks_per_us, ticks_per_event = limit_ticks_per_us[1], limit_ticks_per_event[1]
         reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
           decide_one(keys[k], now, call, format, match, group_cost[group] * ticks_per_event, group_max_wait_us[group] * ticks_per_us, group_penalty_us[group], ticks_per_us, ticks_per_event, group_burst[group][1] * ticks_per_event)
       else
-        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_many(keys[k], group_cost[group], group_max_wait_us[group], group_penalty_us[group], nlimits, limit_ticks_per_us, limit_ticks_per_event, group_burst[group])
+        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_many(keys[k], group_cost[group], group_max_wait_us[group], group_penalty_us[group], nlimits, limit_ticks_per_us, limit_ticks_per_event, group_burst[group], group_step[group])
       end
     end
   end

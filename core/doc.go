@@ -23,6 +23,14 @@
 // key (10/s and 1000/h, say) are checked and consumed together: the request
 // is admitted only if every limit admits it, and a denial consumes nothing.
 //
+// A limit may instead refill in steps (see [Refill]): Rate tokens at once
+// every Period ([PerInterval]), or a quota restored whole at each calendar
+// day, week or month in a time zone ([PerCalendarDay], [PerCalendarWeek],
+// [PerCalendarMonth]). Stepped and continuous limits mix in one rule and one
+// atomic call. Go computes a calendar's boundaries (Redis has no time-zone
+// database) and the script picks the one holding Redis's clock, so for
+// these the limiter's clock and Redis's must agree within one period.
+//
 // Every decision is one EVALSHA (EVAL after a NOSCRIPT), and the script reads
 // Redis's clock (TIME), so replicas never need synchronised clocks and a
 // client clock that jumps changes nothing. A bucket's key expires exactly

@@ -24,12 +24,48 @@ type decision struct {
 	index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 }
 
-// unitWait is how long, with debt d ticks, a unit request waits under t.
-func unitWait(d int64, t tickLimit) int64 {
-	return max(0, ceilDiv(d+t.p-t.capacity(), t.r))
+// A stepped limit (see tickLimit) keeps its debt in events with the window
+// it was counted in: its tat is {us: debt, frac: window index}, and its
+// debt falls by k at the start of every window, to no less than zero. It
+// waits for window starts rather than for ticks, so its durations come
+// from until. A reservation on it waits at most until the next window's
+// start: its debt never exceeds b + k.
+
+// debtAt is limit t's debt at now from its stored state x, in ticks
+// (events for a stepped limit); w is where a stepped limit stands.
+func debtAt(x tat, now int64, t tickLimit, w stepWindow) int64 {
+	if !t.stepped() {
+		return max(0, (x.us-now)*t.r+x.frac)
+	}
+	d := x.us
+	if n := w.idx - x.frac; n > 0 {
+		if n >= ceilDiv(d, t.st.k) {
+			return 0
+		}
+		d -= n * t.st.k
+	}
+	return max(0, d)
 }
 
-// tat is one limit's theoretical arrival time.
+// until is how long, from now, until limit t's debt has fallen by x ticks
+// (events for a stepped limit); 0 if x <= 0.
+func until(x, now int64, t tickLimit, w stepWindow) int64 {
+	if x <= 0 {
+		return 0
+	}
+	if !t.stepped() {
+		return ceilDiv(x, t.r)
+	}
+	return t.startOf(w, ceilDiv(x, t.st.k)) - now
+}
+
+// unitWait is how long, with debt d ticks, a unit request waits under t.
+func unitWait(d, now int64, t tickLimit, w stepWindow) int64 {
+	return until(d+t.p-t.capacity(), now, t, w)
+}
+
+// tat is one limit's theoretical arrival time; for a stepped limit, its
+// debt in events (us) and window index (frac).
 type tat struct {
 	us   int64 // whole microseconds
 	frac int64 // ticks beyond us, 0 <= frac < r
@@ -41,15 +77,42 @@ type bucket struct {
 	lock int64 // microsecond the penalty lock ends; 0 for none
 	tats []tat
 	set  bool
+	full int64 // the microsecond its stepped limits are full again, for eviction (local memory only)
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// windowsAt returns where each stepped limit of ticks stands at now.
+func windowsAt(now int64, ticks []tickLimit) (ws [maxLimits]stepWindow) {
+	for i, t := range ticks {
+		if t.stepped() {
+			ws[i] = t.window(now)
+		}
+	}
+	return ws
+}
 
 // stepBucket applies one request of the given cost to b at time now (in
 // microseconds) and reports whether b must be written back. maxWait is the
 // longest reservation accepted (0 for a plain Allow), penalty the lock set on
 // a denial (0 for none).
 func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
+	for _, t := range ticks {
+		if t.stepped() {
+			return stepMixed(b, now, ticks, cost, maxWait, penalty)
+		}
+	}
+	return stepContinuous(b, now, ticks, cost, maxWait, penalty)
+}
+
+// unitWaitTicks is unitWait for a continuous limit.
+func unitWaitTicks(d int64, t tickLimit) int64 {
+	return max(0, ceilDiv(d+t.p-t.capacity(), t.r))
+}
+
+// stepContinuous is stepBucket for continuous limits only: the arithmetic
+// of stepMixed without its windows, kept apart for speed (the usual case).
+func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
 	var d [maxLimits]int64 // current debt per limit in ticks
 	for i, t := range ticks {
 		if b.set && i < len(b.tats) {
@@ -87,7 +150,7 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 					out.remaining, out.index = rem, i
 				}
 			}
-			out.next = max(out.next, unitWait(d[i], t))
+			out.next = max(out.next, unitWaitTicks(d[i], t))
 		}
 		if denied { // the limit with the longest retry decides
 			t := ticks[retryIdx]
@@ -134,7 +197,116 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 		if out.remaining < 0 || rem < out.remaining {
 			out.remaining, out.index, out.reset = rem, i, ceilDiv(d2, t.r)
 		}
-		out.next = max(out.next, unitWait(d2, t))
+		out.next = max(out.next, unitWaitTicks(d2, t))
+	}
+	b.lock = 0
+	b.set = true
+	return out, true
+}
+
+// stepMixed is stepBucket for limits of which some are stepped.
+func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
+	ws := windowsAt(now, ticks)
+	var d [maxLimits]int64 // current debt per limit in ticks
+	for i, t := range ticks {
+		if b.set && i < len(b.tats) {
+			d[i] = debtAt(b.tats[i], now, t, ws[i])
+		}
+	}
+	var out decision
+	out.remaining = -1
+	denied := false
+	var retry, wait int64
+	retryIdx := 0
+	for i, t := range ticks {
+		d2 := d[i] + cost*t.p
+		c := t.capacity()
+		if over := d2 - c; over > 0 {
+			w := until(over, now, t, ws[i])
+			if t.stepped() {
+				if over > t.st.k || w > maxWait {
+					denied = true
+				}
+			} else if over > maxWait*t.r {
+				denied = true
+			}
+			if w > retry {
+				retry, retryIdx = w, i
+			}
+			if w > wait {
+				wait = w
+			}
+		}
+	}
+	locked := b.set && now < b.lock
+	if locked || denied {
+		for i, t := range ticks {
+			if !denied { // locked: the limit with the fewest tokens left decides
+				if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
+					out.remaining, out.index = rem, i
+				}
+			}
+			out.next = max(out.next, unitWait(d[i], now, t, ws[i]))
+		}
+		if denied { // the limit with the longest retry decides
+			t := ticks[retryIdx]
+			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
+		}
+		out.reset = until(d[out.index], now, ticks[out.index], ws[out.index])
+		out.retry = retry
+		if locked {
+			out.locked = true
+			out.remaining = 0
+			out.retry = max(retry, b.lock-now)
+			out.next = max(out.next, b.lock-now)
+			return out, false
+		}
+		if penalty <= 0 {
+			return out, false
+		}
+		// Lock the key. Its buckets are written back unchanged (a missing
+		// one as full), so the lock is the only effect of the denial.
+		out.locked = true
+		out.remaining = 0
+		out.retry = max(retry, penalty)
+		out.next = max(out.next, penalty)
+		if !b.set {
+			b.tats = b.tats[:0]
+			for i, t := range ticks {
+				if t.stepped() {
+					b.tats = append(b.tats, tat{us: 0, frac: ws[i].idx})
+				} else {
+					b.tats = append(b.tats, tat{us: now})
+				}
+			}
+			b.set = true
+		}
+		b.lock = now + penalty
+		return out, true
+	}
+	out.allowed = true
+	out.wait = wait
+	if cap(b.tats) < len(ticks) {
+		b.tats = make([]tat, len(ticks))
+	}
+	b.tats = b.tats[:len(ticks)]
+	b.full = 0
+	for i, t := range ticks {
+		d2 := d[i] + cost*t.p
+		var reset int64
+		if t.stepped() {
+			b.tats[i] = tat{us: d2, frac: ws[i].idx}
+			reset = until(d2, now, t, ws[i])
+			b.full = max(b.full, now+reset)
+		} else {
+			b.tats[i] = tat{us: now + d2/t.r, frac: d2 % t.r}
+			reset = ceilDiv(d2, t.r)
+		}
+		rem := max(0, (t.capacity()-d2)/t.p)
+		if out.remaining < 0 || rem < out.remaining {
+			out.remaining, out.index, out.reset = rem, i, reset
+		}
+		out.next = max(out.next, unitWait(d2, now, t, ws[i]))
 	}
 	b.lock = 0
 	b.set = true
@@ -145,9 +317,14 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 // limit is full again and any lock has ended. Never zero.
 func (b *bucket) ttl(now int64, ticks []tickLimit) int64 {
 	t := b.lock - now
+	ws := windowsAt(now, ticks)
 	for i, tl := range ticks {
 		if i < len(b.tats) {
-			t = max(t, ceilDiv((b.tats[i].us-now)*tl.r+b.tats[i].frac, tl.r))
+			if tl.stepped() {
+				t = max(t, until(debtAt(b.tats[i], now, tl, ws[i]), now, tl, ws[i]))
+			} else {
+				t = max(t, ceilDiv((b.tats[i].us-now)*tl.r+b.tats[i].frac, tl.r))
+			}
 		}
 	}
 	return max(t, 1)

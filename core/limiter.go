@@ -175,6 +175,13 @@ func shareOf(n int) func(Limit) Limit {
 		return nil
 	}
 	return func(g Limit) Limit {
+		switch {
+		case g.Refill == RefillInterval: // ceil(Rate/n) at the same instants
+			return Limit{Name: g.Name, Rate: (g.Rate + n - 1) / n, Period: g.Period, Burst: (g.Burst + n - 1) / n, Refill: g.Refill}
+		case g.Refill.calendar(): // ceil(quota/n) per period, at the same boundaries
+			q := (g.Rate + n - 1) / n
+			return Limit{Name: g.Name, Rate: q, Burst: q, Refill: g.Refill, Zone: g.Zone}
+		}
 		share := Limit{Name: g.Name, Rate: g.Rate, Period: g.Period * time.Duration(n), Burst: (g.Burst + n - 1) / n}
 		if g.Period > math.MaxInt64/time.Duration(n) {
 			share.Period = -1 // overflows: newPlan keeps the global rate
@@ -309,7 +316,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 
 	var storeErr error
-	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty}
+	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty, now: now}
 	nd := l.store.node(ctx, c.rkey)
 	brk := nd.brk
 	if r := brk.route(now); r != viaLocal {
@@ -325,11 +332,14 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 				// full bucket, which it nearly is, and costs no memory.
 				l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
 			}
-			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0) {
+			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0 && !p.stepped) {
 				// Redis said when a unit request can next pass. Counted
 				// from when this request was sent, that never outlasts
 				// Redis's own answer. With a penalty lock, only denials
 				// are cached: the first denial must reach Redis to lock.
+				// So with a stepped limit: an admission does not say
+				// which limit denies next, and a quota spent until
+				// midnight should be named by the denials it causes.
 				l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
 					reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
 			}

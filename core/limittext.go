@@ -19,13 +19,21 @@ import (
 //	5/15m name login       5 per 15 minutes, named "login"
 //	1000/d                 1000 a day
 //	7/1.5s burst 4         any Go duration, and days as "2d"
+//	10/m burst 50 refill interval
+//	                       10 at once every minute, at most 50 (RefillInterval)
+//	1000/calendar-day zone America/New_York
+//	                       1000 per day, restored at New York's midnight
+//	5000/calendar-week     per week from Monday, UTC
+//	20000/calendar-month zone Europe/Paris
 //
 // The period is a unit (ms, s, sec, second, m, min, minute, h, hour, d,
-// day, plurals too) or a number with one (15m, 1.5s, 1h30m, 2d). Burst
-// defaults to the rate, as [PerMinute] does. A name is a bare word or a
-// quoted string. Keywords are case-insensitive and may be separated by
-// commas. The result is validated: an error wraps [ErrInvalidLimit] and
-// quotes the text.
+// day, plurals too) or a number with one (15m, 1.5s, 1h30m, 2d), or a
+// calendar period (calendar-day, calendar-week, calendar-month), which
+// takes a zone (an IANA name; UTC without one) and no burst. "refill"
+// takes interval or continuous (the default). Burst defaults to the rate,
+// as [PerMinute] does. A name is a bare word or a quoted string. Keywords
+// are case-insensitive and may be separated by commas. The result is
+// validated: an error wraps [ErrInvalidLimit] and quotes the text.
 func ParseLimit(s string) (Limit, error) {
 	l, err := parseLimit(s)
 	if err != nil {
@@ -55,7 +63,9 @@ func parseLimit(s string) (Limit, error) {
 		return Limit{}, fmt.Errorf("rate %q is not a whole number of at least 1", rate)
 	}
 	l.Rate = n
-	if l.Period, err = parsePeriod(period); err != nil {
+	if r, ok := calendarPeriods[strings.ToLower(period)]; ok {
+		l.Refill = r
+	} else if l.Period, err = parsePeriod(period); err != nil {
 		return Limit{}, err
 	}
 	l.Burst = l.Rate
@@ -68,6 +78,21 @@ func parseLimit(s string) (Limit, error) {
 			if l.Burst, err = strconv.Atoi(val); err != nil || l.Burst < 1 {
 				return Limit{}, fmt.Errorf("burst %q is not a whole number of at least 1", val)
 			}
+		case "refill":
+			switch r := Refill(strings.ToLower(val)); {
+			case l.Refill.calendar():
+				return Limit{}, fmt.Errorf("refill %q with a calendar period; the period says how it refills", val)
+			case r == RefillInterval:
+				l.Refill = r
+			case r == "continuous":
+				l.Refill = RefillContinuous
+			default:
+				return Limit{}, fmt.Errorf("refill %q is neither interval nor continuous (for calendar quotas write <rate>/calendar-day)", val)
+			}
+		case "zone", "in":
+			if l.Zone, err = unquoteWord(val); err != nil {
+				return Limit{}, fmt.Errorf("zone %s: %v", val, err)
+			}
 		case "name":
 			if strings.HasPrefix(val, `"`) {
 				if l.Name, err = strconv.Unquote(val); err != nil {
@@ -77,10 +102,34 @@ func parseLimit(s string) (Limit, error) {
 			}
 			l.Name = val
 		default:
-			return Limit{}, fmt.Errorf("unknown word %q; after <rate>/<period> come \"burst <n>\" and \"name <name>\"", rest[0])
+			return Limit{}, fmt.Errorf("unknown word %q; after <rate>/<period> come \"burst <n>\", \"refill interval\", \"zone <zone>\" and \"name <name>\"", rest[0])
 		}
 	}
 	return l, nil
+}
+
+// unquoteWord returns a word as it is, or a Go-quoted one unquoted.
+func unquoteWord(w string) (string, error) {
+	if strings.HasPrefix(w, `"`) {
+		return strconv.Unquote(w)
+	}
+	return w, nil
+}
+
+// calendarPeriods are the periods of calendar refills, as text.
+var calendarPeriods = map[string]Refill{
+	"calendar-day": RefillDaily, "calendar-week": RefillWeekly, "calendar-month": RefillMonthly,
+}
+
+// calendarPeriod is r's period as text.
+func calendarPeriod(r Refill) string {
+	switch r {
+	case RefillWeekly:
+		return "calendar-week"
+	case RefillMonthly:
+		return "calendar-month"
+	}
+	return "calendar-day"
 }
 
 // limitWords splits s at spaces and commas, keeping a Go-quoted string
@@ -170,7 +219,8 @@ func formatPeriod(d time.Duration) string {
 }
 
 // MarshalText writes l as [ParseLimit] reads it: "600/m", "100/s burst 20",
-// "5/15m name login". Burst is left out when it equals Rate. An invalid
+// "5/15m name login", "10/m burst 50 refill interval",
+// "1000/calendar-day zone America/New_York". Burst is left out when it equals Rate. An invalid
 // limit is an error, so that a configuration is never written that cannot
 // be read back.
 func (l Limit) MarshalText() ([]byte, error) {
@@ -180,10 +230,25 @@ func (l Limit) MarshalText() ([]byte, error) {
 	b := make([]byte, 0, 32)
 	b = strconv.AppendInt(b, int64(l.Rate), 10)
 	b = append(b, '/')
-	b = append(b, formatPeriod(l.Period)...)
+	if l.Refill.calendar() {
+		b = append(b, calendarPeriod(l.Refill)...)
+	} else {
+		b = append(b, formatPeriod(l.Period)...)
+	}
 	if l.Burst != l.Rate {
 		b = append(b, " burst "...)
 		b = strconv.AppendInt(b, int64(l.Burst), 10)
+	}
+	if l.Refill == RefillInterval {
+		b = append(b, " refill interval"...)
+	}
+	if l.Zone != "" {
+		b = append(b, " zone "...)
+		if bareName(l.Zone) {
+			b = append(b, l.Zone...)
+		} else {
+			b = strconv.AppendQuote(b, l.Zone)
+		}
 	}
 	if l.Name != "" {
 		b = append(b, " name "...)
@@ -227,12 +292,16 @@ type limitFields struct {
 	Rate   int             `json:"rate"`
 	Period json.RawMessage `json:"period"`
 	Burst  int             `json:"burst"`
+	Refill Refill          `json:"refill"`
+	Zone   string          `json:"zone"`
 }
 
 // UnmarshalJSON reads a limit as a string ("600/m", see [ParseLimit]) or as
 // an object {"rate": 600, "period": "1m", "burst": 50, "name": "api"}, the
 // period a duration string or nanoseconds, the burst defaulting to the
-// rate. Unknown fields are errors, and the result is validated.
+// rate, with "refill" and "zone" for stepped refills ({"rate": 1000,
+// "refill": "daily", "zone": "America/New_York"}, no period). Unknown
+// fields are errors, and the result is validated.
 func (l *Limit) UnmarshalJSON(data []byte) error {
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 && data[0] == '"' {
@@ -250,6 +319,7 @@ func (l *Limit) UnmarshalJSON(data []byte) error {
 	}
 	var period time.Duration
 	switch {
+	case (len(f.Period) == 0 || string(f.Period) == "null") && f.Refill.calendar():
 	case len(f.Period) == 0 || string(f.Period) == "null":
 		return fmt.Errorf("%w: limit %s has no period", ErrInvalidLimit, data)
 	case f.Period[0] == '"':
@@ -269,7 +339,7 @@ func (l *Limit) UnmarshalJSON(data []byte) error {
 		}
 		period = time.Duration(ns)
 	}
-	return l.setFields(f.Name, f.Rate, period, f.Burst, string(data))
+	return l.setFields(Limit{Name: f.Name, Rate: f.Rate, Period: period, Burst: f.Burst, Refill: f.Refill, Zone: f.Zone}, string(data))
 }
 
 // MarshalJSON writes l as its text form (see [Limit.MarshalText]).
@@ -282,7 +352,8 @@ func (l Limit) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalYAML reads a limit from YAML as a string ("600/m") or a mapping
-// with rate, period ("1m"), burst (defaulting to the rate) and name. It
+// with rate, period ("1m"), burst (defaulting to the rate), name, and
+// refill and zone for stepped refills (see [Limit.UnmarshalJSON]). It
 // takes the decoder's unmarshal function, which gopkg.in/yaml.v2 and v3,
 // go.yaml.in/yaml and goccy/go-yaml all pass, so core needs no YAML
 // library.
@@ -296,6 +367,8 @@ func (l *Limit) UnmarshalYAML(unmarshal func(any) error) error {
 		Rate   int    `yaml:"rate"`
 		Period any    `yaml:"period"`
 		Burst  int    `yaml:"burst"`
+		Refill string `yaml:"refill"`
+		Zone   string `yaml:"zone"`
 	}
 	if err := unmarshal(&f); err != nil {
 		return fmt.Errorf("%w: %v (want \"600/m\" or rate, period and burst)", ErrInvalidLimit, err)
@@ -303,6 +376,9 @@ func (l *Limit) UnmarshalYAML(unmarshal func(any) error) error {
 	var d time.Duration
 	switch p := f.Period.(type) {
 	case nil:
+		if Refill(f.Refill).calendar() {
+			break
+		}
 		return fmt.Errorf("%w: limit with rate %d has no period", ErrInvalidLimit, f.Rate)
 	case string:
 		var err error
@@ -318,13 +394,13 @@ func (l *Limit) UnmarshalYAML(unmarshal func(any) error) error {
 	default:
 		return fmt.Errorf("%w: limit with rate %d: period %v is neither a duration string nor nanoseconds", ErrInvalidLimit, f.Rate, p)
 	}
-	return l.setFields(f.Name, f.Rate, d, f.Burst, fmt.Sprintf("rate %d, period %v", f.Rate, f.Period))
+	return l.setFields(Limit{Name: f.Name, Rate: f.Rate, Period: d, Burst: f.Burst, Refill: Refill(f.Refill), Zone: f.Zone},
+		fmt.Sprintf("rate %d, period %v", f.Rate, f.Period))
 }
 
-// setFields sets l from decoded fields, the burst defaulting to the rate,
+// setFields sets l to decoded fields v, the burst defaulting to the rate,
 // and validates it; what names the source in errors.
-func (l *Limit) setFields(name string, rate int, period time.Duration, burst int, what string) error {
-	v := Limit{Name: name, Rate: rate, Period: period, Burst: burst}
+func (l *Limit) setFields(v Limit, what string) error {
 	if v.Burst == 0 {
 		v.Burst = v.Rate
 	}

@@ -39,6 +39,19 @@ func TestParseLimit(t *testing.T) {
 		{in: "5/m per ip", err: `unknown word "per"`},
 		{in: `5/m name "open`, err: "no closing quote"},
 		{in: "5/1ns", err: "Period must be at least 1µs"},
+		{in: "10/m burst 50 refill interval", want: core.PerInterval(10, time.Minute).WithBurst(50)},
+		{in: "10/m, refill Interval", want: core.PerInterval(10, time.Minute)},
+		{in: "10/m refill continuous", want: core.PerMinute(10)},
+		{in: "1000/calendar-day zone America/New_York", want: core.PerCalendarDay(1000, "America/New_York")},
+		{in: "1000/Calendar-Day in America/New_York name daily", want: core.PerCalendarDay(1000, "America/New_York").WithName("daily")},
+		{in: "5000/calendar-week", want: core.PerCalendarWeek(5000, "")},
+		{in: `20000/calendar-month zone "Europe/Paris"`, want: core.PerCalendarMonth(20000, "Europe/Paris")},
+		{in: "10/m refill hourly", err: `refill "hourly"`},
+		{in: "10/calendar-day refill interval", err: "with a calendar period"},
+		{in: "10/calendar-day burst 5", err: "Burst must equal Rate"},
+		{in: "10/calendar-day zone Nowhere/Land", err: `Zone "Nowhere/Land"`},
+		{in: "10/m zone UTC", err: "needs a calendar Refill"},
+		{in: "10/calendar-fortnight", err: `period "calendar-fortnight"`},
 	} {
 		got, err := core.ParseLimit(tc.in)
 		switch {
@@ -64,6 +77,12 @@ var roundTrips = []core.Limit{
 	{Rate: 1, Period: 90 * time.Minute, Burst: 1, Name: `a "quoted", name`},
 	{Rate: 1000, Period: 48 * time.Hour, Burst: 10},
 	{Rate: 9, Period: 1234567 * time.Microsecond, Burst: 9},
+	core.PerInterval(10, time.Minute).WithBurst(50),
+	core.PerInterval(3, 1500*time.Millisecond).WithName("slow"),
+	core.PerCalendarDay(1000, "America/New_York"),
+	core.PerCalendarWeek(5000, "").WithName("weekly"),
+	core.PerCalendarMonth(20000, "Europe/Paris"),
+	core.PerCalendarDay(7, "America/Argentina/Buenos_Aires"),
 }
 
 func TestLimitTextRoundTrip(t *testing.T) {
@@ -89,6 +108,27 @@ func TestLimitTextRoundTrip(t *testing.T) {
 type config struct {
 	Default core.Limit            `json:"default"`
 	Routes  map[string]core.Limit `json:"routes"`
+}
+
+func TestLimitJSONStepped(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want core.Limit
+	}{
+		{`{"rate": 1000, "refill": "daily", "zone": "America/New_York"}`, core.PerCalendarDay(1000, "America/New_York")},
+		{`{"rate": 10, "period": "1m", "burst": 50, "refill": "interval"}`, core.PerInterval(10, time.Minute).WithBurst(50)},
+		{`{"rate": 9, "refill": "monthly", "name": "m"}`, core.PerCalendarMonth(9, "").WithName("m")},
+		{`"1000/calendar-week zone Asia/Tokyo"`, core.PerCalendarWeek(1000, "Asia/Tokyo")},
+	} {
+		var got core.Limit
+		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || got != tc.want {
+			t.Errorf("json %s = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	b, err := json.Marshal(core.PerCalendarDay(1000, "America/New_York"))
+	if err != nil || string(b) != `"1000/calendar-day zone America/New_York"` {
+		t.Errorf("json.Marshal(PerCalendarDay) = %s, %v", b, err)
+	}
 }
 
 func TestLimitJSON(t *testing.T) {
@@ -130,6 +170,9 @@ func TestLimitJSON(t *testing.T) {
 		{`{"rate": 5}`, "no period"},
 		{`{"rate": 5, "period": true}`, "neither a duration string nor nanoseconds"},
 		{`{"rate": 0, "period": "1m"}`, "Rate must be at least 1"},
+		{`{"rate": 5, "refill": "daily", "zone": "Mars/Base"}`, `Zone "Mars/Base"`},
+		{`{"rate": 5, "refill": "interval"}`, "no period"},
+		{`{"rate": 5, "period": "1h", "refill": "daily"}`, "Period must be zero"},
 	} {
 		var l core.Limit
 		err := json.Unmarshal([]byte(tc.in), &l)
@@ -142,7 +185,7 @@ func TestLimitJSON(t *testing.T) {
 // FuzzParseLimit: any text either fails with ErrInvalidLimit or gives a
 // valid limit that writes and reads back equal.
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"600/m", "100/s burst 20", `5/15m name "a b"`, "7/1.5s", "3/2d", "x/y z"} {
+	for _, s := range []string{"600/m", "100/s burst 20", `5/15m name "a b"`, "7/1.5s", "3/2d", "x/y z", "10/m burst 5 refill interval", "1000/calendar-day zone America/New_York", "3/calendar-month in UTC"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

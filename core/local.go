@@ -243,9 +243,9 @@ func (e *localEntry) weight(now int64) int64 {
 	if !e.b.set {
 		return 0
 	}
-	w := e.b.lock - now
+	w := max(e.b.lock, e.b.full) - now
 	for i := range e.b.tats {
-		w = max(w, e.b.tats[i].us-now)
+		w = max(w, e.b.tats[i].us-now) // a stepped limit's (a debt) never counts here: e.b.full does
 	}
 	return w
 }
@@ -293,17 +293,27 @@ func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit,
 		return
 	}
 	b := &e.b
+	ws := windowsAt(now, ticks)
 	if !b.set {
 		b.tats = e.buf[:0]
-		for range ticks {
-			b.tats = append(b.tats, tat{us: now})
+		for i, t := range ticks {
+			if t.stepped() {
+				b.tats = append(b.tats, tat{frac: ws[i].idx})
+			} else {
+				b.tats = append(b.tats, tat{us: now})
+			}
 		}
 		b.set = true
 	}
 	for i, t := range ticks {
-		d := max(0, (b.tats[i].us-now)*t.r+b.tats[i].frac)
+		d := debtAt(b.tats[i], now, t, ws[i])
 		d = min(d+cost*t.p, t.capacity())
-		b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+		if t.stepped() {
+			b.tats[i] = tat{us: d, frac: ws[i].idx}
+			b.full = max(b.full, now+until(d, now, t, ws[i]))
+		} else {
+			b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+		}
 	}
 }
 

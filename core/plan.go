@@ -24,6 +24,8 @@ type plan struct {
 	id         uint64                // fingerprint for local maps
 	args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
 	maxW       int64                 // longest exact reservation in microseconds
+	stepped    bool                  // some limit refills in steps: the script's batch form, and no Reserve
+	cal        bool                  // some limit is a calendar's: args lacks its arguments, which each call adds (see call.appendGroup)
 
 	coarse []coarseFallback // fallback limits that could not be used as given
 
@@ -64,11 +66,23 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 			p.minB = t.b
 		}
 		p.maxW = min(p.maxW, t.maxWaitMicros())
-		p.args = append(p.args, strconv.FormatInt(t.r, 10), strconv.FormatInt(t.p, 10), strconv.FormatInt(t.b, 10))
+		switch {
+		case t.calendar() != nil:
+			p.stepped, p.cal = true, true
+		case t.stepped():
+			p.stepped = true
+			p.args = append(p.args, "0", strconv.FormatInt(t.st.k, 10), strconv.FormatInt(t.b, 10), strconv.FormatInt(t.st.every, 10))
+		default:
+			p.args = append(p.args, strconv.FormatInt(t.r, 10), strconv.FormatInt(t.p, 10), strconv.FormatInt(t.b, 10))
+		}
 		// The fingerprint covers what decides the bucket: the exact rate
 		// (not its reduced form, so 1/s and 60/min stay apart as users
-		// expect), the burst and the name.
+		// expect), the burst and the name; and a stepped refill's kind and
+		// zone, so that a bucket never changes kind.
 		fmt.Fprintf(h, "%d/%d/%d/%q;", l.Rate, l.Period, l.Burst, l.Name)
+		if l.Refill != RefillContinuous {
+			fmt.Fprintf(h, "refill %q zone %q;", l.Refill, l.Zone)
+		}
 	}
 	sum := h.Sum(nil)
 	p.fp = hex.EncodeToString(sum[:6])
@@ -114,8 +128,8 @@ func newShare(limits []Limit, ticks []tickLimit, fallback func(Limit) Limit) (*s
 		if err != nil {
 			coarse = append(coarse, coarseFallback{global: l, cause: err})
 			share := fl.Burst
-			fl = Limit{Name: l.Name, Rate: l.Rate, Period: l.Period, Burst: l.Burst}
-			if share >= 1 && share < l.Burst {
+			fl = l
+			if share >= 1 && share < l.Burst && !l.Refill.calendar() { // a calendar's Burst is its Rate
 				fl.Burst = share // a smaller burst compiles wherever l's does
 			}
 			if t, err = compileLimit(fl); err != nil {

@@ -85,7 +85,13 @@ const (
 // reservation has charged n; settle it with the request's final cost when
 // that is known. A denied one charged nothing and has nothing to settle.
 // Errors are those of AllowN.
+//
+// A rule with an interval or calendar refill (see [Refill]) cannot be
+// reserved: Reserve returns an error wrapping [ErrInvalidLimit].
 func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
+	if r.p.stepped {
+		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
+	}
 	l := r.lim
 	res, d, err := l.admit(ctx, key, r.p, n, 0)
 	if err != nil {

@@ -35,6 +35,7 @@ type call struct {
 	cost    int64
 	maxWait int64     // microseconds; 0 unless reserving
 	penalty int64     // microseconds; 0 for none
+	now     int64     // the limiter's clock, microseconds: a calendar limit's windows are those around it
 	keys    [1]string // rkey, as a lone call's KEYS without an allocation
 }
 
@@ -42,21 +43,51 @@ type call struct {
 // (see the layout table at the top of core/bucket.lua).
 func (c *call) appendGroup(args []any) []any {
 	args = append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
-	return append(args, c.plan.args...)
+	if !c.plan.cal {
+		return append(args, c.plan.args...)
+	}
+	// A calendar limit's arguments are its windows around the call's
+	// clock; the others' are the plan's, in order.
+	args = append(args, c.plan.args[0])
+	at := 1
+	for _, t := range c.plan.ticks {
+		switch {
+		case t.calendar() != nil:
+			args = append(args, t.st.cal.windows(c.now, t.st.k, t.b).args...)
+		case t.stepped():
+			args = append(args, c.plan.args[at:at+4]...)
+			at += 4
+		default:
+			args = append(args, c.plan.args[at:at+3]...)
+			at += 3
+		}
+	}
+	return args
+}
+
+// sameWindows reports whether c and o pass a calendar limit the same
+// windows.
+func (c *call) sameWindows(o *call) bool {
+	for _, t := range c.plan.ticks {
+		if cal := t.calendar(); cal != nil && cal.windows(c.now, t.st.k, t.b).first != cal.windows(o.now, t.st.k, t.b).first {
+			return false
+		}
+	}
+	return true
 }
 
 // sameGroup reports whether c and o pass the script the same numbers, so
 // that one group in a batch's arguments serves both.
 func (c *call) sameGroup(o *call) bool {
 	return c.cost == o.cost && c.maxWait == o.maxWait && c.penalty == o.penalty &&
-		(c.plan == o.plan || c.plan.fp == o.plan.fp)
+		(c.plan == o.plan || c.plan.fp == o.plan.fp) && (!c.plan.cal || c.sameWindows(o))
 }
 
 // appendArgs appends c's script arguments for a call that decides c alone:
-// under one limit the lone form, under several the batch form of one group
-// (see the layout table at the top of core/bucket.lua).
+// under one continuous limit the lone form, otherwise the batch form of
+// one group (see the layout table at the top of core/bucket.lua).
 func (c *call) appendArgs(args []any) []any {
-	if len(c.plan.ticks) != 1 {
+	if len(c.plan.ticks) != 1 || c.plan.stepped {
 		return c.appendGroup(append(args, "1"))
 	}
 	args = append(args, c.plan.args[1:4]...) // r, p, b
@@ -76,7 +107,7 @@ func (c *call) appendArgs(args []any) []any {
 // argument at its default) they are part of the plan's own arguments,
 // shared and not to be modified; otherwise a new slice (see appendArgs).
 func (c *call) loneArgs() []any {
-	if len(c.plan.ticks) == 1 && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
+	if len(c.plan.ticks) == 1 && !c.plan.stepped && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
 		return c.plan.args[1:4:4]
 	}
 	return c.appendArgs(make([]any, 0, 4+len(c.plan.args)))

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,10 +146,18 @@ func writeQuotaExceeded(b *strings.Builder, d *decided) {
 }
 
 // refillSeconds is how long l's bucket takes to refill its Burst,
-// Burst*Period/Rate, in whole seconds rounded up; at least 1.
+// Burst*Period/Rate, in whole seconds rounded up; at least 1. An interval
+// refill takes ceil(Burst/Rate) whole intervals; a calendar quota's window
+// is its period, the one current at now (see calendarSeconds).
 func refillSeconds(l core.Limit) int64 {
-	if l.Rate <= 0 || l.Burst <= 0 || l.Period <= 0 {
+	switch {
+	case isCalendar(l):
+		return calendarSeconds(l, time.Now())
+	case l.Rate <= 0 || l.Burst <= 0 || l.Period <= 0:
 		return 1
+	case l.Refill == core.RefillInterval:
+		n := (uint64(l.Burst) + uint64(l.Rate) - 1) / uint64(l.Rate)
+		return max(1, int64(min(mulDivCeil(n, uint64(l.Period), uint64(time.Second)), 1<<53)))
 	}
 	us := mulDivCeil(uint64(l.Burst), uint64(l.Period/time.Microsecond), uint64(l.Rate))
 	s := (us + 999_999) / 1_000_000
@@ -161,6 +170,54 @@ func refillSeconds(l core.Limit) int64 {
 	return int64(s)
 }
 
+// isCalendar reports whether l is a calendar quota.
+func isCalendar(l core.Limit) bool {
+	return l.Refill != core.RefillContinuous && l.Refill != core.RefillInterval
+}
+
+// calendarSeconds is the length in seconds of l's calendar period holding
+// now: a day of 23, 24 or 25 hours, a month of 28 to 31 days; at least 1.
+func calendarSeconds(l core.Limit, now time.Time) int64 {
+	start, end := l.Window(now)
+	return max(1, ceilSeconds(end.Sub(start)))
+}
+
+// currentPolicy is r's RateLimit-Policy value with each calendar quota's
+// w set to the length of its period current now: r.policyField, made
+// once, has the periods current when r was prepared. The field's items
+// are r's limits' in order, each its name, then ";q=<Burst>;w=<seconds>".
+func currentPolicy(r *rule) string {
+	f := r.policyField
+	if !slices.ContainsFunc(r.limits, isCalendar) {
+		return f
+	}
+	var now time.Time
+	at := 0
+	for i, l := range r.limits {
+		prefix := r.items[i] + ";q=" + strconv.Itoa(l.Burst) + ";w="
+		j := strings.Index(f[at:], prefix)
+		if j < 0 {
+			return f
+		}
+		at += j + len(prefix)
+		end := at
+		for end < len(f) && f[end] >= '0' && f[end] <= '9' {
+			end++
+		}
+		if !isCalendar(l) {
+			at = end
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		w := strconv.FormatInt(calendarSeconds(l, now), 10)
+		f = f[:at] + w + f[end:]
+		at += len(w)
+	}
+	return f
+}
+
 // effectiveWindow is how long until l, with remaining requests left now
 // and its bucket full again after reset, has a request more to give:
 // reset less the refill of the Burst-remaining-1 requests between the next
@@ -168,7 +225,30 @@ func refillSeconds(l core.Limit) int64 {
 // interval away.) reset is rounded up to whole microseconds and the refill
 // down, so the window is never short of the truth, and at most a
 // microsecond over it.
+//
+// A stepped limit gives more at the start of its next window. An
+// interval refill's bucket, Burst-remaining short, is full again after
+// ceil(that/Rate) windows, the first of which ends reset less the others.
+// A calendar quota's reset is its boundary. A full bucket has nothing
+// more before a whole window: one interval, or the current period's
+// length (never short of the truth).
 func effectiveWindow(l core.Limit, remaining int, reset time.Duration) time.Duration {
+	switch {
+	case l.Refill == core.RefillInterval && l.Rate > 0:
+		if reset <= 0 {
+			return l.Period
+		}
+		n := (max(l.Burst-remaining, 1) + l.Rate - 1) / l.Rate
+		if w := reset - time.Duration(n-1)*l.Period; w > 0 {
+			return w
+		}
+		return reset
+	case isCalendar(l):
+		if reset <= 0 {
+			return time.Duration(calendarSeconds(l, time.Now())) * time.Second
+		}
+		return reset
+	}
 	if l.Rate <= 0 || l.Period <= 0 {
 		return reset
 	}

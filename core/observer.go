@@ -32,10 +32,15 @@ const (
 	// SourceFailClosed is a refusal (an [ErrUnavailable] error) while the
 	// store is unavailable under [FailClosed].
 	SourceFailClosed
+	// SourceDenyList is a refusal by a deny list, before any decision
+	// (the middleware's WithDeny, or a deny entry of an [Overrides] set);
+	// its Result is zero, as a SourceFailClosed one is. See
+	// [Limiter.ObserveDenyList].
+	SourceDenyList
 )
 
 // String returns the source's name as used in metric labels: "store",
-// "deny_cache", "fallback", "fail_open" or "fail_closed".
+// "deny_cache", "fallback", "fail_open", "fail_closed" or "deny_list".
 func (s Source) String() string {
 	switch s {
 	case SourceStore:
@@ -48,6 +53,8 @@ func (s Source) String() string {
 		return "fail_open"
 	case SourceFailClosed:
 		return "fail_closed"
+	case SourceDenyList:
+		return "deny_list"
 	}
 	return "unknown"
 }

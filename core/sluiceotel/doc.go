@@ -30,8 +30,8 @@
 //	                                  for fail_closed decisions, which
 //	                                  have no limit
 //	    sluice.rate_limiting.source   "store", "deny_cache", "fallback",
-//	                                  "fail_open" or "fail_closed"
-//	                                  (see core.Source)
+//	                                  "fail_open", "fail_closed" or
+//	                                  "deny_list" (see core.Source)
 //	    sluice.rate_limiting.dry_run  true for the decisions of a dry-run
 //	                                  rule (core.Result.DryRun), which the
 //	                                  middleware does not enforce

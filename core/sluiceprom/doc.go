@@ -25,10 +25,12 @@
 //	sluice_decisions_total{outcome, source, limit, dry_run}   counter
 //	    Every decision. outcome is "allowed", "denied" or "locked" (denied
 //	    under a penalty lock); source is "store", "deny_cache",
-//	    "fallback", "fail_open" or "fail_closed" (see core.Source); dry_run
+//	    "fallback", "fail_open", "fail_closed" or "deny_list" (a request
+//	    on a middleware's deny list; see core.Source); dry_run
 //	    is "true" for the decisions of a dry-run rule (core.Result.DryRun),
 //	    which the middleware does not enforce, and "false" otherwise.
-//	    fail_closed decisions carry outcome "denied" and limit "".
+//	    fail_closed and deny_list decisions carry outcome "denied" and
+//	    limit "".
 //	    Decisions made without the store are those of the sources
 //	    fallback, fail_open and fail_closed; deny-cache hits those of
 //	    deny_cache.

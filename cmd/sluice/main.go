@@ -1,0 +1,221 @@
+// Command sluice sets, lists and removes the run-time overrides of a
+// sluice limiter (see core.Overrides): per-key limits, and allow and deny
+// entries, shared by every replica through Redis. A change applies on
+// every replica within its refresh interval (1s by default) plus one round
+// trip.
+//
+// Usage:
+//
+//	sluice [-redis host:port] [-prefix P] [-timeout d] override set <set> <key> <override>
+//	sluice [flags] override list <set>
+//	sluice [flags] override rm <set> <key>
+//	sluice [flags] allow <set> <key-or-cidr>
+//	sluice [flags] deny <set> <key-or-cidr>
+//
+// An override is "allow", "deny", or limits as core.ParseLimit reads them,
+// several separated by ";": "600/1m burst 600", "10/s; 1000/h". A key is
+// the middleware's key exactly ("tenant:acme", "ip:203.0.113.7"); an allow
+// or deny entry may instead be an IP address or CIDR prefix
+// ("203.0.113.0/24"), matched against the client address. allow and deny
+// are shorthand for override set with "allow" or "deny". Remove either with
+// override rm.
+//
+// -redis defaults to $REDIS_ADDR, else 127.0.0.1:6379; -prefix must be the
+// services' core.WithPrefix (default "sluice:"). The exit code is 0 on
+// success, 1 when Redis fails, and 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  sluice [flags] override set <set> <key> <override>
+  sluice [flags] override list <set>
+  sluice [flags] override rm <set> <key>
+  sluice [flags] allow <set> <key-or-cidr>
+  sluice [flags] deny <set> <key-or-cidr>
+
+<override> is allow, deny, or limits such as "600/1m burst 600" or "10/s; 1000/h".
+
+flags:
+`
+
+// usageError is an error of the command line (exit code 2).
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// run runs the command with args and returns its exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	fs.StringVar(&addr, "redis", addr, "Redis address, host:port")
+	prefix := fs.String("prefix", "sluice:", "the services' key prefix (core.WithPrefix)")
+	timeout := fs.Duration("timeout", 5*time.Second, "time allowed for the command")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cmd, err := parseCommand(fs.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		fs.Usage()
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DisableIdentity: true})
+	defer rdb.Close()
+	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithTimeout(*timeout), core.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	// The poller is not needed: refresh rarely, and Close at once.
+	ov, err := core.NewOverrides(lim, cmd.set, core.WithOverridesRefresh(time.Hour))
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	defer ov.Close()
+	if err := cmd.exec(ctx, ov, stdout); err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		var uerr usageError
+		if errors.As(err, &uerr) || errors.Is(err, core.ErrInvalidLimit) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// command is one parsed command line.
+type command struct {
+	op       string // "set", "list" or "rm"
+	set, key string
+	override core.Override
+}
+
+func parseCommand(args []string) (command, error) {
+	want := func(n int, form string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s takes %s, got %d arguments", strings.Join(args[:min(len(args), 2)], " "), form, len(args)-min(len(args), 2))
+		}
+		return nil
+	}
+	if len(args) == 0 {
+		return command{}, errors.New("no command")
+	}
+	switch args[0] {
+	case "allow", "deny":
+		if len(args) != 3 {
+			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
+		}
+		o := core.Override{Allow: args[0] == "allow", Deny: args[0] == "deny"}
+		return command{op: "set", set: args[1], key: args[2], override: o}, nil
+	case "override":
+	default:
+		return command{}, fmt.Errorf("unknown command %q", args[0])
+	}
+	if len(args) < 2 {
+		return command{}, errors.New("override needs set, list or rm")
+	}
+	switch args[1] {
+	case "set":
+		if err := want(5, "<set> <key> <override>"); err != nil {
+			return command{}, err
+		}
+		o, err := core.ParseOverride(args[4])
+		if err != nil {
+			return command{}, err
+		}
+		return command{op: "set", set: args[2], key: args[3], override: o}, nil
+	case "list", "ls":
+		if err := want(3, "<set>"); err != nil {
+			return command{}, err
+		}
+		return command{op: "list", set: args[2]}, nil
+	case "rm", "remove":
+		if err := want(4, "<set> <key>"); err != nil {
+			return command{}, err
+		}
+		return command{op: "rm", set: args[2], key: args[3]}, nil
+	}
+	return command{}, fmt.Errorf("unknown override command %q; want set, list or rm", args[1])
+}
+
+func (c command) exec(ctx context.Context, ov *core.Overrides, out io.Writer) error {
+	switch c.op {
+	case "set":
+		if err := ov.Set(ctx, c.key, c.override); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s %s = %s (version %d)\n", c.set, quote(c.key), c.override, ov.Version())
+	case "rm":
+		m, err := ov.List(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := m[c.key]; !ok {
+			return usageError(fmt.Sprintf("%s has no entry for %s", c.set, quote(c.key)))
+		}
+		if err := ov.Remove(ctx, c.key); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s %s removed (version %d)\n", c.set, quote(c.key), ov.Version())
+	case "list":
+		m, err := ov.List(ctx)
+		if err != nil {
+			return err
+		}
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range m {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		for _, k := range keys {
+			fmt.Fprintf(out, "%s\t%s\n", quote(k), m[k])
+		}
+		fmt.Fprintf(out, "# %s: %d entries, version %d\n", c.set, len(m), ov.Version())
+	}
+	return nil
+}
+
+// quote returns k as is when it prints plainly, else Go-quoted.
+func quote(k string) string {
+	if k == "" || strings.ContainsAny(k, " #") || strconv.Quote(k) != `"`+k+`"` {
+		return strconv.Quote(k)
+	}
+	return k
+}

@@ -1,0 +1,549 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Override is what an operator set for one key in an [Overrides] set:
+// limits that replace the key's own, or an allow or deny entry. Exactly one
+// of Limits, Allow and Deny is set in an Override read from a set.
+//
+// Its text form (see [ParseOverride] and [Override.String]) is "allow",
+// "deny", or one limit or several separated by ";" as [ParseLimit] reads
+// each: "600/m burst 600", "10/s; 1000/h".
+type Override struct {
+	// Limits replace the limits of the key's requests (one to eight).
+	Limits []Limit
+	// Allow lets the key's requests pass without a decision.
+	Allow bool
+	// Deny refuses every request of the key.
+	Deny bool
+
+	text string // the canonical text, when known
+}
+
+// ParseOverride reads an override written as text: "allow", "deny"
+// (case-insensitive), or one to eight limits separated by ";", each as
+// [ParseLimit] reads it. An error for a limit wraps [ErrInvalidLimit].
+func ParseOverride(s string) (Override, error) {
+	t := strings.TrimSpace(s)
+	switch strings.ToLower(t) {
+	case "allow":
+		return Override{Allow: true, text: "allow"}, nil
+	case "deny":
+		return Override{Deny: true, text: "deny"}, nil
+	case "":
+		return Override{}, fmt.Errorf("%w: empty override; want allow, deny or limits such as 600/m", ErrInvalidLimit)
+	}
+	var o Override
+	for _, part := range splitLimits(t) {
+		l, err := ParseLimit(part)
+		if err != nil {
+			return Override{}, err
+		}
+		o.Limits = append(o.Limits, l)
+	}
+	if err := o.validate(); err != nil {
+		return Override{}, err
+	}
+	o.text = o.format()
+	return o, nil
+}
+
+// splitLimits splits s at the semicolons outside Go-quoted names.
+func splitLimits(s string) []string {
+	var parts []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			if end := quotedEnd(s[i:]); end > 0 {
+				i += end - 1
+			}
+		case ';':
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// validate checks that exactly one of the fields is set and that the
+// limits can be written as text and read back.
+func (o Override) validate() error {
+	n := 0
+	if o.Allow {
+		n++
+	}
+	if o.Deny {
+		n++
+	}
+	if len(o.Limits) > 0 {
+		n++
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: an override sets exactly one of Limits, Allow and Deny", ErrInvalidLimit)
+	}
+	if len(o.Limits) > maxLimits {
+		return fmt.Errorf("%w: %d limits in an override, at most %d", ErrInvalidLimit, len(o.Limits), maxLimits)
+	}
+	for _, l := range o.Limits {
+		if err := l.Validate(); err != nil {
+			return err
+		}
+		if strings.ContainsRune(l.Name, ';') {
+			return fmt.Errorf("%w: limit name %q contains ';', which separates an override's limits", ErrInvalidLimit, l.Name)
+		}
+	}
+	return nil
+}
+
+// format returns the canonical text of a valid override.
+func (o Override) format() string {
+	switch {
+	case o.Allow:
+		return "allow"
+	case o.Deny:
+		return "deny"
+	}
+	var b strings.Builder
+	for i, l := range o.Limits {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		t, _ := l.MarshalText() // valid: checked by validate
+		b.Write(t)
+	}
+	return b.String()
+}
+
+// String returns the override's text form, as [ParseOverride] reads it;
+// "invalid override" for one that is not valid.
+func (o Override) String() string {
+	if o.text != "" {
+		return o.text
+	}
+	if o.validate() != nil {
+		return "invalid override"
+	}
+	return o.format()
+}
+
+// Overrides is a named set of per-key overrides (tenant plans changed at
+// run time, allow and deny entries) shared by every replica through the
+// limiter's Redis, made by [NewOverrides].
+//
+// Each replica reads the set through a local copy: [Overrides.Lookup] never
+// does I/O. One background goroutine asks Redis, every refresh interval
+// (see [WithOverridesRefresh]), whether the set's version changed: one
+// script call that returns only the version when nothing changed, and the
+// whole set when something did. So a change made on any replica applies on
+// every replica within the refresh interval plus one round trip, and
+// decisions cost no extra round trip. While Redis is unavailable the last
+// set read stays in force; the first failure and the recovery are logged.
+//
+// In Redis the set is a hash, <prefix>{ovr:<name>}, and a version counter,
+// <prefix>{ovr:<name>}v, bumped by every change in the same script call;
+// both have one hash tag, so they live in one Cluster slot. A reload
+// reads the whole hash in one script call (HGETALL), which for the largest
+// sets (see [WithOverridesMax]) holds Redis for some milliseconds: the set
+// is meant to change now and then, not per request. A Redis that restarts
+// without persistence comes back with the set empty, and the replicas then
+// read it so.
+//
+// For a limiter made by [NewMemory] the set lives in process memory: a
+// change applies at once, in this process only, and nothing runs in the
+// background.
+//
+// An Overrides is safe for concurrent use. [Overrides.Close] stops its
+// goroutine; a closed set keeps answering Lookup with its last copy.
+type Overrides struct {
+	lim     *Limiter
+	name    string
+	hash    string // Redis keys
+	version string
+	refresh time.Duration
+	max     int
+
+	snap    atomic.Pointer[overrideSnap]
+	loadMu  sync.Mutex // serializes loads and local changes, never held on the request path
+	failing atomic.Bool
+	cut     atomic.Bool // a load dropped entries beyond max, logged once
+	bad     atomic.Bool // a load skipped unreadable entries, logged once
+
+	ctx     context.Context
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the poller ends; nil without one
+	stopped sync.Once
+}
+
+type overrideSnap struct {
+	version int64
+	read    bool // read from the store (or changed locally)
+	m       map[string]Override
+}
+
+// OverridesOption configures an [Overrides] set.
+type OverridesOption func(*overridesOptions)
+
+type overridesOptions struct {
+	refresh time.Duration
+	max     int
+}
+
+// WithOverridesRefresh sets how often each replica asks Redis whether the
+// set changed. A change applies on every replica within d plus one round
+// trip. From 10ms to 1h.
+//
+// Default: 1s.
+func WithOverridesRefresh(d time.Duration) OverridesOption {
+	return func(o *overridesOptions) { o.refresh = d }
+}
+
+// WithOverridesMax bounds the number of entries of the set. [Overrides.Set]
+// refuses a new key when the set holds n entries already; a set written
+// larger by a replica with a higher bound is read up to n entries (which
+// ones is unspecified), and that is logged once. From 1 to 10,000,000.
+//
+// Default: 100000.
+func WithOverridesMax(n int) OverridesOption {
+	return func(o *overridesOptions) { o.max = n }
+}
+
+// maxOverrideKey bounds the length of an overridden key.
+const maxOverrideKey = 1024
+
+// NewOverrides returns the override set name of lim, and for a Redis-backed
+// limiter starts the goroutine that keeps its local copy current, which
+// [Overrides.Close] stops. It does no I/O itself: the goroutine reads the
+// set at once, and until that read no override applies; call
+// [Overrides.Sync] to wait for it.
+//
+// name is 1 to 64 bytes without braces; sets of one name under one key
+// prefix (see [WithPrefix]) are one set, on every replica. NewOverrides
+// returns an error for a nil limiter, a bad name or a bad option.
+func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Overrides, error) {
+	if lim == nil {
+		return nil, errors.New("core: NewOverrides: nil Limiter")
+	}
+	if name == "" || len(name) > 64 || strings.ContainsAny(name, "{}") {
+		return nil, fmt.Errorf("core: NewOverrides: name %q: want 1 to 64 bytes without braces", name)
+	}
+	o := overridesOptions{refresh: time.Second, max: 100_000}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("core: NewOverrides: option %d is nil", i)
+		}
+		opt(&o)
+	}
+	if o.refresh < 10*time.Millisecond || o.refresh > time.Hour {
+		return nil, fmt.Errorf("core: WithOverridesRefresh: %s, want 10ms to 1h", o.refresh)
+	}
+	if o.max < 1 || o.max > 10_000_000 {
+		return nil, fmt.Errorf("core: WithOverridesMax: %d entries, want 1 to 10000000", o.max)
+	}
+	base := lim.prefix + "{ovr:" + name + "}"
+	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", refresh: o.refresh, max: o.max}
+	ov.snap.Store(&overrideSnap{m: map[string]Override{}})
+	ov.ctx, ov.stop = context.WithCancel(context.Background())
+	if lim.store != nil {
+		ov.done = make(chan struct{})
+		go ov.run()
+	}
+	return ov, nil
+}
+
+// Name returns the set's name.
+func (ov *Overrides) Name() string { return ov.name }
+
+// Lookup returns the override of key in the local copy, and whether there
+// is one. It does no I/O, takes no lock and does not allocate. The
+// Override's Limits are shared: do not change them.
+func (ov *Overrides) Lookup(key string) (Override, bool) {
+	o, ok := ov.snap.Load().m[key]
+	return o, ok
+}
+
+// Version returns the version of the local copy: the number of changes made
+// to the set in Redis when it was read (0 before the first read and for an
+// empty set never changed). It changes whenever the local copy does.
+func (ov *Overrides) Version() int64 { return ov.snap.Load().version }
+
+// Len returns the number of entries in the local copy.
+func (ov *Overrides) Len() int { return len(ov.snap.Load().m) }
+
+// Range calls f for each entry of the local copy, in no particular order,
+// until f returns false. It sees one version of the set throughout.
+func (ov *Overrides) Range(f func(key string, o Override) bool) {
+	for k, o := range ov.snap.Load().m {
+		if !f(k, o) {
+			return
+		}
+	}
+}
+
+var (
+	overrideSetScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+  return -1
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('INCR', KEYS[2])`)
+	overrideRemoveScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+return redis.call('INCR', KEYS[2])`)
+	// overrideLoadScript returns the version, and the whole hash when the
+	// version is not ARGV[1].
+	overrideLoadScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[2]) or '0'
+if v == ARGV[1] then
+  return {v}
+end
+return {v, redis.call('HGETALL', KEYS[1])}`)
+)
+
+func checkOverrideKey(key string) error {
+	if key == "" {
+		return errEmptyKey
+	}
+	if len(key) > maxOverrideKey {
+		return fmt.Errorf("core: override key is %d bytes, at most %d", len(key), maxOverrideKey)
+	}
+	return nil
+}
+
+// Set makes o the override of key, on every replica within the refresh
+// interval, and on this one at once (it reads the set again after the
+// change). It returns an error for an empty or too long key (over 1024
+// bytes), an invalid override (wrapping [ErrInvalidLimit]), a full set (see
+// [WithOverridesMax]), and, wrapping [ErrUnavailable], a store failure: the
+// change was then not made, unless the failure came from reading the set
+// back (its text says "read"), when it was made but this replica learns it
+// at its next refresh.
+func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
+	if err := checkOverrideKey(key); err != nil {
+		return err
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	o.Limits = append([]Limit(nil), o.Limits...)
+	o.text = o.format()
+	if ov.lim.store == nil {
+		return ov.changeLocal(func(m map[string]Override) error {
+			if _, ok := m[key]; !ok && len(m) >= ov.max {
+				return ov.errFull()
+			}
+			m[key] = o
+			return nil
+		})
+	}
+	n, err := overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key, o.text, ov.max).Int64()
+	if err != nil {
+		return ov.storeErr(ctx, "set", err)
+	}
+	if n < 0 {
+		return ov.errFull()
+	}
+	return ov.Sync(ctx)
+}
+
+// Remove removes key's override, on every replica within the refresh
+// interval, and on this one at once. Removing a key without one is not an
+// error. It returns an error for an empty key and, wrapping
+// [ErrUnavailable], a store failure.
+func (ov *Overrides) Remove(ctx context.Context, key string) error {
+	if err := checkOverrideKey(key); err != nil {
+		return err
+	}
+	if ov.lim.store == nil {
+		return ov.changeLocal(func(m map[string]Override) error {
+			delete(m, key)
+			return nil
+		})
+	}
+	if err := overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key).Err(); err != nil {
+		return ov.storeErr(ctx, "remove", err)
+	}
+	return ov.Sync(ctx)
+}
+
+// List reads the set from the store now, makes it the local copy, and
+// returns a copy of its entries. For a [NewMemory] limiter it returns the
+// local entries. Errors are those of [Overrides.Sync].
+func (ov *Overrides) List(ctx context.Context) (map[string]Override, error) {
+	if err := ov.Sync(ctx); err != nil {
+		return nil, err
+	}
+	return maps.Clone(ov.snap.Load().m), nil
+}
+
+// Sync reads the set from the store now if its version changed, and makes
+// it the local copy. It returns the caller's context error, or a store
+// failure wrapping [ErrUnavailable]; the local copy is then unchanged. For
+// a [NewMemory] limiter it does nothing.
+func (ov *Overrides) Sync(ctx context.Context) error {
+	if ov.lim.store == nil {
+		return nil
+	}
+	ov.loadMu.Lock()
+	defer ov.loadMu.Unlock()
+	if err := ov.load(ctx); err != nil {
+		return ov.storeErr(ctx, "read", err)
+	}
+	return nil
+}
+
+// Close stops the goroutine that keeps the local copy current, and waits
+// for it to end. Lookup keeps answering from the last copy; Set, Remove and
+// Sync still work. Close is safe to call more than once and always returns
+// nil.
+func (ov *Overrides) Close() error {
+	ov.stopped.Do(func() {
+		ov.stop()
+		if ov.done != nil {
+			<-ov.done
+		}
+	})
+	return nil
+}
+
+func (ov *Overrides) errFull() error {
+	return fmt.Errorf("core: overrides %q hold %d entries, the most WithOverridesMax allows; remove one first", ov.name, ov.max)
+}
+
+func (ov *Overrides) storeErr(ctx context.Context, op string, err error) error {
+	if cerr := callerGone(ctx); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("%w: overrides %q: %s: %w", ErrUnavailable, ov.name, op, err)
+}
+
+// changeLocal applies change to a copy of the local set and installs it
+// with the next version (for a NewMemory limiter).
+func (ov *Overrides) changeLocal(change func(map[string]Override) error) error {
+	ov.loadMu.Lock()
+	defer ov.loadMu.Unlock()
+	cur := ov.snap.Load()
+	m := maps.Clone(cur.m)
+	if err := change(m); err != nil {
+		return err
+	}
+	ov.snap.Store(&overrideSnap{version: cur.version + 1, read: true, m: m})
+	return nil
+}
+
+// run polls the store every refresh interval until Close.
+func (ov *Overrides) run() {
+	defer close(ov.done)
+	t := time.NewTicker(ov.refresh)
+	defer t.Stop()
+	for {
+		ov.poll()
+		select {
+		case <-ov.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pollTimeout bounds one poll: the refresh interval, at least one second.
+func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
+
+// poll reads the set if it changed, and logs the first failure and the
+// recovery.
+func (ov *Overrides) poll() {
+	ctx, cancel := context.WithTimeout(ov.ctx, ov.pollTimeout())
+	defer cancel()
+	ov.loadMu.Lock()
+	err := ov.load(ctx)
+	ov.loadMu.Unlock()
+	if ov.ctx.Err() != nil {
+		return // closed
+	}
+	switch {
+	case err != nil && ov.failing.CompareAndSwap(false, true):
+		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force",
+			"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err)
+	case err == nil && ov.failing.CompareAndSwap(true, false):
+		ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+	}
+}
+
+// load reads the set if its version is not the local copy's, and installs
+// it. The caller holds loadMu.
+func (ov *Overrides) load(ctx context.Context) error {
+	cur := ov.snap.Load()
+	known := strconv.FormatInt(cur.version, 10)
+	if !cur.read {
+		known = "" // never read: read even an untouched set
+	}
+	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, known).Slice()
+	if err != nil {
+		return err
+	}
+	if len(reply) == 0 {
+		return fmt.Errorf("core: overrides: unexpected reply %v", reply)
+	}
+	vs, _ := reply[0].(string)
+	v, err := strconv.ParseInt(vs, 10, 64)
+	if err != nil {
+		return fmt.Errorf("core: overrides: version %q is not an integer", vs)
+	}
+	if len(reply) == 1 {
+		return nil // unchanged
+	}
+	fields, ok := reply[1].([]any)
+	if !ok || len(fields)%2 != 0 {
+		return fmt.Errorf("core: overrides: unexpected reply %T", reply[1])
+	}
+	m := make(map[string]Override, min(len(fields)/2, ov.max))
+	skipped, cut := 0, 0
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		t, _ := fields[i+1].(string)
+		o, err := ParseOverride(t)
+		if err != nil || checkOverrideKey(k) != nil {
+			skipped++
+			continue
+		}
+		if len(m) >= ov.max {
+			cut++
+			continue
+		}
+		m[k] = o
+	}
+	if skipped > 0 && ov.bad.CompareAndSwap(false, true) {
+		ov.lim.log().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
+			"overrides", ov.name, "version", v, "ignored", skipped)
+	}
+	if cut > 0 && ov.cut.CompareAndSwap(false, true) {
+		ov.lim.log().Warn("sluice: the overrides in Redis hold more entries than WithOverridesMax; the rest are ignored (logged once)",
+			"overrides", ov.name, "version", v, "max", ov.max, "ignored", cut)
+	}
+	ov.snap.Store(&overrideSnap{version: v, read: true, m: m})
+	return nil
+}
+
+// ObserveDenyList tells the limiter's observer (see [WithObserver]) of a
+// request refused by a deny list before any decision, as a decision of
+// source [SourceDenyList] with a zero Result, marked DryRun when dryRun is
+// true. Middleware calls it; it costs nothing without an observer.
+func (l *Limiter) ObserveDenyList(dryRun bool) {
+	if l.obs != nil {
+		l.obs.ObserveDecision(Result{DryRun: dryRun}, SourceDenyList)
+	}
+}

@@ -1,0 +1,370 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/redistest"
+)
+
+func TestParseOverride(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+		limits         int
+		err            bool
+	}{
+		{name: "allow", in: " Allow ", want: "allow"},
+		{name: "deny", in: "DENY", want: "deny"},
+		{name: "one limit", in: "600/1m burst 600", want: "600/m", limits: 1},
+		{name: "burst", in: "600/m burst 60", want: "600/m burst 60", limits: 1},
+		{name: "two limits", in: "10/s; 1000/h name hourly", want: "10/s; 1000/h name hourly", limits: 2},
+		{name: "quoted name with semicolon", in: `5/m name "a;b"`, err: true},
+		{name: "empty", in: " ", err: true},
+		{name: "bad limit", in: "0/m", err: true},
+		{name: "trailing separator", in: "5/m;", err: true},
+		{name: "nine limits", in: strings.Repeat("1/s; ", 8) + "1/s", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := ParseOverride(tt.in)
+			if tt.err {
+				if !errors.Is(err, ErrInvalidLimit) {
+					t.Fatalf("ParseOverride(%q) = %v, %v, want an error wrapping ErrInvalidLimit", tt.in, o, err)
+				}
+				return
+			}
+			if err != nil || o.String() != tt.want || len(o.Limits) != tt.limits {
+				t.Fatalf("ParseOverride(%q) = %q (%d limits), %v, want %q (%d limits)", tt.in, o, len(o.Limits), err, tt.want, tt.limits)
+			}
+			back, err := ParseOverride(o.String())
+			if err != nil || back.String() != o.String() {
+				t.Fatalf("ParseOverride(%q) = %q, %v: does not read back", o.String(), back, err)
+			}
+		})
+	}
+	if s := (Override{Allow: true, Deny: true}).String(); s != "invalid override" {
+		t.Errorf("String of allow and deny = %q", s)
+	}
+}
+
+func TestOverridesMemory(t *testing.T) {
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := NewOverrides(lim, "plans", WithOverridesMax(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ov.Close()
+	ctx := context.Background()
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerMinute(50)}}); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := ov.Lookup("tenant:acme"); !ok || o.String() != "50/m" || ov.Version() != 1 {
+		t.Fatalf("Lookup = %v, %v; Version %d, want 50/m at version 1", o, ok, ov.Version())
+	}
+	if err := ov.Set(ctx, "tenant:evil", Override{Deny: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ov.Set(ctx, "tenant:third", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithOverridesMax") {
+		t.Fatalf("Set beyond the max = %v, want an error naming WithOverridesMax", err)
+	}
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerMinute(5)}}); err != nil {
+		t.Fatalf("Set of a present key in a full set = %v", err)
+	}
+	if err := ov.Set(ctx, "x", Override{}); !errors.Is(err, ErrInvalidLimit) {
+		t.Fatalf("Set of an empty override = %v, want ErrInvalidLimit", err)
+	}
+	if err := ov.Set(ctx, "", Override{Allow: true}); err == nil {
+		t.Fatal("Set of an empty key: no error")
+	}
+	if err := ov.Set(ctx, strings.Repeat("k", 1025), Override{Allow: true}); err == nil {
+		t.Fatal("Set of a 1025-byte key: no error")
+	}
+	if err := ov.Remove(ctx, "tenant:acme"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ov.List(ctx)
+	if err != nil || len(m) != 1 || !m["tenant:evil"].Deny {
+		t.Fatalf("List = %v, %v, want only tenant:evil deny", m, err)
+	}
+	if ov.Version() != 4 || ov.Len() != 1 {
+		t.Fatalf("Version, Len = %d, %d, want 4, 1", ov.Version(), ov.Len())
+	}
+}
+
+func TestNewOverridesErrors(t *testing.T) {
+	lim, _ := NewMemory()
+	for _, tt := range []struct {
+		name string
+		set  string
+		opts []OverridesOption
+	}{
+		{"empty name", "", nil},
+		{"brace", "a{b}", nil},
+		{"long name", strings.Repeat("n", 65), nil},
+		{"fast refresh", "p", []OverridesOption{WithOverridesRefresh(time.Millisecond)}},
+		{"zero max", "p", []OverridesOption{WithOverridesMax(0)}},
+		{"nil option", "p", []OverridesOption{nil}},
+	} {
+		if _, err := NewOverrides(lim, tt.set, tt.opts...); err == nil {
+			t.Errorf("%s: NewOverrides = nil error", tt.name)
+		}
+	}
+	if _, err := NewOverrides(nil, "p"); err == nil {
+		t.Error("NewOverrides(nil) = nil error")
+	}
+}
+
+// waitFor polls cond every 5ms until it holds, failing the test after
+// d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestOverridesAcrossReplicas sets an override through one limiter and
+// watches a second one, with its own client, apply it on a real Redis
+// within the refresh interval plus a round trip (bounded generously here:
+// the machine may be busy); then removes it; then keeps the last set while
+// Redis is down, and reads the emptied set once Redis is back.
+func TestOverridesAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("ovrtest:%d:", time.Now().UnixNano())
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), quiet)
+	b := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), quiet)
+	const refresh = 20 * time.Millisecond
+	ova, err := NewOverrides(a, "plans", WithOverridesRefresh(refresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ova.Close()
+	ovb, err := NewOverrides(b, "plans", WithOverridesRefresh(refresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ovb.Close()
+	ctx := context.Background()
+	if err := ovb.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	o, _ := ParseOverride("50/m; 1000/h")
+	if err := ova.Set(ctx, "tenant:acme", o); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := ova.Lookup("tenant:acme"); !ok || got.String() != o.String() {
+		t.Fatalf("setter's Lookup = %v, %v right after Set, want %v", got, ok, o)
+	}
+	took := waitFor(t, 10*time.Second, "the other replica applies the override", func() bool {
+		got, ok := ovb.Lookup("tenant:acme")
+		return ok && got.String() == "50/m; 1000/h"
+	})
+	t.Logf("applied on the other replica after %s (refresh %s)", took, refresh)
+	if ovb.Version() != ova.Version() {
+		t.Fatalf("versions %d and %d differ", ovb.Version(), ova.Version())
+	}
+
+	// The limits decide on the second replica.
+	got, _ := ovb.Lookup("tenant:acme")
+	res, err := b.Allow(ctx, "tenant:acme", got.Limits...)
+	if err != nil || !res.Allowed || res.Limit.Rate != 50 {
+		t.Fatalf("Allow under the override = %+v, %v", res, err)
+	}
+
+	if err := ova.Set(ctx, "tenant:evil", Override{Deny: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ova.Remove(ctx, "tenant:acme"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the other replica applies the removal", func() bool {
+		_, acme := ovb.Lookup("tenant:acme")
+		evil, _ := ovb.Lookup("tenant:evil")
+		return !acme && evil.Deny
+	})
+	m, err := ova.List(ctx)
+	if err != nil || len(m) != 1 {
+		t.Fatalf("List = %v, %v", m, err)
+	}
+
+	// Redis down: the last overrides stay in force.
+	v := ovb.Version()
+	srv.Kill()
+	if err := ovb.Sync(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Sync with Redis down = %v, want ErrUnavailable", err)
+	}
+	if err := ova.Set(ctx, "tenant:x", Override{Allow: true}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Set with Redis down = %v, want ErrUnavailable", err)
+	}
+	waitFor(t, 10*time.Second, "the poller notices the outage", ovb.failing.Load)
+	if evil, ok := ovb.Lookup("tenant:evil"); !ok || !evil.Deny || ovb.Version() != v {
+		t.Fatalf("Lookup with Redis down = %v, %v at version %d, want the last known deny at %d", evil, ok, ovb.Version(), v)
+	}
+	// Back, empty (no persistence): the set is read again.
+	srv.Restart()
+	waitFor(t, 10*time.Second, "the poller reads the emptied set", func() bool {
+		return ovb.Len() == 0 && ovb.Version() == 0 && !ovb.failing.Load()
+	})
+}
+
+// TestOverridesMaxOnRead reads a set larger than the reader's bound.
+func TestOverridesMaxOnRead(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("ovrmax:%d:", time.Now().UnixNano())
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), quiet)
+	ova, _ := NewOverrides(a, "p", WithOverridesMax(3))
+	defer ova.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		if err := ova.Set(ctx, fmt.Sprint("k", i), Override{Allow: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ova.Set(ctx, "k3", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithOverridesMax") {
+		t.Fatalf("Set beyond the max = %v", err)
+	}
+	ovb, _ := NewOverrides(a, "p", WithOverridesMax(2))
+	defer ovb.Close()
+	if err := ovb.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ovb.Len() != 2 || !ovb.cut.Load() {
+		t.Fatalf("Len = %d, cut %v, want 2 entries kept and the cut noted", ovb.Len(), ovb.cut.Load())
+	}
+	// Another set name is another set.
+	ovc, _ := NewOverrides(a, "q")
+	defer ovc.Close()
+	if err := ovc.Sync(ctx); err != nil || ovc.Len() != 0 {
+		t.Fatalf("set q: Len %d, %v", ovc.Len(), err)
+	}
+}
+
+// TestOverridesNoExtraRoundTrip counts the commands Redis serves for
+// decisions while an override set is attached and unchanged: one script
+// call per decision, plus one version check per refresh interval.
+func TestOverridesNoExtraRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := newRedisLimiter(t, srv.Addr(), WithDenyCache(false))
+	ov, _ := NewOverrides(lim, "plans", WithOverridesRefresh(time.Hour))
+	defer ov.Close()
+	ctx := context.Background()
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerSecond(1000)}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := redistest.NewClient(t, srv.Addr())
+	lim.Allow(ctx, "warm", PerSecond(1)) // loads the script
+	before, _ := redistest.CommandCalls(ctx, admin)
+	const n = 200
+	for range n {
+		o, ok := ov.Lookup("tenant:acme")
+		if !ok {
+			t.Fatal("no override")
+		}
+		if _, err := lim.Allow(ctx, "tenant:acme", o.Limits...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, _ := redistest.CommandCalls(ctx, admin)
+	// Commands a script runs are counted too (TIME, GET, SET): count the
+	// script calls, the round trips.
+	calls := func(m map[string]int64) int64 { return m["evalsha"] + m["eval"] + m["evalsha_ro"] + m["eval_ro"] }
+	if got := calls(after) - calls(before); got != n || after["hgetall"] != before["hgetall"] {
+		t.Fatalf("%d decisions cost %d script calls and %d reads of the set (%v -> %v), want %d and 0",
+			n, got, after["hgetall"]-before["hgetall"], before, after, n)
+	}
+}
+
+// BenchmarkOverridesLookup is the request path's cost of an override set:
+// one local lookup, hit or miss.
+func BenchmarkOverridesLookup(b *testing.B) {
+	lim, _ := NewMemory()
+	ov, _ := NewOverrides(lim, "plans")
+	defer ov.Close()
+	ctx := context.Background()
+	for i := range 10_000 {
+		if err := ov.Set(ctx, fmt.Sprint("tenant:", i), Override{Limits: []Limit{PerMinute(100 + i)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct{ name, key string }{{"hit", "tenant:4242"}, {"miss", "tenant:none"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ov.Lookup(bc.key)
+			}
+		})
+	}
+}
+
+// BenchmarkDecisionWithOverrides decides on a private redis-server with an
+// override set attached (refresh 1s, the default) and without, and reports
+// the script calls (round trips) Redis served, read from INFO
+// commandstats: one per decision, plus, in the whole run, the set's
+// version checks (one per second, in the background) and no reload.
+func BenchmarkDecisionWithOverrides(b *testing.B) {
+	for _, attached := range []bool{false, true} {
+		b.Run(fmt.Sprintf("overrides=%v", attached), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rdb := redistest.NewClient(b, srv.Addr())
+			lim, err := New(rdb, WithDenyCache(false))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			limit := []Limit{PerSecond(1 << 30)}
+			var ov *Overrides
+			if attached {
+				ov, _ = NewOverrides(lim, "plans")
+				defer ov.Close()
+				if err := ov.Set(ctx, "tenant:7", Override{Limits: []Limit{PerSecond(1 << 29)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			admin := redistest.NewClient(b, srv.Addr())
+			lim.Allow(ctx, "warm", limit...)
+			before, _ := redistest.CommandCalls(ctx, admin)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				key := "tenant:" + strconv.Itoa(i&1023)
+				ls := limit
+				if ov != nil {
+					if o, ok := ov.Lookup(key); ok && len(o.Limits) > 0 {
+						ls = o.Limits
+					}
+				}
+				if _, err := lim.Allow(ctx, key, ls...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			after, _ := redistest.CommandCalls(ctx, admin)
+			scripts := func(m map[string]int64) int64 { return m["evalsha"] + m["eval"] }
+			// The set's own script calls (a version check per refresh) are
+			// among the scripts: report them apart, as the calls beyond one
+			// per decision, in the whole run.
+			n := scripts(after) - scripts(before)
+			b.ReportMetric(float64(n)/float64(i), "scripts/op")
+			b.ReportMetric(float64(n-int64(i)), "extra-scripts")
+			b.ReportMetric(float64(after["hgetall"]-before["hgetall"]), "reloads")
+		})
+	}
+}

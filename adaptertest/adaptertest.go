@@ -54,7 +54,8 @@ type Route struct {
 	// Middleware, when not nil, limits this route only.
 	Middleware *Middleware
 	// Handler, when not nil, is called by the route's handler, with the
-	// request as the middleware's options see it, before it answers [OK].
+	// request as the middleware's options see it, before it answers [OK]
+	// with the status [Answer] gives.
 	// It may block, and it may panic: the builder then recovers outside
 	// the middleware, as the framework's recover middleware does, and
 	// answers 500 (see [CheckConcurrency]).
@@ -105,6 +106,17 @@ type Middleware struct {
 	// Concurrency maps to WithConcurrency; its zero value means "do not
 	// pass the option".
 	Concurrency core.ConcurrencyLimit
+	// ChargeIf maps to WithChargeIf.
+	ChargeIf func(status int) bool
+	// FinalCost maps to WithFinalCost.
+	FinalCost func(Call, policy.Response) int
+	// AllowEntries maps to WithAllow, DenyEntries to WithDeny (Deny is
+	// the deny handler), ListClientIP to WithListClientIP.
+	AllowEntries, DenyEntries []string
+	ListClientIP              keyfunc.Func
+	// Overrides, when not nil, returns the override set WithOverrides
+	// gets, made on the scenario's limiter (so called after it).
+	Overrides func() *core.Overrides
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -123,6 +135,10 @@ type Call struct {
 	Path string
 	// Header returns the named request header field, "" when absent.
 	Header func(name string) string
+	// Context is the request's context as the route's handler sees it,
+	// through which it records a cost with [policy.SetCost]; the option
+	// functions see the context the middleware got.
+	Context context.Context
 }
 
 // Reply is an answer written by a neutral deny or error handler.
@@ -345,6 +361,24 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.LimitFunc != nil {
 		opts = append(opts, policy.WithLimitFunc[C, H](func(c C) (core.Limit, error) { return m.LimitFunc(call(c)) }))
+	}
+	if m.ChargeIf != nil {
+		opts = append(opts, policy.WithChargeIf[C, H](m.ChargeIf))
+	}
+	if m.FinalCost != nil {
+		opts = append(opts, policy.WithFinalCost[C, H](func(c C, r policy.Response) int { return m.FinalCost(call(c), r) }))
+	}
+	if m.AllowEntries != nil {
+		opts = append(opts, policy.WithAllow[C, H](m.AllowEntries...))
+	}
+	if m.DenyEntries != nil {
+		opts = append(opts, policy.WithDeny[C, H](m.DenyEntries...))
+	}
+	if m.ListClientIP != nil {
+		opts = append(opts, policy.WithListClientIP[C, H](m.ListClientIP))
+	}
+	if m.Overrides != nil {
+		opts = append(opts, policy.WithOverrides[C, H](m.Overrides()))
 	}
 	return opts
 }

@@ -35,7 +35,7 @@ func Scenarios() []Scenario {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	return []Scenario{
+	return append([]Scenario{
 		{
 			Name:    "allow then deny with exact headers",
 			Limiter: Frozen,
@@ -321,7 +321,7 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 429, Header: with(legacy(2, 0, 60), "Retry-After", "30")}},
 			},
 		},
-	}
+	}, append(settleScenarios(), listScenarios()...)...)
 }
 
 // severalLimits: with 10/s and 1000/h on one key, every field describes

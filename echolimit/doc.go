@@ -38,6 +38,17 @@
 // cannot render, failures are answered directly with problem details
 // instead.
 //
+// # Charging by the response
+//
+// With [WithChargeIf] alone, the middleware settles the request in a
+// Response.Before hook, as the status is written, so the rate-limit
+// fields describe the bucket after a refund. With [WithFinalCost], it
+// settles once the next handler returns, and rewrites the fields only if
+// the response is not committed yet. An error the next handler returns
+// counts with the status the app's HTTPErrorHandler answers it with by
+// default. Handlers record a final cost with [SetCost] and
+// c.Request().Context().
+//
 // # Client addresses and proxies
 //
 // [keyfunc.IP] keys requests by the connection's peer address

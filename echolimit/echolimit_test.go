@@ -50,7 +50,11 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 			if rt.Handler != nil {
 				rt.Handler(call(c))
 			}
-			return c.String(http.StatusOK, adaptertest.OK)
+			status, asError := adaptertest.Answer(call(c))
+			if asError {
+				return echo.NewHTTPError(status)
+			}
+			return c.String(status, adaptertest.OK)
 		}
 		var mws []echo.MiddlewareFunc
 		if rt.Middleware != nil {
@@ -76,7 +80,7 @@ func recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 
 // call is the neutral view of a request.
 func call(c echo.Context) adaptertest.Call {
-	return adaptertest.Call{Method: c.Request().Method, Path: c.Request().URL.Path, Header: c.Request().Header.Get}
+	return adaptertest.Call{Method: c.Request().Method, Path: c.Request().URL.Path, Header: c.Request().Header.Get, Context: c.Request().Context()}
 }
 
 // middleware translates a neutral middleware into New and its options.

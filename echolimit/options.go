@@ -1,6 +1,8 @@
 package echolimit
 
 import (
+	"context"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluicehq/sluice/core"
@@ -49,7 +51,40 @@ var (
 	WithQuotaUnit = policy.WithQuotaUnit[echo.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[echo.Context, handlers]
+	// WithAllow is [policy.WithAllow].
+	WithAllow = policy.WithAllow[echo.Context, handlers]
+	// WithDeny is [policy.WithDeny].
+	WithDeny = policy.WithDeny[echo.Context, handlers]
+	// WithListClientIP is [policy.WithListClientIP].
+	WithListClientIP = policy.WithListClientIP[echo.Context, handlers]
+	// WithOverrides is [policy.WithOverrides].
+	WithOverrides = policy.WithOverrides[echo.Context, handlers]
 )
+
+// The options that charge a request by its response, each documented in
+// package policy. The status they see is the one written (200 when none
+// was), or, when next returns an error before anything is written, the one
+// the app's HTTPErrorHandler answers it with by default (an
+// *echo.HTTPError's Code, found with errors.As, or 500); 500 when next
+// panics. With WithChargeIf alone, the middleware settles in a
+// Response.Before hook as the status is written, so the rate-limit fields
+// describe the bucket after a refund. WithFinalCost's function gets the
+// request's echo.Context once next has returned, and the response's status
+// and header fields; the rate-limit fields are then rewritten only when
+// the response is not committed yet, as when next returned an error for
+// the app's HTTPErrorHandler to answer.
+var (
+	// WithChargeIf is [policy.WithChargeIf].
+	WithChargeIf = policy.WithChargeIf[echo.Context, handlers]
+	// WithFinalCost is [policy.WithFinalCost].
+	WithFinalCost = policy.WithFinalCost[echo.Context, handlers]
+)
+
+// SetCost records the final cost of the request whose context is ctx, for
+// a middleware with [WithFinalCost]: a handler passes
+// c.Request().Context(), which the middleware gives the handlers after it.
+// See [policy.SetCost].
+func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 
 // WithDenyHandler sets the handler that answers denied requests; the
 // middleware returns what f returns, and never calls the next handler. The
@@ -63,13 +98,14 @@ func WithDenyHandler(f func(c echo.Context, res core.Result) error) Option {
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
-// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// decided: err wraps [keyfunc.ErrNoKey], [policy.ErrDenyList] (a deny list
+// refused it), [core.ErrUnavailable],
 // [core.ErrInvalidLimit] or the request's context error. Do not send err's
 // text to the client. The middleware returns what f returns, and calls the
 // next handler only if f does. f must be safe for concurrent use. A nil f
 // restores the default.
 //
-// Default: an *echo.HTTPError with status 400 for a missing key, 503 when
+// Default: an *echo.HTTPError with status 400 for a missing key, 403 for a deny-listed request, 503 when
 // the store is unavailable or the client gave up, 500 otherwise, the status
 // text as its message and err as its Internal error (see the package
 // documentation).

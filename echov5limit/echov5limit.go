@@ -28,7 +28,8 @@ import (
 // New panics, with a message that begins "echov5limit: ", when lim or key
 // is nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// [core.ErrInvalidLimit]), when [WithWait] is negative or set beside
+// [WithChargeIf] or [WithFinalCost], when [WithHeaders]
 // names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) echo.MiddlewareFunc {
 	mw, err := Build(lim, limit, key, opts...)
@@ -53,6 +54,9 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 			switch v.Action {
 			case policy.Continue:
 				v.WriteHeaders(c.Response().Header())
+				if v.Settles() {
+					return serveSettled(c, next, v)
+				}
 				defer v.Done() // also when next panics
 				return next(c)
 			case policy.Deny:

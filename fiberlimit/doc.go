@@ -44,6 +44,16 @@
 // before the body is sent: the cap counts the handlers' work, not the
 // transfer.
 //
+// # Charging by the response
+//
+// With [WithChargeIf] or [WithFinalCost], the middleware settles the
+// request once c.Next returns, with the status the app's ErrorHandler
+// gives an error by default, and rewrites the rate-limit fields: fasthttp
+// sends the response after the handlers, so the fields always describe
+// the bucket after the settlement. A body streamed with c.Context().SetBodyStreamWriter
+// is sent after the settlement, so its size cannot be the final cost.
+// Handlers record a final cost with [SetCost] and c.UserContext().
+//
 // # Client addresses and proxies
 //
 // [keyfunc.IP] keys requests by the connection's peer address, as fasthttp

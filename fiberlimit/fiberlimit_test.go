@@ -71,8 +71,12 @@ func build(tb testing.TB, app adaptertest.App) adaptertest.Serve {
 			if rt.Handler != nil {
 				rt.Handler(call(c))
 			}
+			status, asError := adaptertest.Answer(call(c))
+			if asError {
+				return fiber.NewError(status)
+			}
 			c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
-			return c.SendString(adaptertest.OK)
+			return c.Status(status).SendString(adaptertest.OK)
 		}
 		handlers := []fiber.Handler{ok}
 		if rt.Middleware != nil {
@@ -115,7 +119,7 @@ func newCtx(tb testing.TB, method, path, peer string, header http.Header) *fasth
 
 // call is the neutral view of a request.
 func call(c *fiber.Ctx) adaptertest.Call {
-	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }, Context: c.UserContext()}
 }
 
 // middleware translates a neutral middleware into New and its options.

@@ -1,6 +1,8 @@
 package fiberlimit
 
 import (
+	"context"
+
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/sluicehq/sluice/core"
@@ -49,7 +51,39 @@ var (
 	WithQuotaUnit = policy.WithQuotaUnit[*fiber.Ctx, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[*fiber.Ctx, handlers]
+	// WithAllow is [policy.WithAllow].
+	WithAllow = policy.WithAllow[*fiber.Ctx, handlers]
+	// WithDeny is [policy.WithDeny].
+	WithDeny = policy.WithDeny[*fiber.Ctx, handlers]
+	// WithListClientIP is [policy.WithListClientIP].
+	WithListClientIP = policy.WithListClientIP[*fiber.Ctx, handlers]
+	// WithOverrides is [policy.WithOverrides].
+	WithOverrides = policy.WithOverrides[*fiber.Ctx, handlers]
 )
+
+// The options that charge a request by its response, each documented in
+// package policy. The status they see is the one set once c.Next returns
+// (200 when none was), or, when the chain returns an error, the one the
+// app's ErrorHandler answers it with by default (a *fiber.Error's Code,
+// found with errors.As, or 500); 500 when the chain panics.
+// WithFinalCost's function gets the request's *fiber.Ctx once c.Next has
+// returned, and the response's status and header fields. fiber sends the
+// response after its handlers, so the rate-limit fields are always
+// rewritten to describe the bucket after the settlement; a body streamed
+// by a stream writer is sent after it, so its size cannot be the final
+// cost.
+var (
+	// WithChargeIf is [policy.WithChargeIf].
+	WithChargeIf = policy.WithChargeIf[*fiber.Ctx, handlers]
+	// WithFinalCost is [policy.WithFinalCost].
+	WithFinalCost = policy.WithFinalCost[*fiber.Ctx, handlers]
+)
+
+// SetCost records the final cost of the request whose context is ctx, for
+// a middleware with [WithFinalCost]: a handler passes c.UserContext(), the
+// user context the middleware gives the handlers after it. See
+// [policy.SetCost].
+func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 
 // WithDenyHandler sets the handler that answers denied requests; the
 // middleware returns what f returns, and never calls the next handler. The
@@ -63,13 +97,14 @@ func WithDenyHandler(f func(c *fiber.Ctx, res core.Result) error) Option {
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
-// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// decided: err wraps [keyfunc.ErrNoKey], [policy.ErrDenyList] (a deny list
+// refused it), [core.ErrUnavailable],
 // [core.ErrInvalidLimit] or the user context's error. Do not send err's
 // text to the client. The middleware returns what f returns, and calls the
 // next handler only if f does. f must be safe for concurrent use. A nil f
 // restores the default.
 //
-// Default: a *fiber.Error with status 400 for a missing key, 503 when the
+// Default: a *fiber.Error with status 400 for a missing key, 403 for a deny-listed request, 503 when the
 // store is unavailable or the client gave up, 500 otherwise, and the status
 // text as its message (see the package documentation).
 func WithErrorHandler(f func(c *fiber.Ctx, err error) error) Option {

@@ -28,7 +28,8 @@ import (
 // New panics, with a message that begins "fiberv3limit: ", when lim or key
 // is nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// [core.ErrInvalidLimit]), when [WithWait] is negative or set beside
+// [WithChargeIf] or [WithFinalCost], when [WithHeaders]
 // names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) fiber.Handler {
 	mw, err := Build(lim, limit, key, opts...)
@@ -52,6 +53,9 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 		switch v.Action {
 		case policy.Continue:
 			v.Headers(c.Set)
+			if v.Settles() {
+				return serveSettled(c, v)
+			}
 			defer v.Done() // also when the chain panics
 			return c.Next()
 		case policy.Deny:

@@ -92,8 +92,12 @@ func build(tb testing.TB, app adaptertest.App, f *fiber.App) adaptertest.Serve {
 			if rt.Handler != nil {
 				rt.Handler(call(c))
 			}
+			status, asError := adaptertest.Answer(call(c))
+			if asError {
+				return fiber.NewError(status)
+			}
 			c.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
-			return c.SendString(adaptertest.OK)
+			return c.Status(status).SendString(adaptertest.OK)
 		}
 		if rt.Middleware != nil {
 			f.Add([]string{rt.Method}, rt.ColonPattern(), middleware(app.Limiter, rt.Middleware), ok)
@@ -136,7 +140,7 @@ func newCtx(tb testing.TB, method, path, peer string, header http.Header) *fasth
 
 // call is the neutral view of a request.
 func call(c fiber.Ctx) adaptertest.Call {
-	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+	return adaptertest.Call{Method: c.Method(), Path: c.Path(), Header: func(name string) string { return c.Get(name) }, Context: c.Context()}
 }
 
 // middleware translates a neutral middleware into New and its options.

@@ -30,6 +30,15 @@
 // error's text never reaches the client. Denied and failed requests abort
 // the chain.
 //
+// # Charging by the response
+//
+// With [WithChargeIf] alone, the middleware wraps c.Writer for the rest of
+// the chain and settles the request just before gin sends the header, so
+// the rate-limit fields describe the bucket after a refund. With
+// [WithFinalCost], it settles once the rest of the chain returns, and
+// rewrites the fields only if nothing was sent yet. Handlers record a
+// final cost with [SetCost] and c.Request.Context().
+//
 // # Client addresses and proxies
 //
 // [keyfunc.IP] keys requests by the connection's peer address

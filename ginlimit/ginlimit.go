@@ -27,7 +27,8 @@ import (
 // New panics, with a message that begins "ginlimit: ", when lim or key is
 // nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// [core.ErrInvalidLimit]), when [WithWait] is negative or set beside
+// [WithChargeIf] or [WithFinalCost], when [WithHeaders]
 // names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) gin.HandlerFunc {
 	mw, err := Build(lim, limit, key, opts...)
@@ -51,6 +52,10 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 		switch v.Action {
 		case policy.Continue:
 			v.WriteHeaders(c.Writer.Header())
+			if v.Settles() {
+				serveSettled(c, v)
+				return
+			}
 			defer v.Done() // also when the chain panics
 			c.Next()
 			return

@@ -1,6 +1,8 @@
 package ginlimit
 
 import (
+	"context"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/core"
@@ -49,7 +51,37 @@ var (
 	WithQuotaUnit = policy.WithQuotaUnit[*gin.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[*gin.Context, handlers]
+	// WithAllow is [policy.WithAllow].
+	WithAllow = policy.WithAllow[*gin.Context, handlers]
+	// WithDeny is [policy.WithDeny].
+	WithDeny = policy.WithDeny[*gin.Context, handlers]
+	// WithListClientIP is [policy.WithListClientIP].
+	WithListClientIP = policy.WithListClientIP[*gin.Context, handlers]
+	// WithOverrides is [policy.WithOverrides].
+	WithOverrides = policy.WithOverrides[*gin.Context, handlers]
 )
+
+// The options that charge a request by its response, each documented in
+// package policy. WithChargeIf's predicate gets the status the rest of the
+// chain wrote (c.Writer.Status(): 200 when it wrote none, 500 when it
+// panicked); the middleware settles just before gin sends the header, so
+// the rate-limit fields describe the bucket after a refund. WithFinalCost's
+// function gets the request's *gin.Context once the rest of the chain has
+// returned, and the response's status and header fields (c.Writer's); the
+// rate-limit fields are then rewritten only when nothing was sent yet
+// (c.Writer.Written() is false).
+var (
+	// WithChargeIf is [policy.WithChargeIf].
+	WithChargeIf = policy.WithChargeIf[*gin.Context, handlers]
+	// WithFinalCost is [policy.WithFinalCost].
+	WithFinalCost = policy.WithFinalCost[*gin.Context, handlers]
+)
+
+// SetCost records the final cost of the request whose context is ctx, for
+// a middleware with [WithFinalCost]: a handler passes
+// c.Request.Context(), which the middleware gives the rest of the chain.
+// See [policy.SetCost].
+func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 
 // WithDenyHandler sets the handler that answers denied requests. The
 // rate-limit fields and Retry-After are already set on the response when it
@@ -62,14 +94,15 @@ func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
-// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// decided: err wraps [keyfunc.ErrNoKey], [policy.ErrDenyList] (a deny list
+// refused it), [core.ErrUnavailable],
 // [core.ErrInvalidLimit] or the request's context error. Do not send err's
 // text to the client. The chain is aborted after f returns, so f must call
 // c.Next itself to let the request through anyway. f must be safe for
 // concurrent use. A nil f restores the default.
 //
 // Default: the error is recorded with c.Error, and the answer is 400 for a
-// missing key, 503 when the store is unavailable or the client gave up, and
+// missing key, 403 for a deny-listed request, 503 when the store is unavailable or the client gave up, and
 // 500 otherwise, with the status text as the body.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
 	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.onError = f }

@@ -40,7 +40,9 @@
 //
 // A call that cannot be decided fails, unless [WithErrorHandler] says
 // otherwise, with codes.InvalidArgument when it has no key (missing
-// metadata, say: it is never let through unlimited), codes.Unavailable when
+// metadata, say: it is never let through unlimited), codes.PermissionDenied
+// when its key or address is on a deny list ([WithDeny], [WithOverrides];
+// the error wraps [policy.ErrDenyList]), codes.Unavailable when
 // the store is down under [core.FailClosed], codes.DeadlineExceeded or
 // codes.Canceled when the call's own deadline or cancellation came first
 // (that is not a store failure), and codes.Internal otherwise. Status

@@ -212,6 +212,7 @@ const (
 	msgUnavailable = "the rate limiter's store is unavailable"
 	msgEnded       = "the call ended before the rate limiter decided"
 	msgInternal    = "the rate limiter is misconfigured"
+	msgDenyList    = "the call's key or address is on a deny list"
 )
 
 // denied is the default answer to a denied call: ResourceExhausted, with
@@ -246,6 +247,8 @@ func failed(ctx context.Context, v *policy.Verdict) error {
 	switch {
 	case v.Status == 400:
 		return status.Error(codes.InvalidArgument, msgNoKey)
+	case errors.Is(v.Err, policy.ErrDenyList):
+		return status.Error(codes.PermissionDenied, msgDenyList)
 	case errors.Is(v.Err, core.ErrUnavailable):
 		return status.Error(codes.Unavailable, msgUnavailable)
 	case ctx.Err() != nil:

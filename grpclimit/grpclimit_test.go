@@ -680,3 +680,20 @@ func (discardStream) Method() string               { return methodCheck }
 func (discardStream) SetHeader(metadata.MD) error  { return nil }
 func (discardStream) SendHeader(metadata.MD) error { return nil }
 func (discardStream) SetTrailer(metadata.MD) error { return nil }
+
+// TestDenyList: a call whose address is on a deny list fails with
+// PermissionDenied and a fixed message, without reaching the service;
+// others go on.
+func TestDenyList(t *testing.T) {
+	s := serve(t, New(adaptertest.Memory(t), core.PerMinute(10), keyfunc.IP(), WithDeny("203.0.113.0/24")))
+	a := check(t, s.dial("203.0.113.7:5000"))
+	if a.code != codes.PermissionDenied || a.msg != msgDenyList {
+		t.Errorf("a listed client: %v, want PermissionDenied %q", a.err, msgDenyList)
+	}
+	if a := check(t, s.dial("198.51.100.7:5000")); a.code != codes.OK {
+		t.Errorf("another client: %v, want OK", a.err)
+	}
+	if got := s.handled.Load(); got != 1 {
+		t.Errorf("%d calls reached the service, want 1", got)
+	}
+}

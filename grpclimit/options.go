@@ -54,6 +54,14 @@ var (
 	WithQuotaUnit = policy.WithQuotaUnit[context.Context, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[context.Context, handlers]
+	// WithAllow is [policy.WithAllow].
+	WithAllow = policy.WithAllow[context.Context, handlers]
+	// WithDeny is [policy.WithDeny].
+	WithDeny = policy.WithDeny[context.Context, handlers]
+	// WithListClientIP is [policy.WithListClientIP].
+	WithListClientIP = policy.WithListClientIP[context.Context, handlers]
+	// WithOverrides is [policy.WithOverrides].
+	WithOverrides = policy.WithOverrides[context.Context, handlers]
 )
 
 // WithDenyHandler sets the handler that answers denied calls: the call
@@ -69,13 +77,15 @@ func WithDenyHandler(f func(ctx context.Context, res core.Result) error) Option 
 }
 
 // WithErrorHandler sets the handler that answers calls that could not be
-// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// decided: err wraps [keyfunc.ErrNoKey], [policy.ErrDenyList] (a deny list
+// refused it), [core.ErrUnavailable],
 // [core.ErrInvalidLimit] or the call's context error. Do not send err's
 // text to the client. The call fails with the status error f returns; if f
 // returns nil, the call goes on, unlimited (to fail open on one service,
 // say). f must be safe for concurrent use. A nil f restores the default.
 //
-// Default: codes.InvalidArgument for a missing key, codes.Unavailable when
+// Default: codes.InvalidArgument for a missing key, codes.PermissionDenied
+// for a deny-listed call, codes.Unavailable when
 // the store is unavailable, codes.DeadlineExceeded or codes.Canceled when
 // the call ended first, and codes.Internal otherwise, each with a fixed
 // message.

@@ -27,7 +27,8 @@ import (
 // New panics, with a message that begins "httplimit: ", when lim or key is
 // nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
+// [core.ErrInvalidLimit]), when [WithWait] is negative or set beside
+// [WithChargeIf] or [WithFinalCost], when [WithHeaders]
 // names an unknown style, or when an option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	mw, err := Build(lim, limit, key, opts...)
@@ -52,6 +53,10 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 			switch v.Action {
 			case policy.Continue:
 				v.WriteHeaders(w.Header())
+				if v.Settles() {
+					serveSettled(w, r, next, v)
+					return
+				}
 				defer v.Done() // also when next panics
 				next.ServeHTTP(w, r)
 			case policy.Deny:

@@ -33,7 +33,9 @@ func build(_ testing.TB, app adaptertest.App) adaptertest.Serve {
 			if rt.Handler != nil {
 				rt.Handler(call(r))
 			}
+			status, _ := adaptertest.Answer(call(r))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(status)
 			_, _ = w.Write([]byte(adaptertest.OK))
 		})
 		if rt.Middleware != nil {
@@ -62,7 +64,7 @@ func recoverer(h http.Handler) http.Handler {
 
 // call is the neutral view of a request.
 func call(r *http.Request) adaptertest.Call {
-	return adaptertest.Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Get}
+	return adaptertest.Call{Method: r.Method, Path: r.URL.Path, Header: r.Header.Get, Context: r.Context()}
 }
 
 // middleware translates a neutral middleware into New and its options.

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/sluicehq/sluice/core"
@@ -49,7 +50,23 @@ var (
 	WithQuotaUnit = policy.WithQuotaUnit[*http.Request, handlers]
 	// WithRetryJitter is [policy.WithRetryJitter].
 	WithRetryJitter = policy.WithRetryJitter[*http.Request, handlers]
+	// WithAllow is [policy.WithAllow].
+	WithAllow = policy.WithAllow[*http.Request, handlers]
+	// WithDeny is [policy.WithDeny].
+	WithDeny = policy.WithDeny[*http.Request, handlers]
+	// WithListClientIP is [policy.WithListClientIP].
+	WithListClientIP = policy.WithListClientIP[*http.Request, handlers]
+	// WithOverrides is [policy.WithOverrides].
+	WithOverrides = policy.WithOverrides[*http.Request, handlers]
+	// WithChargeIf is [policy.WithChargeIf].
+	WithChargeIf = policy.WithChargeIf[*http.Request, handlers]
+	// WithFinalCost is [policy.WithFinalCost].
+	WithFinalCost = policy.WithFinalCost[*http.Request, handlers]
 )
+
+// SetCost records the final cost of the request whose context is ctx, for
+// a middleware with [WithFinalCost]; see [policy.SetCost].
+func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 
 // WithDenyHandler sets the handler that answers denied requests. The
 // rate-limit fields and Retry-After are already set on w when it runs; res
@@ -62,13 +79,15 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Res
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
-// decided: err wraps [keyfunc.ErrNoKey], [core.ErrUnavailable],
+// decided: err wraps [keyfunc.ErrNoKey], [policy.ErrDenyList] (a deny list
+// refused it), [core.ErrUnavailable],
 // [core.ErrInvalidLimit] or the request's context error. Do not send err's
 // text to the client. f must be safe for concurrent use. A nil f restores
 // the default.
 //
-// Default: 400 for a missing key, 503 when the store is unavailable or the
-// client gave up, 500 otherwise, with the status text as the body.
+// Default: 400 for a missing key, 403 for a deny-listed request, 503 when
+// the store is unavailable or the client gave up, 500 otherwise, with the
+// status text as the body.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *policy.Config[*http.Request, handlers]) { c.Adapter.onError = f }
 }

@@ -16,8 +16,9 @@ import (
 var adapters = []string{"httplimit", "ginlimit", "echolimit", "fiberlimit", "echov5limit", "fiberv3limit", "grpclimit"}
 
 // without are the shared options an adapter leaves out, and why: gRPC has
-// no HTTP bodies for problem details.
-var without = map[string][]string{"grpclimit": {"WithProblemJSON"}}
+// no HTTP bodies for problem details, and no HTTP status for charging by
+// the response (its codes would need a predicate of their own).
+var without = map[string][]string{"grpclimit": {"WithProblemJSON", "WithChargeIf", "WithFinalCost"}}
 
 // ownOptions are the options an adapter defines itself: their function
 // types involve the framework's response.

@@ -96,7 +96,7 @@ var fields = [numFields]field{
 		return strconv.FormatInt(ceilSeconds(d.reset), 10)
 	}},
 	fPolicy: {"RateLimit-Policy", "Ratelimit-Policy", func(d decided) string {
-		return d.rule.policyField
+		return currentPolicy(d.rule) // d.rule.policyField, with calendar periods updated
 	}},
 	fRateLimit: {"RateLimit", "Ratelimit", serviceLimit},
 }
@@ -227,9 +227,10 @@ func (v *Verdict) WriteHeaders(h map[string][]string) {
 // Fail: the status text, or problem details with [WithProblemJSON]. A
 // Deny's problem is the draft's quota-exceeded type, naming the limit that
 // denied in violated-policies (as RateLimit-Policy names it) and saying in
-// its detail when to retry (as Retry-After does); a Fail's is about:blank,
-// whose detail says why (the request has no key, the route is not known
-// where the middleware runs, the limiter is misconfigured or its store
+// its detail when to retry (as Retry-After does); a deny-listed request's
+// is [DenyListProblem]; another Fail's is about:blank, whose detail says
+// why (the request has no key, the route is not known where the
+// middleware runs, the limiter is misconfigured or its store
 // unavailable). It never includes an error's text.
 func (v *Verdict) Body() (contentType string, body []byte) {
 	if !v.problem {
@@ -240,7 +241,7 @@ func (v *Verdict) Body() (contentType string, body []byte) {
 	if v.Action == Deny && v.decide(&d) {
 		writeQuotaExceeded(&b, &d)
 	} else {
-		writeProblem(&b, "about:blank", statusText(v.Status), v.Status, v.detail)
+		writeProblem(&b, problemType(v.Err), statusText(v.Status), v.Status, v.detail)
 		b.WriteString("}")
 	}
 	return "application/problem+json", []byte(b.String())
@@ -267,6 +268,8 @@ func statusText(code int) string {
 	switch code {
 	case 400:
 		return "Bad Request"
+	case 403:
+		return "Forbidden"
 	case 429:
 		return "Too Many Requests"
 	case 503:

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // Option configures a middleware whose framework passes requests as C (the
@@ -19,21 +20,28 @@ type Config[C, H any] struct {
 	// Adapter holds the adapter's own settings.
 	Adapter H
 
-	skip     func(C) bool
-	cost     func(C) int
-	limitFn  func(C) (core.Limit, error)
-	extra    []core.Limit
-	headers  HeaderStyle
-	dryRun   bool
-	report   func(C, DryRunReport)
-	wait     time.Duration
-	problem  bool
-	scope    string
-	scopeSet bool
-	jitter   time.Duration
-	unit     string
-	conc     core.ConcurrencyLimit
-	concSet  bool
+	skip      func(C) bool
+	cost      func(C) int
+	limitFn   func(C) (core.Limit, error)
+	extra     []core.Limit
+	headers   HeaderStyle
+	dryRun    bool
+	report    func(C, DryRunReport)
+	wait      time.Duration
+	problem   bool
+	scope     string
+	scopeSet  bool
+	jitter    time.Duration
+	unit      string
+	conc      core.ConcurrencyLimit
+	concSet   bool
+	chargeIf  func(int) bool
+	finalCost func(C, Response) int
+	finalSet  bool
+	allow     []string        // WithAllow
+	deny      []string        // WithDeny
+	listIP    keyfunc.Func    // WithListClientIP
+	ovr       *core.Overrides // WithOverrides
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

@@ -33,6 +33,9 @@ type Policy struct {
 	problem bool
 	jitter  time.Duration // WithRetryJitter's bound
 	cap     *capRule      // WithConcurrency's cap; nil: none
+	settle  *settler      // WithChargeIf and WithFinalCost; nil: charge before the handler
+	lists   *lists        // WithAllow, WithDeny, WithOverrides' entries; nil: none
+	ovr     *overrides    // WithOverrides; nil: none
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -82,6 +85,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if err := checkRetryJitter(cfg.jitter); err != nil {
 		return nil, cfg.Adapter, err
 	}
+	if (cfg.chargeIf != nil || cfg.finalSet) && cfg.wait > 0 {
+		return nil, cfg.Adapter, errSettleWait
+	}
 	var capr *capRule
 	if cfg.concSet {
 		var err error
@@ -92,6 +98,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	p.jitter, p.cap = cfg.jitter, capr
+	if err := initLists(p, &cfg); err != nil {
+		return nil, cfg.Adapter, err
+	}
 	if f := cfg.report; f != nil {
 		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }
 	}
@@ -100,6 +109,12 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	}
 	if f := cfg.cost; f != nil {
 		p.cost = func(r keyfunc.Request) int { return f(native(r)) }
+	}
+	if cfg.chargeIf != nil || cfg.finalSet {
+		p.settle = &settler{chargeIf: cfg.chargeIf, box: cfg.finalSet, lim: lim}
+		if f := cfg.finalCost; f != nil {
+			p.settle.finalCost = func(r keyfunc.Request, resp Response) int { return f(native(r), resp) }
+		}
 	}
 	if f := cfg.limitFn; f != nil {
 		p.limitFn = func(r keyfunc.Request) (core.Limit, error) { return f(native(r)) }
@@ -143,13 +158,13 @@ type Verdict struct {
 	// second.
 	Result core.Result
 	// Err is why the request failed, for Fail: it wraps
-	// [keyfunc.ErrNoKey], [core.ErrUnavailable], [core.ErrInvalidLimit]
-	// or a context error.
+	// [keyfunc.ErrNoKey], [ErrDenyList], [core.ErrUnavailable],
+	// [core.ErrInvalidLimit] or a context error.
 	Err error
 	// Status is the HTTP status of the default answer: 429 for Deny; for
-	// Fail 400 (no key), 503 (store unavailable under FailClosed, or the
-	// request gave up while waiting) or 500 (anything else); 0 for
-	// Continue.
+	// Fail 400 (no key), 403 (on a deny list), 503 (store unavailable
+	// under FailClosed, or the request gave up while waiting) or 500
+	// (anything else); 0 for Continue.
 	Status int
 
 	style   HeaderStyle
@@ -160,6 +175,7 @@ type Verdict struct {
 	jitter  time.Duration   // added to a Deny's Retry-After (see WithRetryJitter)
 	capped  bool            // the concurrency cap refused the request
 	lease   *core.Lease     // the slot the request holds; nil: none (see Done)
+	settle  *settlement     // the reservation the response settles; nil: none (see Settle)
 	ctx     context.Context // the request's, whose values Done keeps
 }
 
@@ -180,8 +196,13 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	if err != nil {
 		return p.fail(r, key, err, atKey)
 	}
+	if v, done := p.listed(r, key); done {
+		return v
+	}
 	rl := p.base
-	if p.limitFn != nil {
+	if orl := p.overridden(key); orl != nil {
+		rl = orl
+	} else if p.limitFn != nil {
 		l, err := p.limitFn(r)
 		if err != nil {
 			return p.fail(r, key, err, atLimit)
@@ -195,21 +216,31 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		n = p.cost(r)
 	}
 	var res core.Result
-	if p.wait > 0 && !p.dryRun {
+	var st *settlement
+	switch {
+	case p.settle != nil:
+		res, st, err = p.reserve(ctx, rl, key, n)
+	case p.wait > 0 && !p.dryRun:
 		res, err = p.waitFor(ctx, key, rl, n)
-	} else {
+	default:
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
 		return p.fail(r, key, err, atDecide)
 	}
-	v := Verdict{Result: res, style: p.headers, rule: rl, decided: !p.dryRun, problem: p.problem}
+	v := Verdict{Result: res, style: p.headers, rule: rl, decided: !p.dryRun, problem: p.problem, settle: st}
 	inFlight := 0
 	if p.cap != nil && res.Allowed {
 		// Only a request the rate limits admit takes a slot.
 		ls, err := p.cap.acquire(ctx, key)
 		if err != nil {
-			return p.fail(r, key, err, atDecide)
+			fv := p.fail(r, key, err, atDecide)
+			status := fv.Status
+			if status == 0 { // a dry run lets it go on, but the answer it would have had is this
+				status = p.failure(err, atDecide).Status
+			}
+			st.apply(r, Response{Status: status}) // the request does not run: settled as the failure it is
+			return fv
 		}
 		inFlight = ls.InFlight
 		if ls.Acquired {
@@ -217,13 +248,18 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		} else {
 			v.capped = true
 			v.Result.Allowed, v.Result.RetryAfter = false, capRetry
+			if !p.dryRun {
+				// The request does not run: settled as the 429 it gets.
+				st.apply(r, Response{Status: 429})
+				v.settle = nil
+			}
 		}
 	}
 	if p.dryRun {
 		if p.report != nil {
 			p.report(r, DryRunReport{Key: key, Result: v.Result, InFlight: inFlight})
 		}
-		return Verdict{Action: Continue, Result: v.Result, rule: rl, lease: v.lease, ctx: v.ctx}
+		return Verdict{Action: Continue, Result: v.Result, rule: rl, lease: v.lease, ctx: v.ctx, settle: v.settle}
 	}
 	if !v.Result.Allowed {
 		v.Action, v.Status, v.jitter = Deny, 429, drawJitter(p.jitter)
@@ -306,6 +342,9 @@ func (p *Policy) failure(err error, at stage) Verdict {
 		if at == atLimit {
 			fix = "WithLimitFunc returned an error wrapping keyfunc.ErrNoKey"
 		}
+	case errors.Is(err, ErrDenyList):
+		v.Status, v.detail = 403, "The request's key or address is on a deny list."
+		return v // the operator's doing, not a misconfiguration
 	case errors.Is(err, core.ErrUnavailable):
 		v.Status, v.detail = 503, "The rate limiter's store is unavailable."
 		return v // the limiter logs outages itself

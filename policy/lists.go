@@ -1,0 +1,349 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// ErrDenyList is wrapped by the error of a request refused by a deny list
+// ([WithDeny], or a deny entry of [WithOverrides]): test for it with
+// errors.Is in an error handler. Such a request fails with status 403; it
+// is not a rate-limit denial (nothing was decided or charged) and not a
+// misconfiguration (nothing is logged).
+var ErrDenyList = errors.New("policy: the request's key or address is on a deny list")
+
+// errDenyKey and errDenyAddr are the errors of a refused request, made
+// once.
+var (
+	errDenyKey  = fmt.Errorf("%w (its key)", ErrDenyList)
+	errDenyAddr = fmt.Errorf("%w (its client address)", ErrDenyList)
+)
+
+// maxListKey bounds the length of a list's key entry.
+const maxListKey = 1024
+
+// WithAllow lets the requests whose key, or client address, is one of
+// entries pass without a decision and without rate-limit fields, as
+// [WithSkip] does. An entry is a key, exactly as the middleware's key
+// function returns it ("tenant:internal", "ip:192.0.2.7"), or a client
+// address: an IP address or a CIDR prefix ("10.0.0.0/8", "2001:db8::/32"),
+// matched against the address [WithListClientIP] finds. A deny entry
+// ([WithDeny], or one of [WithOverrides]) wins over an allow entry.
+//
+// The constructor fails (an adapter panics) on an empty entry, one longer
+// than 1024 bytes, or one that looks like an address but is not a valid
+// one ("10.0.0.0/33", "300.1.2.3"). Passing the option again replaces the
+// list.
+//
+// Default: none.
+func WithAllow[C, H any](entries ...string) Option[C, H] {
+	return func(c *Config[C, H]) { c.allow = append([]string(nil), entries...) }
+}
+
+// WithDeny refuses the requests whose key, or client address, is one of
+// entries (written as for [WithAllow]), before any decision: they fail
+// with an error wrapping [ErrDenyList], answered 403 by default (with its
+// own problem type under [WithProblemJSON]) or by the error handler, which
+// can tell them apart with errors.Is. Nothing is charged, no rate-limit
+// field is written, and nothing is logged; the limiter's observer is told
+// of each refusal as a decision of source [core.SourceDenyList].
+//
+// The constructor fails (an adapter panics) on an entry as [WithAllow]
+// does. Passing the option again replaces the list.
+//
+// Default: none.
+func WithDeny[C, H any](entries ...string) Option[C, H] {
+	return func(c *Config[C, H]) { c.deny = append([]string(nil), entries...) }
+}
+
+// WithListClientIP sets how the lists' address entries find a request's
+// client address: f must be a key function of [keyfunc.IP]'s form, such as
+// keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")) behind a proxy, whose
+// rules decide which forwarding headers count. A request whose address f
+// cannot find matches no address entry (its key entries still apply). A
+// nil f restores the default.
+//
+// Default: keyfunc.IP(), the connection's peer address (IPv6 grouped by
+// /64: an entry narrower than /64 matches no IPv6 client).
+func WithListClientIP[C, H any](f keyfunc.Func) Option[C, H] {
+	return func(c *Config[C, H]) { c.listIP = f }
+}
+
+// listAction is what a list says about a request.
+type listAction int8
+
+const (
+	listNone listAction = iota
+	listAllow
+	listDeny
+)
+
+// addrSet matches addresses against prefixes, one map lookup per distinct
+// prefix length.
+type addrSet struct {
+	v4, v6 []int // the prefix lengths present, longest first
+	m      map[netip.Prefix]listAction
+}
+
+func (s *addrSet) add(p netip.Prefix, a listAction) {
+	if s.m == nil {
+		s.m = make(map[netip.Prefix]listAction)
+	}
+	bits := &s.v6
+	if p.Addr().Is4() {
+		bits = &s.v4
+	}
+	if !slices.Contains(*bits, p.Bits()) {
+		*bits = append(*bits, p.Bits())
+		slices.Sort(*bits)
+		slices.Reverse(*bits)
+	}
+	if s.m[p] != listDeny {
+		s.m[p] = a
+	}
+}
+
+func (s *addrSet) empty() bool { return len(s.m) == 0 }
+
+// match returns the action of the prefixes containing client, a prefix of
+// bits significant bits: deny if any denies, else allow if any allows.
+func (s *addrSet) match(client netip.Prefix) listAction {
+	bits := s.v6
+	if client.Addr().Is4() {
+		bits = s.v4
+	}
+	got := listNone
+	for _, b := range bits {
+		if b > client.Bits() {
+			continue
+		}
+		p, _ := client.Addr().Prefix(b)
+		switch s.m[p] {
+		case listDeny:
+			return listDeny
+		case listAllow:
+			got = listAllow
+		}
+	}
+	return got
+}
+
+// parseEntry reads a list entry: a prefix for an address entry, else a key.
+func parseEntry(s string) (netip.Prefix, bool, error) {
+	switch {
+	case s == "":
+		return netip.Prefix{}, false, errors.New("empty entry")
+	case len(s) > maxListKey:
+		return netip.Prefix{}, false, fmt.Errorf("entry of %d bytes, at most %d", len(s), maxListKey)
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.WithZone("").Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), true, nil
+	}
+	if host, _, ok := strings.Cut(s, "/"); ok {
+		if _, err := netip.ParseAddr(host); err == nil {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid CIDR prefix", s)
+			}
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			return p.Masked(), true, nil
+		}
+	}
+	if strings.Trim(s, "0123456789./") == "" && strings.Contains(s, ".") {
+		return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid IP address", s)
+	}
+	return netip.Prefix{}, false, nil
+}
+
+// lists are a policy's local allow and deny lists and its shared ones (the
+// allow and deny entries of its overrides).
+type lists struct {
+	keys   map[string]listAction
+	addrs  addrSet
+	shared *core.Overrides // nil: none
+	ip     keyfunc.Func
+	lim    *core.Limiter
+
+	mu   sync.Mutex                // serializes rebuilds of sharedAddrs
+	addr atomic.Pointer[sharedSet] // the shared address entries, per version
+}
+
+type sharedSet struct {
+	version int64
+	addrs   addrSet
+}
+
+// newLists returns the lists configured, or nil when there are none.
+func newLists(lim *core.Limiter, allow, deny []string, shared *core.Overrides, ip keyfunc.Func) (*lists, error) {
+	if len(allow) == 0 && len(deny) == 0 && shared == nil {
+		return nil, nil
+	}
+	l := &lists{shared: shared, ip: ip, lim: lim}
+	if l.ip == nil {
+		l.ip = keyfunc.IP()
+	}
+	for _, set := range []struct {
+		what    string
+		entries []string
+		action  listAction
+	}{{"WithAllow", allow, listAllow}, {"WithDeny", deny, listDeny}} {
+		for _, e := range set.entries {
+			p, isAddr, err := parseEntry(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", set.what, err)
+			}
+			if isAddr {
+				l.addrs.add(p, set.action)
+				continue
+			}
+			if l.keys == nil {
+				l.keys = make(map[string]listAction)
+			}
+			if l.keys[e] != listDeny {
+				l.keys[e] = set.action
+			}
+		}
+	}
+	return l, nil
+}
+
+// check returns what the lists say about a request with key.
+func (l *lists) check(r keyfunc.Request, key string) (listAction, error) {
+	got := l.keys[key]
+	if got == listDeny {
+		return listDeny, errDenyKey
+	}
+	if l.shared != nil {
+		if o, ok := l.shared.Lookup(key); ok {
+			switch {
+			case o.Deny:
+				return listDeny, errDenyKey
+			case o.Allow:
+				got = listAllow
+			}
+		}
+	}
+	shared := l.sharedAddrs()
+	if l.addrs.empty() && (shared == nil || shared.empty()) {
+		return got, nil
+	}
+	client, ok := l.client(r)
+	if !ok {
+		return got, nil
+	}
+	for _, s := range []*addrSet{&l.addrs, shared} {
+		if s == nil {
+			continue
+		}
+		switch s.match(client) {
+		case listDeny:
+			return listDeny, errDenyAddr
+		case listAllow:
+			got = listAllow
+		}
+	}
+	return got, nil
+}
+
+// client returns the request's client address as the prefix keyfunc.IP
+// keys it by.
+func (l *lists) client(r keyfunc.Request) (netip.Prefix, bool) {
+	k, err := l.ip(r)
+	s, ok := strings.CutPrefix(k, "ip:")
+	if err != nil || !ok {
+		return netip.Prefix{}, false
+	}
+	if strings.IndexByte(s, '/') >= 0 {
+		p, err := netip.ParsePrefix(s)
+		return p, err == nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// sharedAddrs returns the address entries of the shared set at its current
+// version, rebuilt once per version; nil without a shared set. While one
+// request rebuilds them, others get the previous version's.
+func (l *lists) sharedAddrs() *addrSet {
+	if l.shared == nil {
+		return nil
+	}
+	v := l.shared.Version()
+	old := l.addr.Load()
+	if old != nil && old.version == v {
+		return &old.addrs
+	}
+	// One request rebuilds (a pass over the set); the others meanwhile
+	// use the previous version's entries rather than wait.
+	if old != nil {
+		if !l.mu.TryLock() {
+			return &old.addrs
+		}
+	} else {
+		l.mu.Lock()
+	}
+	defer l.mu.Unlock()
+	if s := l.addr.Load(); s != nil && s.version == v {
+		return &s.addrs
+	}
+	s := &sharedSet{version: v}
+	l.shared.Range(func(key string, o core.Override) bool {
+		if !o.Allow && !o.Deny {
+			return true
+		}
+		p, isAddr, err := parseEntry(key)
+		if err != nil || !isAddr {
+			return true
+		}
+		a := listAllow
+		if o.Deny {
+			a = listDeny
+		}
+		s.addrs.add(p, a)
+		return true
+	})
+	l.addr.Store(s)
+	return &s.addrs
+}
+
+// listed applies the policy's lists to a request with key: done is true
+// when they decided it, with the verdict to return.
+func (p *Policy) listed(r keyfunc.Request, key string) (v Verdict, done bool) {
+	if p.lists == nil {
+		return Verdict{}, false
+	}
+	switch a, err := p.lists.check(r, key); a {
+	case listAllow:
+		return Verdict{Action: Continue}, true
+	case listDeny:
+		p.lim.ObserveDenyList(p.dryRun)
+		return p.fail(r, key, err, atKey), true
+	}
+	return Verdict{}, false
+}
+
+// DenyListProblem is the problem type of the RFC 9457 body of a request
+// refused by a deny list, under [WithProblemJSON] (status 403).
+const DenyListProblem = "https://pkg.go.dev/github.com/sluicehq/sluice/policy#ErrDenyList"
+
+// problemType returns the problem type of a failure with err.
+func problemType(err error) string {
+	if errors.Is(err, ErrDenyList) {
+		return DenyListProblem
+	}
+	return "about:blank"
+}

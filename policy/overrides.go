@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"sync"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// WithOverrides applies the run-time overrides of ov (see
+// [core.NewOverrides]) to the middleware's requests, by their key:
+//   - limits replace the middleware's main limit for the key's requests,
+//     as [WithLimitFunc] does (and before it: an override wins), beside
+//     the limits of [WithLimits]; the rate-limit fields then describe
+//     them. They draw on the key's buckets for those limits, so changing
+//     a key's limits starts it from a full bucket.
+//   - an allow entry lets the key's requests pass as [WithAllow] does,
+//     and a deny entry refuses them as [WithDeny] does. An entry whose key
+//     is an IP address or CIDR prefix ("203.0.113.0/24") matches the
+//     client address (see [WithListClientIP]) instead.
+//
+// A change made on any replica applies within ov's refresh interval plus
+// one round trip; looking an override up costs no I/O. An override whose
+// limits cannot be used beside WithLimits (more than eight in all) is
+// ignored, and that is logged once. A nil ov applies none.
+//
+// Default: none.
+func WithOverrides[C, H any](ov *core.Overrides) Option[C, H] {
+	return func(c *Config[C, H]) { c.ovr = ov }
+}
+
+// overrides are the rules of a policy's overridden limits, prepared once
+// per distinct override (by its text) and kept up to maxRules.
+type overrides struct {
+	set   *core.Overrides
+	mu    sync.RWMutex
+	rules map[string]*rule
+}
+
+// initLists sets up the policy's lists and overrides from cfg.
+func initLists[C, H any](p *Policy, cfg *Config[C, H]) error {
+	l, err := newLists(p.lim, cfg.allow, cfg.deny, cfg.ovr, cfg.listIP)
+	if err != nil {
+		return err
+	}
+	p.lists = l
+	if cfg.ovr != nil {
+		p.ovr = &overrides{set: cfg.ovr}
+	}
+	return nil
+}
+
+// overridden returns the rule of key's overridden limits; nil when it has
+// none.
+func (p *Policy) overridden(key string) *rule {
+	if p.ovr == nil {
+		return nil
+	}
+	o, ok := p.ovr.set.Lookup(key)
+	if !ok || len(o.Limits) == 0 {
+		return nil
+	}
+	text := o.String() // kept by the set: no allocation
+	p.ovr.mu.RLock()
+	r := p.ovr.rules[text]
+	p.ovr.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	limits := append(append([]core.Limit(nil), o.Limits...), p.rules.extra...)
+	r, err := newRule(p.lim, p.rules.set, limits)
+	if err != nil {
+		p.logOnce(err, 0, "an override of WithOverrides cannot be used beside the middleware's WithLimits; the key keeps its usual limit")
+		return nil
+	}
+	p.ovr.mu.Lock()
+	if p.ovr.rules == nil {
+		p.ovr.rules = make(map[string]*rule)
+	}
+	if len(p.ovr.rules) < maxRules {
+		p.ovr.rules[text] = r
+	}
+	p.ovr.mu.Unlock()
+	return r
+}

@@ -187,6 +187,7 @@ var env = map[string]string{
 	"authenticate": "func(http.Handler) http.Handler",
 	"search":       "gin.HandlerFunc",
 	"login":        "http.Handler",
+	"complete":     "http.Handler",
 	"api":          "http.Handler",
 	"conn":         "*grpc.ClientConn",
 }

@@ -214,18 +214,10 @@ func compileLimit(l Limit) (tickLimit, error) {
 		return tickLimit{}, fmt.Errorf("%w: Refill %q is not one of \"\" (continuous), %q, %q, %q or %q (%s)",
 			ErrInvalidLimit, string(l.Refill), RefillInterval, RefillDaily, RefillWeekly, RefillMonthly, l)
 	}
-	switch {
-	case l.Zone != "":
-		return tickLimit{}, fmt.Errorf("%w: Zone %q needs a calendar Refill (%s)", ErrInvalidLimit, l.Zone, l)
-	case l.Rate <= 0:
-		return tickLimit{}, fmt.Errorf("%w: Rate must be at least 1, got %d (%s)", ErrInvalidLimit, l.Rate, l)
-	case l.Burst <= 0:
-		return tickLimit{}, fmt.Errorf("%w: Burst must be at least 1, got %d (%s)", ErrInvalidLimit, l.Burst, l)
-	case l.Period < time.Microsecond:
-		return tickLimit{}, fmt.Errorf("%w: Period must be at least 1µs, got %s (%s)", ErrInvalidLimit, l.Period, l)
-	case l.Period%time.Microsecond != 0:
-		return tickLimit{}, fmt.Errorf("%w: Period must be a whole number of microseconds, got %s (%s)", ErrInvalidLimit, l.Period, l)
-	case int64(l.Rate) > maxExact:
+	if err := checkFields(l); err != nil {
+		return tickLimit{}, err
+	}
+	if int64(l.Rate) > maxExact {
 		return tickLimit{}, fmt.Errorf("%w: Rate %d is too large to count exactly (%s)", ErrInvalidLimit, l.Rate, l)
 	}
 	p := int64(l.Period / time.Microsecond)
@@ -267,21 +259,34 @@ func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
+// checkFields checks what continuous and interval limits ask alike of
+// their fields: no Zone, a positive Rate and Burst, and a Period of whole
+// microseconds.
+func checkFields(l Limit) error {
+	switch {
+	case l.Zone != "" && l.Refill == RefillContinuous:
+		return fmt.Errorf("%w: Zone %q needs a calendar Refill, not a continuous one (%s)", ErrInvalidLimit, l.Zone, l)
+	case l.Zone != "":
+		return fmt.Errorf("%w: Zone %q needs a calendar Refill, not %q (%s)", ErrInvalidLimit, l.Zone, string(l.Refill), l)
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: Rate must be at least 1, got %d (%s)", ErrInvalidLimit, l.Rate, l)
+	case l.Burst <= 0:
+		return fmt.Errorf("%w: Burst must be at least 1, got %d (%s)", ErrInvalidLimit, l.Burst, l)
+	case l.Period < time.Microsecond:
+		return fmt.Errorf("%w: Period must be at least 1µs, got %s (%s)", ErrInvalidLimit, l.Period, l)
+	case l.Period%time.Microsecond != 0:
+		return fmt.Errorf("%w: Period must be a whole number of microseconds, got %s (%s)", ErrInvalidLimit, l.Period, l)
+	}
+	return nil
+}
+
 // compileInterval compiles a limit refilled every Period.
 func compileInterval(l Limit) (tickLimit, error) {
-	switch {
-	case l.Rate <= 0:
-		return tickLimit{}, fmt.Errorf("%w: Rate must be at least 1, got %d (%s)", ErrInvalidLimit, l.Rate, l)
-	case l.Burst <= 0:
-		return tickLimit{}, fmt.Errorf("%w: Burst must be at least 1, got %d (%s)", ErrInvalidLimit, l.Burst, l)
-	case l.Period < time.Microsecond:
-		return tickLimit{}, fmt.Errorf("%w: Period must be at least 1µs, got %s (%s)", ErrInvalidLimit, l.Period, l)
-	case l.Period%time.Microsecond != 0:
-		return tickLimit{}, fmt.Errorf("%w: Period must be a whole number of microseconds, got %s (%s)", ErrInvalidLimit, l.Period, l)
-	case int64(l.Rate) > maxExact/4 || int64(l.Burst) > maxExact/4:
+	if err := checkFields(l); err != nil {
+		return tickLimit{}, err
+	}
+	if int64(l.Rate) > maxExact/4 || int64(l.Burst) > maxExact/4 {
 		return tickLimit{}, fmt.Errorf("%w: Rate %d or Burst %d is too large to count exactly (%s)", ErrInvalidLimit, l.Rate, l.Burst, l)
-	case l.Zone != "":
-		return tickLimit{}, fmt.Errorf("%w: Zone %q needs a calendar Refill, not %q (%s)", ErrInvalidLimit, l.Zone, string(l.Refill), l)
 	}
 	return tickLimit{r: 1, p: 1, b: int64(l.Burst), st: &stepper{k: int64(l.Rate), every: int64(l.Period / time.Microsecond)}}, nil
 }

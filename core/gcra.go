@@ -157,32 +157,11 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
 		}
 		out.reset = ceilDiv(d[out.index], ticks[out.index].r)
-		out.retry = retry
-		if locked {
-			out.locked = true
-			out.remaining = 0
-			out.retry = max(retry, b.lock-now)
-			out.next = max(out.next, b.lock-now)
-			return out, false
-		}
-		if penalty <= 0 {
-			return out, false
-		}
-		// Lock the key. Its buckets are written back unchanged (a missing
-		// one as full), so the lock is the only effect of the denial.
-		out.locked = true
-		out.remaining = 0
-		out.retry = max(retry, penalty)
-		out.next = max(out.next, penalty)
-		if !b.set {
-			b.tats = b.tats[:0]
+		return refuse(b, out, retry, now, penalty, locked, func() {
 			for range ticks {
 				b.tats = append(b.tats, tat{us: now})
 			}
-			b.set = true
-		}
-		b.lock = now + penalty
-		return out, true
+		})
 	}
 	out.allowed = true
 	out.wait = wait
@@ -201,6 +180,36 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 	}
 	b.lock = 0
 	b.set = true
+	return out, true
+}
+
+// refuse finishes a refused decision out, whose longest retry is retry:
+// under the key's lock (locked), or, with a penalty, locking the key now.
+// The buckets are then written back unchanged, a missing one as full, which
+// full appends to the emptied b.tats, so the lock is the only effect of
+// the denial. It reports whether b changed.
+func refuse(b *bucket, out decision, retry, now, penalty int64, locked bool, full func()) (decision, bool) {
+	out.retry = retry
+	if locked {
+		out.locked = true
+		out.remaining = 0
+		out.retry = max(retry, b.lock-now)
+		out.next = max(out.next, b.lock-now)
+		return out, false
+	}
+	if penalty <= 0 {
+		return out, false
+	}
+	out.locked = true
+	out.remaining = 0
+	out.retry = max(retry, penalty)
+	out.next = max(out.next, penalty)
+	if !b.set {
+		b.tats = b.tats[:0]
+		full()
+		b.set = true
+	}
+	b.lock = now + penalty
 	return out, true
 }
 
@@ -253,25 +262,7 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
 		}
 		out.reset = until(d[out.index], now, ticks[out.index], ws[out.index])
-		out.retry = retry
-		if locked {
-			out.locked = true
-			out.remaining = 0
-			out.retry = max(retry, b.lock-now)
-			out.next = max(out.next, b.lock-now)
-			return out, false
-		}
-		if penalty <= 0 {
-			return out, false
-		}
-		// Lock the key. Its buckets are written back unchanged (a missing
-		// one as full), so the lock is the only effect of the denial.
-		out.locked = true
-		out.remaining = 0
-		out.retry = max(retry, penalty)
-		out.next = max(out.next, penalty)
-		if !b.set {
-			b.tats = b.tats[:0]
+		return refuse(b, out, retry, now, penalty, locked, func() {
 			for i, t := range ticks {
 				if t.stepped() {
 					b.tats = append(b.tats, tat{us: 0, frac: ws[i].idx})
@@ -279,10 +270,7 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 					b.tats = append(b.tats, tat{us: now})
 				}
 			}
-			b.set = true
-		}
-		b.lock = now + penalty
-		return out, true
+		})
 	}
 	out.allowed = true
 	out.wait = wait

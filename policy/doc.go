@@ -6,7 +6,11 @@
 // The adapters (httplimit, ginlimit, echolimit, fiberlimit) only translate:
 // each wraps its framework's request in a [keyfunc.Request], calls
 // [Policy.Decide], writes the [Verdict] the way its framework expects, and
-// calls [Verdict.Done] when a request it passed on ends.
+// calls [Verdict.Done] when a request it passed on ends. When the verdict
+// [Verdict.Settles] (charging by the response), it also passes the handlers
+// [Verdict.Context] and calls [Verdict.Settle] with the response's status:
+// as the status is written when [Verdict.AtStatus], else when the handlers
+// return, rewriting the header fields if they have not been sent.
 // Their options are this package's, instantiated for the framework's
 // request type, so the four cannot drift apart:
 //

@@ -227,7 +227,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // decision on its own. On a single node or Sentinel failover client
 // (*redis.Client) a batch is one script call; on *redis.ClusterClient and
 // *redis.Ring it is one script call per hash tag (so per slot), all in one
-// pipeline. Other Scripter implementations are not batched.
+// pipeline. Other Scripter implementations are not batched. Settlements
+// ([Reservation.Settle]) are coalesced the same way, with the same number
+// of round trips of their own: a batch holds decisions or settlements,
+// never both.
 //
 // Default: 4.
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }

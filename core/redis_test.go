@@ -87,13 +87,17 @@ func (c clockScripter) Eval(ctx context.Context, script string, keys []string, a
 }
 
 // clockPipeliner is clockScripter for a pipeline: the bucket script's
-// calls are queued as injectedTimeScript's, at the instant now returns.
+// calls are queued as injectedTimeScript's, and the settle script's as
+// injectedSettleScript's, at the instant now returns.
 type clockPipeliner struct {
 	redis.Pipeliner
 	now func() int64
 }
 
 func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha == settleScript.Hash() {
+		return injectedSettleScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
 	if sha != bucketScript.Hash() {
 		return p.Pipeliner.EvalSha(ctx, sha, keys, args...)
 	}
@@ -101,6 +105,9 @@ func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, 
 }
 
 func (p clockPipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if script == settleLua {
+		return injectedSettleScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
 	if script != bucketLua {
 		return p.Pipeliner.Eval(ctx, script, keys, args...)
 	}

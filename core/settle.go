@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
 //go:embed settle.lua
@@ -133,8 +134,11 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 // nothing to settle: Settle returns nil.
 //
 // A reservation decided in Redis is settled in Redis, by one script call
-// of its own (not batched, bounded by the limiter's time budget, and, as
-// with [Limiter.Reset], not counted by the breaker or the observer). If
+// that concurrent settlements on the same node share as decisions do (see
+// [WithBatching]; settlements have batches of their own, never mixed with
+// decisions), bounded by the limiter's time budget and, as with
+// [Limiter.Reset], not counted by the breaker or the observer, nor waited
+// on by [WithReplicaAck]. If
 // Redis cannot be reached, Settle returns an error wrapping
 // [ErrUnavailable], the reserved cost stands and the reservation stays
 // open: call Settle again (within [SettleWindow]). The local fallback's
@@ -191,23 +195,19 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 	}
 	delta := final - rv.n
 	rkey := redisKey(l.prefix, p.fp, rv.key)
-	keys := []string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}
-	args := make([]any, 0, 2+len(p.args))
-	args = append(args, strconv.FormatInt(delta, 10), strconv.FormatInt(marker.Milliseconds(), 10))
-	args = append(args, p.args...)
-	run := func(ctx context.Context) (int64, error) {
-		return settleScript.Run(ctx, l.store.rdb, keys, args...).Int64()
-	}
-	var got int64
+	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
+	var applied bool
 	var err error
 	if l.store.detached {
-		got, err = runApart(ctx, l.timeout, run)
+		applied, err = runApart(ctx, l.timeout, func(ctx context.Context) (bool, error) { return settleOne(ctx, l.store.rdb, sc) })
+	} else if n := l.store.node(ctx, rkey); n.settle != nil {
+		applied, _, err = n.settle.Do(ctx, sc)
 	} else {
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if l.timeout > 0 {
 			rctx, cancel = context.WithTimeout(ctx, l.timeout)
 		}
-		got, err = run(rctx)
+		applied, err = settleOne(rctx, l.store.rdb, sc)
 		cancel()
 	}
 	if err != nil {
@@ -216,10 +216,138 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		}
 		return false, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, err)
 	}
-	if got == 1 && delta < 0 && l.denies != nil {
+	if applied && delta < 0 && l.denies != nil {
 		l.denies.delete(p.id, rv.key)
 	}
-	return got == 1, nil
+	return applied, nil
+}
+
+// settleCall is one settlement asked of Redis: the settle script's
+// numbers for one reservation (see the layout table at the top of
+// core/settle.lua).
+type settleCall struct {
+	keys   [2]string // the bucket (see redisKey) and the marker (see markerKey)
+	delta  int64     // events: final cost less reserved cost
+	marker int64     // milliseconds the marker is kept
+	plan   *plan     // continuous limits only (Reserve refuses the others)
+}
+
+// loneArgs returns c's arguments in the lone form.
+func (c *settleCall) loneArgs() []any {
+	args := make([]any, 0, 2+len(c.plan.args))
+	args = append(args, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10))
+	return append(args, c.plan.args...)
+}
+
+// settleOne runs c alone, in the lone form, and reports whether it was
+// applied.
+func settleOne(ctx context.Context, rdb redis.Scripter, c *settleCall) (bool, error) {
+	got, err := settleScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64()
+	return got == 1, err
+}
+
+// settleArgs returns the keys and arguments, in the batch form, that apply
+// members' settlements in order in one script call. Settlements under the
+// same limits share a group, parsed once by the script.
+func settleArgs(members []*batch.Member[*settleCall, bool]) ([]string, []any) {
+	keys := make([]string, 0, 2*len(members))
+	args := make([]any, 1, 8+3*len(members))
+	var heads []*plan // each group's limits
+	each := make([]any, 0, 3*len(members))
+	for _, m := range members {
+		c := m.Req
+		keys = append(keys, c.keys[0], c.keys[1])
+		g := 0
+		for j, h := range heads {
+			if h == c.plan || h.fp == c.plan.fp {
+				g = j + 1
+				break
+			}
+		}
+		if g == 0 {
+			heads = append(heads, c.plan)
+			g = len(heads)
+			args = append(args, c.plan.args...)
+		}
+		each = append(each, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10), strconv.Itoa(g))
+	}
+	args[0] = strconv.Itoa(len(heads))
+	return keys, append(args, each...)
+}
+
+// deliverSettled decodes one batch-form reply for members, or gives them
+// its error. Each settlement's reply is checked on its own: one that
+// failed (-1) or makes no sense fails only its member.
+func deliverSettled(members []*batch.Member[*settleCall, bool], vals []int64, err error) {
+	if err == nil && len(vals) != len(members) {
+		err = fmt.Errorf("core: unexpected settle reply of %d values for %d settlements", len(vals), len(members))
+	}
+	for i, m := range members {
+		switch {
+		case err != nil:
+			m.Err = err
+		case vals[i] == 1 || vals[i] == 0:
+			m.Res = vals[i] == 1
+		case vals[i] == -1:
+			m.Err = errKeyFailed
+		default:
+			m.Err = fmt.Errorf("core: unexpected settle reply %d", vals[i])
+		}
+	}
+}
+
+// sendSettleOne applies a batch of settlements on one server in one script
+// call: the lone form for one, the batch form for several. Settlements are
+// not waited on by [WithReplicaAck], as they never were.
+func (s *redisStore) sendSettleOne(ctx context.Context, members []*batch.Member[*settleCall, bool]) {
+	if len(members) == 1 {
+		m := members[0]
+		m.Res, m.Err = settleOne(ctx, s.rdb, m.Req)
+		return
+	}
+	keys, args := settleArgs(members)
+	vals, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	deliverSettled(members, vals, err)
+}
+
+// sendSettleGrouped returns a settlement sender for one Cluster master or
+// Ring shard: one script call per hash tag (a script's keys must share a
+// slot), pipelined when there are several, as sendGrouped does for
+// decisions.
+func (s *redisStore) sendSettleGrouped(pipeline func() redis.Pipeliner) batch.Sender[*settleCall, bool] {
+	return func(ctx context.Context, members []*batch.Member[*settleCall, bool]) {
+		groups := groupByTag(members, func(c *settleCall) string { return c.keys[0] })
+		if len(groups) == 1 {
+			s.sendSettleOne(ctx, members)
+			return
+		}
+		pipe := pipeline()
+		cmds := make([]*redis.Cmd, len(groups))
+		for i, group := range groups {
+			if len(group) == 1 {
+				c := group[0].Req
+				cmds[i] = settleScript.EvalSha(ctx, pipe, c.keys[:], c.loneArgs()...)
+				continue
+			}
+			keys, args := settleArgs(group)
+			cmds[i] = settleScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, group := range groups {
+			err := cmds[i].Err()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				s.sendSettleOne(ctx, group)
+				continue
+			}
+			if len(group) == 1 {
+				got, err := cmds[i].Int64()
+				group[0].Res, group[0].Err = got == 1, err
+				continue
+			}
+			vals, err := cmds[i].Int64Slice()
+			deliverSettled(group, vals, err)
+		}
+	}
 }
 
 // settle moves key's local bucket by delta events (see settleBucket). A

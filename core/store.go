@@ -13,15 +13,16 @@ import (
 )
 
 // node is one failure domain of the store: a Redis server, a Cluster
-// master or a Ring shard, with the breaker that judges it and the batcher
-// that coalesces its decisions. An error is charged only to the node whose
-// I/O produced it, and a batch never spans nodes.
+// master or a Ring shard, with the breaker that judges it and the batchers
+// that coalesce its decisions and its settlements. An error is charged only
+// to the node whose I/O produced it, and a batch never spans nodes.
 type node struct {
 	brk    *breaker
-	batch  *batch.Batcher[*call, decision] // nil: one script call per decision
-	client *redis.Client                   // the node's own connection pool, for WAIT; nil if unknown
-	short  atomic.Bool                     // the last WAIT on this node fell short (see replicaAck)
-	probed atomic.Int64                    // unix nanoseconds of the last WAIT sent while short
+	batch  *batch.Batcher[*call, decision]   // nil: one script call per decision
+	settle *batch.Batcher[*settleCall, bool] // nil: one script call per settlement (see Reservation.settle)
+	client *redis.Client                     // the node's own connection pool, for WAIT; nil if unknown
+	short  atomic.Bool                       // the last WAIT on this node fell short (see replicaAck)
+	probed atomic.Int64                      // unix nanoseconds of the last WAIT sent while short
 }
 
 // redisStore decides in Redis through the bucket script. On a single
@@ -68,16 +69,30 @@ func (s *redisStore) failed() {
 // template of per-master ones. timed asks for each call's I/O time.
 func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int, timed bool) *redisStore {
 	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget)}
+	on := inflight > 0 && !s.detached
+	cfg := batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: timed}
 	batched := func(send batch.Sender[*call, decision]) *batch.Batcher[*call, decision] {
-		if inflight <= 0 || s.detached {
+		if !on {
 			return nil
 		}
-		return batch.New(send, batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: timed})
+		return batch.New(send, cfg)
+	}
+	// Settlements have batchers of their own, with the same limits: they
+	// neither take the decisions' slots nor wait behind them, and nobody
+	// times them (they are not observed).
+	settleCfg := cfg
+	settleCfg.Timed = false
+	settles := func(send batch.Sender[*settleCall, bool]) *batch.Batcher[*settleCall, bool] {
+		if !on {
+			return nil
+		}
+		return batch.New(send, settleCfg)
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
 		s.whole.client = c
 		s.whole.batch = batched(s.sendOne)
+		s.whole.settle = settles(s.sendSettleOne)
 	case *redis.ClusterClient:
 		// A batch is one node's: it goes through the Cluster client
 		// (which follows MOVED and ASK) in a pipeline of its own.
@@ -86,6 +101,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		s.mkNode = func(m *redis.Client) *node {
 			n := &node{brk: brk.clone(m.Options().Addr), client: m}
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
+			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
 			return n
 		}
 	case *redis.Ring:
@@ -93,6 +109,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		s.mkNode = func(m *redis.Client) *node {
 			n := &node{brk: brk, client: m}
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
+			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
 			return n
 		}
 	}
@@ -244,13 +261,19 @@ func (s *redisStore) sendGrouped(n *node, pipeline func() redis.Pipeliner) batch
 // byTag splits members by hash tag, in the order of each tag's first
 // member: a script call's keys must share a slot.
 func byTag(members []*batch.Member[*call, decision]) [][]*batch.Member[*call, decision] {
+	return groupByTag(members, func(c *call) string { return c.rkey })
+}
+
+// groupByTag splits members by the hash tag of each request's stored name
+// (rkey gives it), in the order of each tag's first member.
+func groupByTag[Req, Res any](members []*batch.Member[Req, Res], rkey func(Req) string) [][]*batch.Member[Req, Res] {
 	if len(members) == 1 {
-		return [][]*batch.Member[*call, decision]{members}
+		return [][]*batch.Member[Req, Res]{members}
 	}
-	var groups [][]*batch.Member[*call, decision]
+	var groups [][]*batch.Member[Req, Res]
 	index := map[string]int{}
 	for _, m := range members {
-		t := hashTag(m.Req.rkey)
+		t := hashTag(rkey(m.Req))
 		i, ok := index[t]
 		if !ok {
 			i = len(groups)

@@ -594,7 +594,7 @@ type family struct {
 // series (every attribute set) exists.
 func observeAll(obs core.Observer) {
 	for _, limit := range []core.Limit{core.PerMinute(60).WithName("api"), core.PerMinute(60)} {
-		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed} {
+		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed, core.SourceDenyList} {
 			for _, dry := range []bool{false, true} {
 				obs.ObserveDecision(core.Result{Allowed: true, Limit: limit, DryRun: dry}, src)
 				obs.ObserveDecision(core.Result{Allowed: true, Wait: 50 * time.Millisecond, Limit: limit, DryRun: dry}, src)

@@ -29,7 +29,9 @@ const (
 type breaker struct {
 	state      atomic.Int64 // since<<2 | mode
 	fails      atomic.Int32 // consecutive failures while closed
+	failedAt   atomic.Int64 // microsecond the last failure counted in fails ended
 	goods      atomic.Int32 // consecutive good probes while open
+	excused    atomic.Int64 // microsecond of the first timeout excused by a pause since the last answer; 0 if none (see onNode)
 	threshold  int32
 	closeAfter int32
 	cooldown   int64 // microseconds between probes
@@ -81,17 +83,23 @@ func (b *breaker) success(r route, now int64) bool {
 	return true
 }
 
-// failure records a store failure at now; it reports whether it began an
-// outage.
-func (b *breaker) failure(r route, now int64) bool {
+// failure records the failure, at end, of a store call sent at sent; it
+// reports whether it began an outage. A call sent before the last counted
+// failure ended was under way beside it, and is not counted again.
+func (b *breaker) failure(r route, sent, end int64) bool {
 	if r == viaProbe {
 		b.goods.Store(0)
-		b.state.Store(now<<2 | modeOpen)
+		b.state.Store(end<<2 | modeOpen)
+		return false
+	}
+	last := b.failedAt.Load()
+	if sent < last || !b.failedAt.CompareAndSwap(last, end) {
 		return false
 	}
 	if b.fails.Add(1) < b.threshold {
 		return false
 	}
+	now := end
 	s := b.state.Load()
 	return s&3 == modeClosed && b.state.CompareAndSwap(s, now<<2|modeOpen)
 }

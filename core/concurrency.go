@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
 // ConcurrencyLimit caps the requests in flight per key: at most Max hold a
@@ -120,6 +121,22 @@ type Lease struct {
 // error for an empty key, the caller's context error, and, wrapping
 // [ErrUnavailable], when the store is unavailable under FailClosed.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (*Lease, error) {
+	ls, err := c.acquire(ctx, key)
+	if ls != nil && c.lim.cobs != nil {
+		src := SourceStore
+		switch {
+		case ls.Degraded && ls.c == nil:
+			src = SourceFailOpen
+		case ls.Degraded:
+			src = SourceFallback
+		}
+		c.lim.cobs.ObserveAcquire(c.limit, ls.Acquired, src)
+	}
+	return ls, err
+}
+
+// acquire is Acquire before it is observed.
+func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	if key == "" {
 		return nil, errEmptyKey
 	}
@@ -133,35 +150,38 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Lease, error) {
 	rkey := redisKey(l.prefix, c.fp, key)
 	now := l.now()
 	nd := l.store.node(ctx, rkey)
-	brk := nd.brk
-	var storeErr error
-	if r := brk.route(now); r != viaLocal {
-		id := newLeaseID()
-		vals, err := c.call(ctx, acquireScript, rkey, c.limit.Max, c.lease.Milliseconds(), id)
-		if err == nil && len(vals) == 2 {
-			if brk.success(r, now) {
-				l.recovered(brk, now, "")
-			}
-			ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
-			if ls.Acquired {
-				ls.rkey, ls.id = rkey, id
-				l.keeper().add(ls, time.Now().Add(c.lease))
-			}
-			return ls, nil
+	id := newLeaseID()
+	var vals []int64
+	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id}}
+	send := func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
+		if err == nil && (len(vals) != 2 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
-		if err == nil {
-			err = fmt.Errorf("core: unexpected reply %v from the concurrency script", vals)
-		}
-		if cerr := callerGone(ctx); cerr != nil {
-			brk.abandon(r, now)
-			return nil, cerr
-		}
-		storeErr = err
-		l.store.failed()
-		if brk.failure(r, now) {
-			l.degrade(brk, now, err)
-		}
+		return took, err
 	}
+	routed, storeErr := l.onNode(ctx, nd, now, OpAcquire, rkey, send)
+	if routed && storeErr != nil && ErrorReason(storeErr) == ReasonTimeout && callerGone(ctx) == nil {
+		// The answer was lost (to a pause of this process, or a stall
+		// of Redis) and Redis may have given the slot: ask once more
+		// with the same id, which takes no second slot, rather than let
+		// the fallback add one beside it.
+		routed, storeErr = l.onNode(ctx, nd, l.now(), OpAcquire, rkey, send)
+	}
+	if routed && storeErr == nil {
+		ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
+		if ls.Acquired {
+			ls.rkey, ls.id = rkey, id
+			l.keeper().add(ls, time.Now().Add(c.lease))
+		}
+		return ls, nil
+	}
+	if cerr := callerGone(ctx); routed && cerr != nil {
+		return nil, cerr
+	}
+	brk := nd.brk
 	brk.degraded.Add(1)
 	l.stillDown(brk, now)
 	switch l.policy {
@@ -197,7 +217,8 @@ func (c *Concurrency) acquireLocal(key string, most int, degraded bool) *Lease {
 // Release gives the slot back. It is idempotent, and does nothing for a
 // refused or fail-open lease. It returns [ErrLeaseLost] if the slot had
 // expired in Redis before the release (renewals failed for longer than the
-// lease), and, wrapping [ErrUnavailable], a store failure: the slot then
+// lease), and, wrapping [ErrUnavailable], a store failure or an open
+// breaker (the store is not asked): the slot then
 // expires by itself within the lease.
 func (ls *Lease) Release(ctx context.Context) error {
 	if ls == nil || !ls.Acquired {
@@ -209,41 +230,41 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if c == nil {
 			return // fail open: nothing was counted
 		}
+		if c.lim.cobs != nil {
+			c.lim.cobs.ObserveRelease(c.limit)
+		}
 		if ls.local {
 			c.lim.local.slots().give(makeLocalKey(c.id, ls.key))
 			return
 		}
-		c.lim.keeper().remove(ls)
-		vals, cerr := c.call(ctx, releaseScript, ls.rkey, ls.id)
+		l := c.lim
+		l.keeper().remove(ls)
+		nd := l.store.node(ctx, ls.rkey)
+		var vals []int64
+		routed, cerr := l.onNode(ctx, nd, l.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
+			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{ls.id}}
+			var took time.Duration
+			var err error
+			vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
+			if err == nil && len(vals) != 1 {
+				err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
+			}
+			return took, err
+		})
 		switch {
+		case !routed:
+			err = fmt.Errorf("%w: release a slot of %q: the circuit breaker of node %s is open; the slot expires within its lease", ErrUnavailable, ls.key, nd.brk.node)
 		case cerr != nil:
 			if gone := callerGone(ctx); gone != nil {
 				err = gone
 				return
 			}
 			err = fmt.Errorf("%w: release a slot of %q: %w", ErrUnavailable, ls.key, cerr)
-		case len(vals) == 1 && vals[0] == 0:
+		case vals[0] == 0:
 			err = ErrLeaseLost
 		}
 	})
 	return err
-}
-
-// call runs script on key under the limiter's time budget.
-func (c *Concurrency) call(ctx context.Context, script *redis.Script, rkey string, args ...any) ([]int64, error) {
-	l := c.lim
-	run := func(ctx context.Context) ([]int64, error) {
-		return script.Run(ctx, l.store.rdb, []string{rkey}, args...).Int64Slice()
-	}
-	if l.store.detached {
-		return runApart(ctx, l.timeout, run)
-	}
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	return run(ctx)
 }
 
 // newLeaseID returns 16 random hex digits: unique enough that two live
@@ -260,16 +281,22 @@ func newLeaseID() string {
 // its last lease.
 
 // acquireScript: ARGV max, lease_ms, id. Replies {1, held} when the lease
-// is taken, {0, held} when the key is at its cap.
+// is taken (or was already: an acquisition sent again with its id takes
+// no second slot), {0, held} when the key is at its cap.
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1])
+local lease = tonumber(ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+  -- Sent again after an answer that came too late: the lease is ours.
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
+  return {1, held}
+end
 if held >= tonumber(ARGV[1]) then
   return {0, held}
 end
-local lease = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
@@ -375,57 +402,57 @@ const minLease = 300 * time.Millisecond
 // renew renews leases whose next renewal is due: those with less than two
 // thirds of their lease left.
 func (k *leaseKeeper) renew(leases []*Lease) {
+	l := k.l
 	now := time.Now()
-	type job struct {
-		ls  *Lease
-		cmd *redis.Cmd
-	}
-	var jobs []job
-	ctx, cancel := context.WithTimeout(context.Background(), max(k.l.timeout, 100*time.Millisecond))
-	defer cancel()
-	send := func(ls *Lease, run func(*Lease) *redis.Cmd) {
-		k.mu.Lock()
-		left := ls.expiry.Sub(now)
-		k.mu.Unlock()
-		if left > 2*ls.c.lease/3 {
-			return
-		}
-		jobs = append(jobs, job{ls, run(ls)})
-	}
-	if p, ok := k.l.store.rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
-		pipe := p.Pipeline()
-		for _, ls := range leases {
-			send(ls, func(ls *Lease) *redis.Cmd {
-				return renewScript.EvalSha(ctx, pipe, []string{ls.rkey}, ls.c.lease.Milliseconds(), ls.id)
-			})
-		}
-		if len(jobs) == 0 {
-			return
-		}
-		// A pipeline with NOSCRIPT replies is sent again with EVAL.
-		if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			pipe = p.Pipeline()
-			for i, j := range jobs {
-				jobs[i].cmd = renewScript.Eval(ctx, pipe, []string{j.ls.rkey}, j.ls.c.lease.Milliseconds(), j.ls.id)
-			}
-			_, _ = pipe.Exec(ctx)
-		}
-	} else {
-		for _, ls := range leases {
-			send(ls, func(ls *Lease) *redis.Cmd {
-				return renewScript.Run(ctx, k.l.store.rdb, []string{ls.rkey}, ls.c.lease.Milliseconds(), ls.id)
-			})
-		}
-	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, j := range jobs {
-		vals, err := j.cmd.Int64Slice()
-		if err == nil && len(vals) == 1 && vals[0] == 1 {
-			j.ls.expiry = now.Add(j.ls.c.lease)
+	var due []*Lease
+	for _, ls := range leases {
+		if ls.expiry.Sub(now) <= 2*ls.c.lease/3 {
+			due = append(due, ls)
 		}
-		// A failed renewal is tried again next round; a lease that has
-		// expired is found out by its Release.
+	}
+	k.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 100*time.Millisecond))
+	defer cancel()
+	// One round per node, in one pipeline, through the node's breaker:
+	// a renewal that fails is tried again next round; a lease that has
+	// expired is found out by its Release.
+	byNode := map[*node][]*Lease{}
+	var order []*node
+	for _, ls := range due {
+		nd := l.store.node(ctx, ls.rkey)
+		if _, ok := byNode[nd]; !ok {
+			order = append(order, nd)
+		}
+		byNode[nd] = append(byNode[nd], ls)
+	}
+	for _, nd := range order {
+		group := byNode[nd]
+		ops := make([]*op, len(group))
+		for i, ls := range group {
+			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.lease.Milliseconds(), ls.id}}
+		}
+		var replies []*batch.Member[*op, []int64]
+		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, group[0].rkey, func() (time.Duration, error) {
+			start := time.Now()
+			replies = l.store.runOps(ctx, nd, ops)
+			for _, m := range replies {
+				if m.Err != nil && !keyFault(m.Err) {
+					return time.Since(start), m.Err // the node's failure, charged once
+				}
+			}
+			return time.Since(start), nil
+		})
+		k.mu.Lock()
+		for i, m := range replies {
+			if m.Err == nil && len(m.Res) == 1 && m.Res[0] == 1 {
+				group[i].expiry = now.Add(group[i].c.lease)
+			}
+		}
+		k.mu.Unlock()
 	}
 }
 

@@ -176,11 +176,11 @@ func TestBreakerHysteresis(t *testing.T) {
 		if ok {
 			return b.success(r, now)
 		}
-		b.failure(r, now)
+		b.failure(r, now, now)
 		return false
 	}
-	b.failure(viaStore, now)
-	if b.failure(viaStore, now) != true || !b.isOpen() {
+	b.failure(viaStore, now, now)
+	if b.failure(viaStore, now, now) != true || !b.isOpen() {
 		t.Fatal("two failures in a row did not open a breaker with threshold 2")
 	}
 	if r := b.route(now + 50); r != viaLocal {

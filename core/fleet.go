@@ -84,16 +84,16 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('ZCARD', KEYS[1])
+return {redis.call('ZCARD', KEYS[1])}
 `)
 
 // fleetLeaveScript removes member ARGV[1]; a Scripter has no ZREM.
-var fleetLeaveScript = redis.NewScript("return redis.call('ZREM', KEYS[1], ARGV[1])")
+var fleetLeaveScript = redis.NewScript("return {redis.call('ZREM', KEYS[1], ARGV[1])}")
 
 // fleet is one limiter's membership: its heartbeat goroutine and what it
 // last learnt.
 type fleet struct {
-	rdb     redis.Scripter
+	send    func(ctx context.Context, kind string, o *op) ([]int64, error) // the limiter's sendOp
 	key, id string
 	every   time.Duration
 	floor   int
@@ -108,12 +108,12 @@ type fleet struct {
 	stopOnce sync.Once
 }
 
-func newFleet(rdb redis.Scripter, prefix string, f Fleet, floor int) *fleet {
+func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	ctx, cancel := context.WithCancel(context.Background())
 	fl := &fleet{
-		rdb:   rdb,
+		send:  send,
 		key:   prefix + "{fleet:" + f.Name + "}",
 		id:    hex.EncodeToString(id[:]),
 		every: f.Heartbeat,
@@ -152,10 +152,11 @@ func (f *fleet) beat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, f.every)
 	defer cancel()
 	ttl := 3 * f.every.Milliseconds()
-	n, err := fleetScript.Run(ctx, f.rdb, []string{f.key}, f.id, ttl).Int64()
-	if err != nil || n <= 0 {
+	v, err := f.send(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{f.key}, args: []any{f.id, ttl}})
+	if err != nil || len(v) != 1 || v[0] <= 0 {
 		return
 	}
+	n := v[0]
 	now := time.Now()
 	if now.Sub(f.lastOK) > 2*f.every {
 		f.backAt = now
@@ -185,7 +186,7 @@ func (f *fleet) close(timeout time.Duration) error {
 		<-f.done
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if e := fleetLeaveScript.Run(ctx, f.rdb, []string{f.key}, f.id).Err(); e != nil {
+		if _, e := f.send(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{f.key}, args: []any{f.id}}); e != nil {
 			err = fmt.Errorf("core: leaving fleet %s: %w", f.key, e)
 		}
 	})

@@ -40,6 +40,7 @@ type Limiter struct {
 	lastSweep    atomic.Int64 // microsecond of the last look for nodes to retire
 	brk          breaker      // the store's breaker, or the template of per-master ones
 	obs          Observer
+	cobs         ConcurrencyObserver // obs, if it observes caps too
 	logger       *slog.Logger
 	warnFallback bool     // the fallback enforces whole limits per replica
 	coarseSaid   sync.Map // global Limit -> struct{}: a replaced fallback was logged
@@ -47,6 +48,7 @@ type Limiter struct {
 	replicas     int          // WithFallbackReplicas
 	keepOnce     sync.Once    // makes keep
 	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
+	keyLog                    // keys whose own failures were logged (see keyFailed)
 
 	epoch   time.Time
 	epochUS int64
@@ -94,10 +96,10 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, errors.New("core: WithClock applies to NewMemory only; a Redis-backed limiter reads Redis's clock")
 	}
 	l.brk.node = nodeName(rdb)
-	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight, l.obs != nil)
+	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight)
 	l.store.ack = newReplicaAck(o.ack, l.log)
 	if o.fleet.Name != "" {
-		l.fleet = newFleet(rdb, l.prefix, o.fleet, o.replicas)
+		l.fleet = newFleet(l.sendOp, l.prefix, o.fleet, o.replicas)
 	}
 	if advice := clientAdvice(rdb, l.timeout); len(advice) > 0 {
 		l.log().Warn("sluice: the Redis client's options cost the limiter safety or speed; docs/production.md has the recommended client",
@@ -140,6 +142,7 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 		inflight:     o.inflight,
 		local:        newLocalStore(o.capacity),
 		obs:          o.observer,
+		cobs:         asConcurrencyObserver(o.observer),
 		logger:       o.logger,
 		replicas:     o.replicas,
 		warnFallback: !o.replicasSet && o.fleet.Name == "" && o.policy == FallbackLocal,
@@ -315,51 +318,40 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	var storeErr error
 	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty, now: now}
 	nd := l.store.node(ctx, c.rkey)
-	brk := nd.brk
-	if r := brk.route(now); r != viaLocal {
-		d, err := l.callStore(ctx, nd, &c)
-		if err == nil {
-			if brk.success(r, now) {
-				l.recovered(brk, now, "")
-			}
-			l.maybeSweep(ctx, now)
-			if d.allowed {
-				// Keep the fallback warm for keys that have used half a
-				// burst or more; one less used starts the fallback from a
-				// full bucket, which it nearly is, and costs no memory.
-				l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
-			}
-			if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0 && !p.stepped) {
-				// Redis said when a unit request can next pass. Counted
-				// from when this request was sent, that never outlasts
-				// Redis's own answer. With a penalty lock, only denials
-				// are cached: the first denial must reach Redis to lock.
-				// So with a stepped limit: an admission does not say
-				// which limit denies next, and a quota spent until
-				// midnight should be named by the denials it causes.
-				l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
-					reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
-			}
-			return l.done(d, p, SourceStore, false)
+	var d decision
+	routed, storeErr := l.onNode(ctx, nd, now, OpDecide, c.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		d, took, err = l.store.submit(ctx, nd, &c, l.timeout)
+		return took, err
+	})
+	if routed && storeErr == nil {
+		l.maybeSweep(ctx, now)
+		if d.allowed {
+			// Keep the fallback warm for keys that have used half a
+			// burst or more; one less used starts the fallback from a
+			// full bucket, which it nearly is, and costs no memory.
+			l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
 		}
-		if cerr := callerGone(ctx); cerr != nil {
-			// The caller gave up; that says nothing about the store.
-			brk.abandon(r, now)
-			return Result{}, decision{}, cerr
+		if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0 && !p.stepped) {
+			// Redis said when a unit request can next pass. Counted
+			// from when this request was sent, that never outlasts
+			// Redis's own answer. With a penalty lock, only denials
+			// are cached: the first denial must reach Redis to lock.
+			// So with a stepped limit: an admission does not say
+			// which limit denies next, and a quota spent until
+			// midnight should be named by the denials it causes.
+			l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
+				reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
 		}
-		storeErr = err
-		l.store.failed()
-		if brk.failedKey.Load() == nil || brk.isOpen() {
-			k := c.rkey
-			brk.failedKey.Store(&k)
-		}
-		if brk.failure(r, now) {
-			l.degrade(brk, now, err)
-		}
+		return l.done(d, p, SourceStore, false)
 	}
+	if cerr := callerGone(ctx); routed && cerr != nil {
+		return Result{}, decision{}, cerr // the caller gave up: no decision
+	}
+	brk := nd.brk
 	brk.degraded.Add(1)
 	l.stillDown(brk, now)
 	return l.fallback(key, p, now, cost, maxWait, storeErr)
@@ -373,7 +365,7 @@ const denyMaxAge = 1_000_000
 
 // resetScript deletes one bucket's state. The limiter's client is a
 // redis.Scripter, which has no DEL; a script also keeps the key's slot.
-var resetScript = redis.NewScript("return redis.call('DEL', KEYS[1])")
+var resetScript = redis.NewScript("return {redis.call('DEL', KEYS[1])}")
 
 // Reset clears key's state under limits (the same limits, in the same
 // order, that its decisions name): its buckets are full again and any
@@ -385,7 +377,8 @@ var resetScript = redis.NewScript("return redis.call('DEL', KEYS[1])")
 // Use it to release a client after a password reset, or after an operator
 // fixed a misbehaving one. Reset returns an error for an empty key or
 // invalid limits, the caller's context error, and, wrapping
-// [ErrUnavailable], a store failure (the key is then unchanged in Redis).
+// [ErrUnavailable], a store failure or an open breaker (the key is then
+// unchanged in Redis).
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	p, err := l.plans.get(limits)
 	if err != nil {
@@ -406,22 +399,16 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	if l.store == nil {
 		return nil
 	}
-	rctx, cancel := ctx, context.CancelFunc(func() {})
-	if l.timeout > 0 {
-		rctx, cancel = context.WithTimeout(ctx, l.timeout)
-	}
-	defer cancel()
-	keys := []string{redisKey(l.prefix, p.fp, key)}
-	del := func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, resetScript.Run(ctx, l.store.rdb, keys).Err()
-	}
-	var err error
-	if l.store.detached {
-		_, err = runApart(ctx, l.timeout, del)
-	} else {
-		_, err = del(rctx)
-	}
-	if err != nil {
+	rkey := redisKey(l.prefix, p.fp, key)
+	nd := l.store.node(ctx, rkey)
+	routed, err := l.onNode(ctx, nd, l.now(), OpReset, rkey, func() (time.Duration, error) {
+		_, took, err := l.store.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, l.timeout)
+		return took, err
+	})
+	switch {
+	case !routed:
+		return fmt.Errorf("%w: reset %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)
+	case err != nil:
 		if cerr := callerGone(ctx); cerr != nil {
 			return cerr
 		}
@@ -441,18 +428,6 @@ func callerGone(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-// callStore asks node n of the store. The limiter's time budget bounds the
-// store's I/O: a lone decision's from its start, a batched one's from the
-// moment its batch is sent (time queued for a batch is not the store's). The
-// caller's own context bounds only the caller's wait.
-func (l *Limiter) callStore(ctx context.Context, n *node, c *call) (decision, error) {
-	d, took, err := l.store.submit(ctx, n, c, l.timeout)
-	if l.obs != nil && callerGone(ctx) == nil {
-		l.obs.ObserveStore(StoreCall{Node: n.brk.node, Latency: took, Err: err})
-	}
-	return d, err
 }
 
 // fallback decides without the store, under the failure policy.

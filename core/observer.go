@@ -69,8 +69,8 @@ type Observer interface {
 	// reservation ([Limiter.Wait]) is observed when it is made, before
 	// the wait, which its Result's Wait gives.
 	ObserveDecision(res Result, src Source)
-	// ObserveStore is called after each store call. A call the caller
-	// cancelled is not reported.
+	// ObserveStore is called after each store call of every kind (see
+	// [StoreCall.Op]). A call the caller cancelled is not reported.
 	ObserveStore(call StoreCall)
 	// ObserveDegraded is called when a node's breaker opens: the node is
 	// judged unavailable and its keys are decided under the failure
@@ -81,10 +81,33 @@ type Observer interface {
 	ObserveRecovered(outage StoreOutage)
 }
 
+// ConcurrencyObserver is an [Observer] that is also told about
+// concurrency caps. The limiter finds it with a type assertion on the
+// Observer given to [WithObserver], so an Observer written without it
+// needs no change; the sluiceprom and sluiceotel packages implement it.
+// Its methods have an Observer's constraints: fast, non-blocking, safe for
+// concurrent use.
+type ConcurrencyObserver interface {
+	Observer
+	// ObserveAcquire is called once per [Concurrency.Acquire] that
+	// returns a Lease: acquired says whether a slot was taken (false: the
+	// cap refused), src what decided ([SourceStore], [SourceFallback] or
+	// [SourceFailOpen]).
+	ObserveAcquire(limit ConcurrencyLimit, acquired bool, src Source)
+	// ObserveRelease is called once per slot given back by
+	// [Lease.Release], whatever the store answered (a slot Redis cannot
+	// be told of expires within its lease). Acquisitions less releases
+	// are the slots this process holds.
+	ObserveRelease(limit ConcurrencyLimit)
+}
+
 // StoreCall describes one call to a store node.
 type StoreCall struct {
 	// Node names the node that was asked (see [StoreOutage.Node]).
 	Node string
+	// Op is the kind of operation: one of the Op constants ([OpDecide],
+	// [OpSettle], [OpAcquire], ...).
+	Op string
 	// Latency is the call's I/O time: for a batched decision, its batch's.
 	Latency time.Duration
 	// Err is the call's error, nil on success; [ErrorReason] classifies it.
@@ -142,7 +165,7 @@ func ErrorReason(err error) string {
 	}
 	var nerr net.Error
 	switch {
-	case errors.Is(err, errKeyFailed):
+	case errors.Is(err, errKeyFailed), errors.Is(err, errBadReply):
 		return ReasonScript
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &nerr) && nerr.Timeout():
@@ -170,4 +193,10 @@ var redisReasons = [...]struct{ prefix, reason string }{
 	{"WRONGTYPE", ReasonScript},
 	{"ERR Error running script", ReasonScript},
 	{"ERR user_script", ReasonScript},
+}
+
+// asConcurrencyObserver returns o if it observes caps too, else nil.
+func asConcurrencyObserver(o Observer) ConcurrencyObserver {
+	co, _ := o.(ConcurrencyObserver)
+	return co
 }

@@ -240,7 +240,11 @@ func WithBatching(inflight int) Option { return func(o *options) { o.inflight = 
 type Breaker struct {
 	// Failures is how many failed store calls in a row open the breaker:
 	// the node's keys are then decided under the failure policy, without
-	// waiting for the store. Default 3; at most 1000.
+	// waiting for the store. Calls that were under way together and fail
+	// together count as one (a burst of callers meeting one stall of the
+	// store is one failure, not hundreds), so the breaker opens once the
+	// store has failed Failures calls sent one after another. Default 3;
+	// at most 1000.
 	Failures int
 	// Probe is how often, while the breaker is open, one request is sent
 	// to the store to find out whether it is back. Default 100ms; from

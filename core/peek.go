@@ -44,24 +44,21 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 	}
 	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, now: now}
 	nd := l.store.node(ctx, c.rkey)
-	r := nd.brk.route(now)
-	if r == viaLocal {
+	var d decision
+	routed, err := l.onNode(ctx, nd, now, OpPeek, c.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		d, took, err = l.store.submit(ctx, nd, &c, l.timeout)
+		return took, err
+	})
+	switch {
+	case !routed:
 		return Result{}, fmt.Errorf("%w: peek %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)
-	}
-	d, err := l.callStore(ctx, nd, &c)
-	if err != nil {
+	case err != nil:
 		if cerr := callerGone(ctx); cerr != nil {
-			nd.brk.abandon(r, now)
 			return Result{}, cerr
 		}
-		l.store.failed()
-		if nd.brk.failure(r, now) {
-			l.degrade(nd.brk, now, err)
-		}
 		return Result{}, fmt.Errorf("%w: peek %q: %w", ErrUnavailable, key, err)
-	}
-	if nd.brk.success(r, now) {
-		l.recovered(nd.brk, now, "")
 	}
 	return peekResult(d, p), nil
 }

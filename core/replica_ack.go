@@ -198,7 +198,7 @@ func (s *redisStore) evalAcked(ctx context.Context, n *node, c *call) (decision,
 		return decision{}, sc[0].err
 	}
 	if len(sc[0].vals) != replyWidth {
-		return decision{}, fmt.Errorf("core: unexpected script reply of %d values, want %d", len(sc[0].vals), replyWidth)
+		return decision{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(sc[0].vals), replyWidth)
 	}
 	return parseReply(sc[0].vals, c.plan)
 }

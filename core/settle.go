@@ -136,10 +136,11 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 // A reservation decided in Redis is settled in Redis, by one script call
 // that concurrent settlements on the same node share as decisions do (see
 // [WithBatching]; settlements have batches of their own, never mixed with
-// decisions), bounded by the limiter's time budget and, as with
-// [Limiter.Reset], not counted by the breaker or the observer, nor waited
-// on by [WithReplicaAck]. If
-// Redis cannot be reached, Settle returns an error wrapping
+// decisions), bounded by the limiter's time budget, routed through the
+// node's breaker and reported to the observer as every store call is
+// (kind [OpSettle]), and not waited on by [WithReplicaAck]. If Redis
+// cannot be reached (or the node's breaker is open), Settle returns an
+// error wrapping
 // [ErrUnavailable], the reserved cost stands and the reservation stays
 // open: call Settle again (within [SettleWindow]). The local fallback's
 // copy of the key is not adjusted. A reservation decided by the local
@@ -196,21 +197,32 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 	delta := final - rv.n
 	rkey := redisKey(l.prefix, p.fp, rv.key)
 	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
+	nd := l.store.node(ctx, rkey)
 	var applied bool
-	var err error
-	if l.store.detached {
-		applied, err = runApart(ctx, l.timeout, func(ctx context.Context) (bool, error) { return settleOne(ctx, l.store.rdb, sc) })
-	} else if n := l.store.node(ctx, rkey); n.settle != nil {
-		applied, _, err = n.settle.Do(ctx, sc)
-	} else {
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if l.timeout > 0 {
-			rctx, cancel = context.WithTimeout(ctx, l.timeout)
+	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, rkey, func() (time.Duration, error) {
+		start := time.Now()
+		var err error
+		switch {
+		case l.store.detached:
+			applied, err = runApart(ctx, l.timeout, func(ctx context.Context) (bool, error) { return settleOne(ctx, l.store.rdb, sc) })
+		case nd.settle != nil:
+			var took time.Duration
+			applied, took, err = nd.settle.Do(ctx, sc)
+			return took, err
+		default:
+			rctx, cancel := ctx, context.CancelFunc(func() {})
+			if l.timeout > 0 {
+				rctx, cancel = context.WithTimeout(ctx, l.timeout)
+			}
+			applied, err = settleOne(rctx, l.store.rdb, sc)
+			cancel()
 		}
-		applied, err = settleOne(rctx, l.store.rdb, sc)
-		cancel()
-	}
-	if err != nil {
+		return time.Since(start), err
+	})
+	switch {
+	case !routed:
+		return false, fmt.Errorf("%w: settle %q: the circuit breaker of node %s is open", ErrUnavailable, rv.key, nd.brk.node)
+	case err != nil:
 		if cerr := callerGone(ctx); cerr != nil {
 			return false, cerr
 		}

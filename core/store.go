@@ -20,6 +20,7 @@ type node struct {
 	brk    *breaker
 	batch  *batch.Batcher[*call, decision]   // nil: one script call per decision
 	settle *batch.Batcher[*settleCall, bool] // nil: one script call per settlement (see Reservation.settle)
+	ops    *batch.Batcher[*op, []int64]      // nil: one script call per op (see runOp)
 	client *redis.Client                     // the node's own connection pool, for WAIT; nil if unknown
 	short  atomic.Bool                       // the last WAIT on this node fell short (see replicaAck)
 	probed atomic.Int64                      // unix nanoseconds of the last WAIT sent while short
@@ -67,10 +68,12 @@ func (s *redisStore) failed() {
 
 // newRedisStore builds the store for rdb; brk is the limiter's breaker, the
 // template of per-master ones. timed asks for each call's I/O time.
-func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int, timed bool) *redisStore {
+func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int) *redisStore {
 	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget)}
 	on := inflight > 0 && !s.detached
-	cfg := batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: timed}
+	// Every batch is timed: the road judges a call by its I/O time (see
+	// Limiter.onNode).
+	cfg := batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
 	batched := func(send batch.Sender[*call, decision]) *batch.Batcher[*call, decision] {
 		if !on {
 			return nil
@@ -78,21 +81,27 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		return batch.New(send, cfg)
 	}
 	// Settlements have batchers of their own, with the same limits: they
-	// neither take the decisions' slots nor wait behind them, and nobody
-	// times them (they are not observed).
-	settleCfg := cfg
-	settleCfg.Timed = false
+	// neither take the decisions' slots nor wait behind them.
 	settles := func(send batch.Sender[*settleCall, bool]) *batch.Batcher[*settleCall, bool] {
 		if !on {
 			return nil
 		}
-		return batch.New(send, settleCfg)
+		return batch.New(send, cfg)
+	}
+	// Every other kind of operation (acquisitions, releases, resets,
+	// ...) shares a third batcher per node: its batches are pipelines.
+	opsBatched := func(pipeline func() redis.Pipeliner) *batch.Batcher[*op, []int64] {
+		if !on {
+			return nil
+		}
+		return batch.New(s.sendOps(pipeline), cfg)
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
 		s.whole.client = c
 		s.whole.batch = batched(s.sendOne)
 		s.whole.settle = settles(s.sendSettleOne)
+		s.whole.ops = opsBatched(c.Pipeline)
 	case *redis.ClusterClient:
 		// A batch is one node's: it goes through the Cluster client
 		// (which follows MOVED and ASK) in a pipeline of its own.
@@ -102,6 +111,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 			n := &node{brk: brk.clone(m.Options().Addr), client: m}
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
 			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
+			n.ops = opsBatched(c.Pipeline)
 			return n
 		}
 	case *redis.Ring:
@@ -110,6 +120,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 			n := &node{brk: brk, client: m}
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
 			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
+			n.ops = opsBatched(c.Pipeline)
 			return n
 		}
 	}
@@ -299,7 +310,7 @@ func batchArgs(members []*batch.Member[*call, decision]) ([]string, []any) {
 // member.
 func deliver(members []*batch.Member[*call, decision], vals []int64, err error) {
 	if err == nil && len(vals) != replyWidth*len(members) {
-		err = fmt.Errorf("core: unexpected script reply of %d values for %d keys", len(vals), len(members))
+		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), len(members))
 	}
 	for i, m := range members {
 		if err != nil {
@@ -328,7 +339,108 @@ func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error)
 		return decision{}, err
 	}
 	if len(vals) != replyWidth {
-		return decision{}, fmt.Errorf("core: unexpected script reply of %d values, want %d", len(vals), replyWidth)
+		return decision{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(vals), replyWidth)
 	}
 	return parseReply(vals, c.plan)
+}
+
+// op is one script call of any kind but the bucket's decisions and
+// settlements, which have batch forms of their own: its script, keys and
+// arguments. Every script an op runs replies with a list of integers.
+type op struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// run sends o alone: EVALSHA, and EVAL after NOSCRIPT.
+func (o *op) run(ctx context.Context, rdb redis.Scripter) ([]int64, error) {
+	return o.script.Run(ctx, rdb, o.keys, o.args...).Int64Slice()
+}
+
+// runOp sends o to node n and reports how long the store I/O took, under
+// the same rules as a decision (see submit): batched with the node's other
+// ops when the node has a batcher, where time queued is not the store's;
+// otherwise under ctx bounded by budget, or apart from the caller for a
+// client that ignores deadlines.
+func (s *redisStore) runOp(ctx context.Context, n *node, o *op, budget time.Duration) ([]int64, time.Duration, error) {
+	if n.ops != nil {
+		return n.ops.Do(ctx, o)
+	}
+	start := time.Now()
+	if s.detached {
+		v, err := runApart(ctx, budget, func(rctx context.Context) ([]int64, error) { return o.run(rctx, s.rdb) })
+		return v, time.Since(start), err
+	}
+	rctx, cancel := ctx, context.CancelFunc(nil)
+	if budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
+			rctx, cancel = context.WithTimeout(ctx, budget)
+		}
+	}
+	v, err := o.run(rctx, s.rdb)
+	took := time.Since(start)
+	if cancel != nil {
+		cancel()
+	}
+	return v, took, err
+}
+
+// sendOps returns the sender of a node's ops: one op alone by run, several
+// in one pipeline of EVALSHA (a Cluster client splits it by slot, all on
+// the node's master), and those Redis answered NOSCRIPT (after a restart)
+// again in one pipeline of EVAL.
+func (s *redisStore) sendOps(pipeline func() redis.Pipeliner) batch.Sender[*op, []int64] {
+	return func(ctx context.Context, members []*batch.Member[*op, []int64]) {
+		if len(members) == 1 {
+			m := members[0]
+			m.Res, m.Err = m.Req.run(ctx, s.rdb)
+			return
+		}
+		pipe := pipeline()
+		cmds := make([]*redis.Cmd, len(members))
+		for i, m := range members {
+			cmds[i] = m.Req.script.EvalSha(ctx, pipe, m.Req.keys, m.Req.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		var again []int
+		for i, m := range members {
+			m.Res, m.Err = cmds[i].Int64Slice()
+			if m.Err != nil && redis.HasErrorPrefix(m.Err, "NOSCRIPT") {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		pipe = pipeline()
+		for _, i := range again {
+			m := members[i]
+			cmds[i] = m.Req.script.Eval(ctx, pipe, m.Req.keys, m.Req.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, i := range again {
+			members[i].Res, members[i].Err = cmds[i].Int64Slice()
+		}
+	}
+}
+
+// runOps sends ops, all of node n, together under ctx: in one pipeline
+// when the client has pipelines and honours deadlines (see sendOps),
+// otherwise one at a time. Each op's reply or
+// error is in its member. It is how a background round (the lease
+// keeper's renewals) travels the same road as a caller's op.
+func (s *redisStore) runOps(ctx context.Context, n *node, ops []*op) []*batch.Member[*op, []int64] {
+	members := make([]*batch.Member[*op, []int64], len(ops))
+	for i, o := range ops {
+		members[i] = &batch.Member[*op, []int64]{Req: o}
+	}
+	if p, ok := s.rdb.(interface{ Pipeline() redis.Pipeliner }); ok && !s.detached {
+		s.sendOps(p.Pipeline)(ctx, members)
+		return members
+	}
+	for _, m := range members {
+		m.Res, _, m.Err = s.runOp(ctx, n, m.Req, 0)
+	}
+	return members
 }

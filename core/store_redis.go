@@ -175,7 +175,7 @@ func parseReply(v []int64, p *plan) (decision, error) {
 	}
 	if flags < 0 || d.index >= len(p.limits) || d.remaining < 0 || v[2] < 0 || d.reset < 0 || d.next < 0 ||
 		(d.allowed && d.locked) || (!d.allowed && d.retry == 0) {
-		return decision{}, fmt.Errorf("core: unexpected script reply %v", v)
+		return decision{}, fmt.Errorf("%w %v", errBadReply, v)
 	}
 	return d, nil
 }

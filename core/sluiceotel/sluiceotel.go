@@ -60,15 +60,19 @@ type Observer struct {
 	waited   metric.Float64Histogram
 	storeDur metric.Float64Histogram
 	outages  metric.Int64Counter
+	acquires metric.Int64Counter
+	inFlight metric.Int64UpDownCounter
 	up       metric.Int64ObservableGauge
 	downTime metric.Float64ObservableCounter
 	common   []attribute.KeyValue
 	maxNames int
 
-	mu     sync.RWMutex
-	names  map[string]struct{}              // limit names admitted as policy values; at most maxNames
-	series map[seriesKey][]metric.AddOption // each holds one attribute set
-	waits  map[waitKey][]metric.RecordOption
+	mu        sync.RWMutex
+	names     map[string]struct{}              // limit names admitted as policy values; at most maxNames
+	series    map[seriesKey][]metric.AddOption // each holds one attribute set
+	caps      map[seriesKey][]metric.AddOption // a cap's acquisitions (see capSeries)
+	capFlight map[string][]metric.AddOption    // a cap's slots in flight, by policy value
+	waits     map[waitKey][]metric.RecordOption
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*node
@@ -93,10 +97,9 @@ type waitKey struct {
 // node holds one store node's attribute sets and outage state. They are
 // kept as option slices, made once, so that passing them allocates nothing.
 type node struct {
-	ok      []metric.RecordOption            // a successful call
-	errs    map[string][]metric.RecordOption // a failed call, by reason; read-only once made
-	outages []metric.AddOption               // the node's outages
-	health  []metric.ObserveOption           // the node's up and outage time
+	calls   map[opResult][]metric.RecordOption // a call, by op and reason ("" for success); read-only once made
+	outages []metric.AddOption                 // the node's outages
+	health  []metric.ObserveOption             // the node's up and outage time
 
 	mu        sync.Mutex
 	ended     time.Duration // total length of the outages that have ended
@@ -131,14 +134,16 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	m := o.provider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	obs := &Observer{
-		common:   o.attrs,
-		maxNames: o.maxNames,
-		names:    make(map[string]struct{}),
-		series:   make(map[seriesKey][]metric.AddOption),
-		waits:    make(map[waitKey][]metric.RecordOption),
-		nodes:    make(map[string]*node),
+		common:    o.attrs,
+		maxNames:  o.maxNames,
+		names:     make(map[string]struct{}),
+		series:    make(map[seriesKey][]metric.AddOption),
+		caps:      make(map[seriesKey][]metric.AddOption),
+		capFlight: make(map[string][]metric.AddOption),
+		waits:     make(map[waitKey][]metric.RecordOption),
+		nodes:     make(map[string]*node),
 	}
-	var errs [6]error
+	var errs [8]error
 	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
@@ -158,6 +163,12 @@ func New(opts ...Option) (*Observer, error) {
 	obs.downTime, errs[5] = m.Float64ObservableCounter("sluice.store.outage.time",
 		metric.WithUnit("s"),
 		metric.WithDescription("Total length of the store node's outages, including the one in progress."))
+	obs.acquires, errs[6] = m.Int64Counter("sluice.concurrency.acquisitions",
+		metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Concurrency-cap acquisitions, by result (acquired, refused), policy (the cap's name) and source."))
+	obs.inFlight, errs[7] = m.Int64UpDownCounter("sluice.concurrency.in_flight",
+		metric.WithUnit("{slot}"),
+		metric.WithDescription("Concurrency-cap slots this process holds, by policy (the cap's name); the sum over replicas is the cap's use."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("sluiceotel: %w", err)
 	}
@@ -293,13 +304,16 @@ func (obs *Observer) node(name string) *node {
 	nodeAttr := keyNode.String(validUTF8(name))
 	all := obs.attrs(nodeAttr)
 	n = &node{
-		ok:      []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr)},
-		errs:    make(map[string][]metric.RecordOption, len(reasons)),
+		calls:   make(map[opResult][]metric.RecordOption, len(ops)*(len(reasons)+1)),
 		outages: []metric.AddOption{all},
 		health:  []metric.ObserveOption{all},
 	}
-	for _, r := range reasons {
-		n.errs[r] = []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr, semconv.ErrorTypeKey.String(r))}
+	for _, op := range ops {
+		opAttr := semconv.DBOperationNameKey.String(op)
+		n.calls[opResult{op, ""}] = []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr, opAttr)}
+		for _, r := range reasons {
+			n.calls[opResult{op, r}] = []metric.RecordOption{obs.attrs(semconv.DBSystemNameRedis, nodeAttr, opAttr, semconv.ErrorTypeKey.String(r))}
+		}
 	}
 	obs.nodes[name] = n
 	return n
@@ -309,14 +323,88 @@ func (obs *Observer) node(name string) *node {
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
 	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
 
+// ops are the values of db.operation.name, from core's Op constants; a
+// kind of call not listed is recorded as "other".
+var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
+	core.OpRenew, core.OpReset, core.OpHeartbeat, policyOther}
+
+// opResult names one attribute set of the store duration histogram.
+type opResult struct{ op, reason string }
+
 // ObserveStore implements core.Observer.
 func (obs *Observer) ObserveStore(call core.StoreCall) {
 	n := obs.node(call.Node)
-	opts := n.ok
-	if call.Err != nil {
-		opts = n.errs[core.ErrorReason(call.Err)]
+	k := opResult{op: call.Op, reason: core.ErrorReason(call.Err)}
+	opts, ok := n.calls[k]
+	if !ok {
+		k.op = policyOther
+		opts = n.calls[k]
 	}
 	obs.storeDur.Record(context.Background(), call.Latency.Seconds(), opts...)
+}
+
+// ObserveAcquire implements core.ConcurrencyObserver.
+func (obs *Observer) ObserveAcquire(limit core.ConcurrencyLimit, acquired bool, src core.Source) {
+	k := seriesKey{source: src, policy: limit.Name, result: 1}
+	if acquired {
+		k.result = 0
+	}
+	if k.policy == "" {
+		k.policy = policyUnnamed
+	}
+	capOpts, flight := obs.capSeries(k)
+	obs.acquires.Add(context.Background(), 1, capOpts...)
+	if acquired {
+		obs.inFlight.Add(context.Background(), 1, flight...)
+	}
+}
+
+// ObserveRelease implements core.ConcurrencyObserver.
+func (obs *Observer) ObserveRelease(limit core.ConcurrencyLimit) {
+	k := seriesKey{source: core.SourceStore, policy: limit.Name}
+	if k.policy == "" {
+		k.policy = policyUnnamed
+	}
+	_, flight := obs.capSeries(k)
+	obs.inFlight.Add(context.Background(), -1, flight...)
+}
+
+// capSeries returns the attribute sets of a cap's acquisitions (k's
+// result: 0 acquired, 1 refused) and of its slots in flight, admitting the
+// cap's name as a policy value as addSeries admits a limit's.
+func (obs *Observer) capSeries(k seriesKey) ([]metric.AddOption, []metric.AddOption) {
+	obs.mu.RLock()
+	if k.policy != policyUnnamed {
+		k.policy = obs.policy(core.Limit{Name: k.policy})
+	}
+	c, f := obs.caps[k], obs.capFlight[k.policy]
+	obs.mu.RUnlock()
+	if c != nil && f != nil {
+		return c, f
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if k.policy != policyUnnamed && k.policy != policyOther {
+		if _, ok := obs.names[k.policy]; !ok {
+			if len(obs.names) >= obs.maxNames {
+				k.policy = policyOther
+			} else {
+				obs.names[k.policy] = struct{}{}
+			}
+		}
+	}
+	policy := keyPolicy.String(validUTF8(k.policy))
+	if obs.caps[k] == nil {
+		result := "refused"
+		if k.result == 0 {
+			result = "acquired"
+		}
+		obs.caps[k] = []metric.AddOption{obs.attrs(keyResult.String(result), policy, keySource.String(k.source.String()))}
+	}
+	if obs.capFlight[k.policy] == nil {
+		obs.capFlight[k.policy] = []metric.AddOption{obs.attrs(policy)}
+	}
+	return obs.caps[k], obs.capFlight[k.policy]
 }
 
 // ObserveDegraded implements core.Observer.
@@ -367,3 +455,4 @@ func validUTF8(s string) string {
 }
 
 var _ core.Observer = (*Observer)(nil)
+var _ core.ConcurrencyObserver = (*Observer)(nil)

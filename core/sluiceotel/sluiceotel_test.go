@@ -113,10 +113,10 @@ func TestInstruments(t *testing.T) {
 	obs.ObserveDecision(core.Result{Allowed: true, Limit: core.PerSecond(5)}, core.SourceFallback)
 	obs.ObserveDecision(core.Result{}, core.SourceFailClosed)
 	const a, b = "10.0.0.1:6379", "10.0.0.2:6379"
-	obs.ObserveStore(core.StoreCall{Node: a, Latency: time.Millisecond})
-	obs.ObserveStore(core.StoreCall{Node: a, Latency: 2 * time.Millisecond})
-	obs.ObserveStore(core.StoreCall{Node: b, Latency: 50 * time.Millisecond, Err: context.DeadlineExceeded})
-	obs.ObserveStore(core.StoreCall{Node: b, Latency: time.Millisecond, Err: errors.New("boom")})
+	obs.ObserveStore(core.StoreCall{Node: a, Op: core.OpDecide, Latency: time.Millisecond})
+	obs.ObserveStore(core.StoreCall{Node: a, Op: core.OpDecide, Latency: 2 * time.Millisecond})
+	obs.ObserveStore(core.StoreCall{Node: b, Op: core.OpDecide, Latency: 50 * time.Millisecond, Err: context.DeadlineExceeded})
+	obs.ObserveStore(core.StoreCall{Node: b, Op: core.OpDecide, Latency: time.Millisecond, Err: errors.New("boom")})
 	obs.ObserveDegraded(core.StoreOutage{Node: b, Start: time.Now().Add(-time.Minute), Err: errors.New("down")})
 
 	const (
@@ -138,9 +138,9 @@ func TestInstruments(t *testing.T) {
 		{"fallback, unnamed limit", req, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=unnamed,sluice.rate_limiting.result=allowed,sluice.rate_limiting.source=fallback", 1},
 		{"fail closed, no policy", req, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.result=denied,sluice.rate_limiting.source=fail_closed", 1},
 		{"the one reservation that waited", wait, "sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api", 1},
-		{"calls to a", dur, "db.system.name=redis,sluice.store.node=" + a, 2},
-		{"timeouts of b", dur, "db.system.name=redis,error.type=timeout,sluice.store.node=" + b, 1},
-		{"other errors of b", dur, "db.system.name=redis,error.type=other,sluice.store.node=" + b, 1},
+		{"calls to a", dur, "db.operation.name=decide,db.system.name=redis,sluice.store.node=" + a, 2},
+		{"timeouts of b", dur, "db.operation.name=decide,db.system.name=redis,error.type=timeout,sluice.store.node=" + b, 1},
+		{"other errors of b", dur, "db.operation.name=decide,db.system.name=redis,error.type=other,sluice.store.node=" + b, 1},
 		{"a up", up, "sluice.store.node=" + a, 1},
 		{"b down", up, "sluice.store.node=" + b, 0},
 		{"outages of b", outs, "sluice.store.node=" + b, 1},
@@ -381,7 +381,7 @@ func TestSharedProvider(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			obs.ObserveDecision(core.Result{Allowed: true, Limit: core.PerSecond(1).WithName("api")}, core.SourceStore)
-			obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: time.Millisecond})
+			obs.ObserveStore(core.StoreCall{Node: "redis:6379", Op: core.OpDecide, Latency: time.Millisecond})
 			if name == "internal" {
 				obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now()})
 			}
@@ -397,7 +397,7 @@ func TestSharedProvider(t *testing.T) {
 		{"sluice.rate_limiting.requests", "sluice.limiter=internal,sluice.rate_limiting.dry_run=false,sluice.rate_limiting.policy=api,sluice.rate_limiting.result=allowed,sluice.rate_limiting.source=store", 1},
 		{"sluice.store.up", "sluice.limiter=public,sluice.store.node=redis:6379", 1},
 		{"sluice.store.up", "sluice.limiter=internal,sluice.store.node=redis:6379", 0},
-		{"sluice.store.operation.duration", "db.system.name=redis,sluice.limiter=public,sluice.store.node=redis:6379", 1},
+		{"sluice.store.operation.duration", "db.operation.name=decide,db.system.name=redis,sluice.limiter=public,sluice.store.node=redis:6379", 1},
 	}
 	for _, tt := range tests {
 		if got, ok := find(ps, tt.instrument, tt.attrs); !ok || got != tt.want {
@@ -530,5 +530,46 @@ func BenchmarkObserveDecisionSDK(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		obs.ObserveDecision(res, core.SourceStore)
+	}
+}
+
+// TestConcurrencyInstruments: a cap's acquisitions, refusals and slots in
+// flight, and store calls by operation.
+func TestConcurrencyInstruments(t *testing.T) {
+	obs, reader := newTest(t)
+	lim, err := core.NewMemory(core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := lim.PrepareConcurrency(core.ConcurrencyLimit{Name: "uploads", Max: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var held []*core.Lease
+	for range 3 {
+		ls, err := cc.Acquire(ctx, "tenant:a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	obs.ObserveStore(core.StoreCall{Node: "n", Op: core.OpAcquire, Latency: time.Millisecond})
+	_, ps := collect(t, reader)
+	for _, tc := range []struct {
+		name, attrs string
+		want        float64
+	}{
+		{"sluice.concurrency.acquisitions", "sluice.rate_limiting.policy=uploads,sluice.rate_limiting.result=acquired,sluice.rate_limiting.source=store", 2},
+		{"sluice.concurrency.acquisitions", "sluice.rate_limiting.policy=uploads,sluice.rate_limiting.result=refused,sluice.rate_limiting.source=store", 1},
+		{"sluice.concurrency.in_flight", "sluice.rate_limiting.policy=uploads", 1},
+		{"sluice.store.operation.duration", "db.operation.name=acquire,db.system.name=redis,sluice.store.node=n", 1},
+	} {
+		if got, ok := find(ps, tc.name, tc.attrs); !ok || got != tc.want {
+			t.Errorf("%s{%s} = %v (found %v), want %v; all: %v", tc.name, tc.attrs, got, ok, tc.want, ps)
+		}
 	}
 }

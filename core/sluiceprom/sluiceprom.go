@@ -31,6 +31,9 @@ type Collector struct {
 	storeErrs  *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	waits      *prometheus.HistogramVec
+	calls      *prometheus.CounterVec
+	acquires   *prometheus.CounterVec
+	inFlight   *prometheus.GaugeVec
 
 	maxNames int
 
@@ -38,6 +41,8 @@ type Collector struct {
 	names      map[string]struct{} // limit names admitted as label values; at most maxNames
 	series     map[seriesKey]prometheus.Counter
 	waitSeries map[waitKey]prometheus.Observer // made at a series' first wait
+	capSeries  map[capKey]prometheus.Counter
+	capGauges  map[string]prometheus.Gauge // by cap label
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*nodeMetrics
@@ -50,7 +55,8 @@ type nodeMetrics struct {
 	outages     prometheus.Counter
 	latencyOK   prometheus.Observer
 	latencyFail prometheus.Observer
-	errs        map[string]prometheus.Counter // by reason; read-only once made
+	errs        map[string]prometheus.Counter    // by reason; read-only once made
+	calls       map[string][2]prometheus.Counter // by op: ok, error; read-only once made
 
 	mu        sync.Mutex
 	ended     time.Duration // total length of the outages that have ended
@@ -60,6 +66,19 @@ type nodeMetrics struct {
 // reasons are the values of the reason label, from core.ErrorReason.
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
 	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
+
+// ops are the values of the op label, from core's Op constants; a kind
+// of call not listed counts as "other".
+var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
+	core.OpRenew, core.OpReset, core.OpHeartbeat, labelOther}
+
+// capKey names one series of the acquisitions counter; limit is a label
+// value (see limitName).
+type capKey struct {
+	limit    string
+	acquired bool
+	source   core.Source
+}
 
 // seriesKey names one series of the decisions counter. limit is the label
 // value (see limitLabel), never an unbounded string.
@@ -138,10 +157,27 @@ func New(opts ...Option) (*Collector, error) {
 			Buckets:     waitBuckets,
 			ConstLabels: o.constLabels,
 		}, []string{"limit", "dry_run"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("store_calls_total"),
+			Help:        "Per store node: store calls by op (decide, peek, settle, acquire, release, renew, reset, heartbeat) and result (ok, error).",
+			ConstLabels: o.constLabels,
+		}, []string{"node", "op", "result"}),
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("concurrency_acquisitions_total"),
+			Help:        "Concurrency-cap acquisitions by cap (its name, \"unnamed\" or \"other\"), outcome (acquired, refused) and source (store, fallback, fail_open).",
+			ConstLabels: o.constLabels,
+		}, []string{"limit", "outcome", "source"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        name("concurrency_in_flight"),
+			Help:        "Concurrency-cap slots this process holds, by cap (its name, \"unnamed\" or \"other\"); the sum over replicas is the cap's use.",
+			ConstLabels: o.constLabels,
+		}, []string{"limit"}),
 		maxNames:   o.maxNames,
 		names:      make(map[string]struct{}),
 		series:     make(map[seriesKey]prometheus.Counter),
 		waitSeries: make(map[waitKey]prometheus.Observer),
+		capSeries:  make(map[capKey]prometheus.Counter),
+		capGauges:  make(map[string]prometheus.Gauge),
 		nodes:      make(map[string]*nodeMetrics),
 	}
 	// A private registry checks every name and label before the Collector
@@ -159,7 +195,7 @@ func New(opts ...Option) (*Collector, error) {
 }
 
 // reservedLabels are the Collector's own label names.
-var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "le"}
+var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "op", "le"}
 
 func (o *options) validate() error {
 	for name := range o.constLabels {
@@ -201,9 +237,13 @@ func (c *Collector) node(name string) *nodeMetrics {
 		latencyOK:   c.latency.WithLabelValues(label, "ok"),
 		latencyFail: c.latency.WithLabelValues(label, "error"),
 		errs:        make(map[string]prometheus.Counter, len(reasons)),
+		calls:       make(map[string][2]prometheus.Counter, len(ops)),
 	}
 	for _, r := range reasons {
 		n.errs[r] = c.storeErrs.WithLabelValues(label, r)
+	}
+	for _, op := range ops {
+		n.calls[op] = [2]prometheus.Counter{c.calls.WithLabelValues(label, op, "ok"), c.calls.WithLabelValues(label, op, "error")}
 	}
 	n.up.Set(1)
 	c.nodes[name] = n
@@ -240,7 +280,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits}
+	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight}
 }
 
 // ObserveDecision implements core.Observer.
@@ -344,6 +384,15 @@ func boolLabel(b bool) string {
 // ObserveStore implements core.Observer.
 func (c *Collector) ObserveStore(call core.StoreCall) {
 	n := c.node(call.Node)
+	calls, ok := n.calls[call.Op]
+	if !ok {
+		calls = n.calls[labelOther]
+	}
+	if call.Err != nil {
+		calls[1].Inc()
+	} else {
+		calls[0].Inc()
+	}
 	if call.Err != nil {
 		n.errs[core.ErrorReason(call.Err)].Inc()
 		n.latencyFail.Observe(call.Latency.Seconds())
@@ -381,5 +430,72 @@ func validUTF8(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
+// ObserveAcquire implements core.ConcurrencyObserver.
+func (c *Collector) ObserveAcquire(limit core.ConcurrencyLimit, acquired bool, src core.Source) {
+	c.mu.RLock()
+	k := capKey{limit: c.limitName(limit.Name), acquired: acquired, source: src}
+	ctr, g := c.capSeries[k], c.capGauges[k.limit]
+	c.mu.RUnlock()
+	if ctr == nil || g == nil {
+		ctr, g = c.addCapSeries(k)
+	}
+	ctr.Inc()
+	if acquired {
+		g.Inc()
+	}
+}
+
+// ObserveRelease implements core.ConcurrencyObserver.
+func (c *Collector) ObserveRelease(limit core.ConcurrencyLimit) {
+	c.mu.RLock()
+	g := c.capGauges[c.limitName(limit.Name)]
+	c.mu.RUnlock()
+	if g == nil {
+		_, g = c.addCapSeries(capKey{limit: c.limitName(limit.Name), acquired: true})
+	}
+	g.Dec()
+}
+
+// limitName is limitLabel for a name alone (a concurrency cap's). The
+// caller holds c.mu, for reading at least.
+func (c *Collector) limitName(name string) string {
+	if name == "" {
+		return labelUnnamed
+	}
+	return c.limitLabel(core.Limit{Name: name})
+}
+
+// addCapSeries makes the acquisitions series of k and its cap's gauge,
+// admitting the cap's name if there is still room, as addSeries does.
+func (c *Collector) addCapSeries(k capKey) (prometheus.Counter, prometheus.Gauge) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k.limit != labelUnnamed && k.limit != labelOther {
+		if _, ok := c.names[k.limit]; !ok {
+			if len(c.names) >= c.maxNames {
+				k.limit = labelOther
+			} else {
+				c.names[k.limit] = struct{}{}
+			}
+		}
+	}
+	ctr := c.capSeries[k]
+	if ctr == nil {
+		outcome := "refused"
+		if k.acquired {
+			outcome = "acquired"
+		}
+		ctr = c.acquires.WithLabelValues(validUTF8(k.limit), outcome, k.source.String())
+		c.capSeries[k] = ctr
+	}
+	g := c.capGauges[k.limit]
+	if g == nil {
+		g = c.inFlight.WithLabelValues(validUTF8(k.limit))
+		c.capGauges[k.limit] = g
+	}
+	return ctr, g
+}
+
 var _ core.Observer = (*Collector)(nil)
+var _ core.ConcurrencyObserver = (*Collector)(nil)
 var _ prometheus.Collector = (*Collector)(nil)

@@ -640,3 +640,55 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// TestConcurrencyMetrics: a cap's acquisitions, refusals and the slots
+// held reach their series, and every kind of store call is counted by op.
+func TestConcurrencyMetrics(t *testing.T) {
+	c, reg := newTest(t)
+	lim, err := core.NewMemory(core.WithObserver(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := lim.PrepareConcurrency(core.ConcurrencyLimit{Name: "uploads", Max: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var held []*core.Lease
+	for range 3 {
+		ls, err := cc.Acquire(ctx, "tenant:a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ls)
+	}
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.ObserveStore(core.StoreCall{Node: "n", Op: core.OpAcquire})
+	c.ObserveStore(core.StoreCall{Node: "n", Op: core.OpRelease, Err: context.DeadlineExceeded})
+	c.ObserveStore(core.StoreCall{Node: "n", Op: "something new"})
+	want := `
+# HELP sluice_concurrency_acquisitions_total Concurrency-cap acquisitions by cap (its name, "unnamed" or "other"), outcome (acquired, refused) and source (store, fallback, fail_open).
+# TYPE sluice_concurrency_acquisitions_total counter
+sluice_concurrency_acquisitions_total{limit="uploads",outcome="acquired",source="store"} 2
+sluice_concurrency_acquisitions_total{limit="uploads",outcome="refused",source="store"} 1
+# HELP sluice_concurrency_in_flight Concurrency-cap slots this process holds, by cap (its name, "unnamed" or "other"); the sum over replicas is the cap's use.
+# TYPE sluice_concurrency_in_flight gauge
+sluice_concurrency_in_flight{limit="uploads"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_concurrency_acquisitions_total", "sluice_concurrency_in_flight"); err != nil {
+		t.Error(err)
+	}
+	for _, tc := range []struct {
+		op, result string
+		want       float64
+	}{{core.OpAcquire, "ok", 1}, {core.OpRelease, "error", 1}, {"other", "ok", 1}, {core.OpDecide, "ok", 0}} {
+		if got := testutil.ToFloat64(c.calls.WithLabelValues("n", tc.op, tc.result)); got != tc.want {
+			t.Errorf("store_calls_total{op=%q,result=%q} = %v, want %v", tc.op, tc.result, got, tc.want)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}

@@ -1,0 +1,215 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/pause"
+)
+
+// This file is the one road every store operation takes through a node's
+// breaker: [Limiter.onNode] routes the call, runs it, reports it to the
+// observer with its kind, and judges its outcome once, for every kind of
+// operation (decisions, peeks, settlements, acquisitions, releases,
+// renewals, resets, heartbeats). What it judges:
+//
+//	outcome                            breaker          caller gets
+//	---------------------------------  ---------------  ---------------------------------
+//	an answer                          success          the answer
+//	the caller's own context ended     probe abandoned  its context's error
+//	a fault of the key (WRONGTYPE, a   success: the     the error, decided under the
+//	  script error, a malformed reply)   node answered  failure policy; logged per key
+//	a timeout overlapping a pause of   nothing          the error, decided under the
+//	  this process (see package pause)                  failure policy
+//	a fault of the node (timeout,      failure          the error, decided under the
+//	  connection, LOADING, READONLY,                    failure policy
+//	  OOM, CLUSTERDOWN, ...)
+
+// Operation kinds, as [StoreCall.Op] reports them.
+const (
+	OpDecide    = "decide"    // a decision or a reservation (Allow, Wait, Reserve)
+	OpPeek      = "peek"      // Peek: a decision of cost 0 that writes nothing
+	OpSettle    = "settle"    // a reservation's settlement
+	OpAcquire   = "acquire"   // a concurrency slot taken
+	OpRelease   = "release"   // a concurrency slot given back
+	OpRenew     = "renew"     // a concurrency lease renewed by the lease keeper
+	OpReset     = "reset"     // Reset: a key's state deleted
+	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
+)
+
+// fault says whose failure a store error is.
+type fault int8
+
+const (
+	faultNode  fault = iota // the node's: charged to its breaker
+	faultKey                // the key's own: the node answered
+	faultPause              // a timeout while this process was paused: nobody's
+)
+
+// errBadReply marks a reply the library cannot decode: a fault of the key
+// (its stored value is not one the scripts write), not of the node.
+var errBadReply = errors.New("core: unexpected script reply")
+
+// keyFault reports whether err is a fault of the key: Redis answered, and
+// the answer concerns this key's value or arguments alone.
+func keyFault(err error) bool {
+	if errors.Is(err, errKeyFailed) || errors.Is(err, errBadReply) {
+		return true
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGTYPE"):
+		return true
+	case strings.HasPrefix(msg, "ERR "):
+		// An error raised in a script (a runtime error, or one of the
+		// scripts' own "sluice:" refusals) names the script; an ERR of
+		// the server's own state (too many clients, ...) does not.
+		return strings.Contains(msg, "script") || strings.Contains(msg, "sluice:")
+	}
+	return false
+}
+
+// excuseFor, in microseconds, is how long a node's timeouts may be
+// excused by pauses of this process with no answer between them before
+// they are charged all the same: a process that is paused all the time
+// must still notice a node that never answers.
+const excuseFor = 2_000_000
+
+// onNode runs one operation of kind kind on node nd at now (the limiter's
+// clock) through its breaker, with run doing the I/O and returning its
+// I/O time. routed is false when the breaker kept the call from the node:
+// the caller then decides under the failure policy with no cause. With
+// routed true, err is nil for an answer, the caller's context error when
+// the caller gave up (return it), or the store's error (decide under the
+// failure policy, or report it); see the table above.
+func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key string, run func() (time.Duration, error)) (routed bool, err error) {
+	brk := nd.brk
+	r := brk.route(now)
+	if r == viaLocal {
+		return false, nil
+	}
+	pause.Watch()
+	start := pause.Now()
+	took, err := run()
+	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err})
+	}
+	if err == nil {
+		if brk.excused.Load() != 0 {
+			brk.excused.Store(0)
+		}
+		if brk.success(r, now) {
+			l.recovered(brk, now, "")
+		}
+		return true, nil
+	}
+	if cerr := callerGone(ctx); cerr != nil {
+		brk.abandon(r, now)
+		return true, cerr
+	}
+	switch l.faultOf(err, start, took) {
+	case faultKey:
+		if brk.success(r, now) {
+			l.recovered(brk, now, "")
+		}
+		l.keyFailed(nd, key, kind, err)
+		return true, err
+	case faultPause:
+		first := brk.excused.Load()
+		if first == 0 {
+			brk.excused.CompareAndSwap(0, now)
+			first = now
+		}
+		if now-first < excuseFor {
+			brk.abandon(r, now)
+			return true, fmt.Errorf("%w: %w", errPaused, err)
+		}
+	}
+	l.chargeNode(nd, r, now, key, err)
+	return true, err
+}
+
+// chargeNode charges a failure of the call sent at now (routed r) on key
+// to nd's breaker.
+func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error) {
+	brk := nd.brk
+	l.store.failed()
+	if brk.failedKey.Load() == nil || brk.isOpen() {
+		k := key
+		brk.failedKey.Store(&k)
+	}
+	if end := l.now(); brk.failure(r, now, end) {
+		l.degrade(brk, end, err)
+	}
+}
+
+// faultOf judges err, an error of a call begun at start (the pause
+// detector's clock) whose I/O took took.
+func (l *Limiter) faultOf(err error, start int64, took time.Duration) fault {
+	if keyFault(err) {
+		return faultKey
+	}
+	if ErrorReason(err) != ReasonTimeout {
+		return faultNode
+	}
+	if pause.Overlaps(start, pause.Now()) || (l.timeout > 0 && took-l.timeout > pause.Late) {
+		// A pause overlapped the call, or its deadline was noticed
+		// late: this process was not running when it fired.
+		return faultPause
+	}
+	return faultNode
+}
+
+// errPaused marks a store call that timed out while this process was
+// paused: the failure is nobody's, and the call may be sent again where
+// that is safe (an acquisition, by its lease id).
+var errPaused = errors.New("core: the call timed out while this process was paused")
+
+// keyLogs bounds the keys whose failures are logged, so that a flood of
+// bad keys cannot flood the log.
+const keyLogs = 64
+
+// keyFailed logs, once per stored key (up to keyLogs keys), that a call
+// on it failed for a reason of its own.
+func (l *Limiter) keyFailed(nd *node, rkey, kind string, err error) {
+	if l.keyLogCount.Load() >= keyLogs {
+		return
+	}
+	if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
+		return
+	}
+	if l.keyLogCount.Add(1) == keyLogs {
+		l.log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
+	}
+	l.log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
+		"node", nd.brk.node, "key", rkey, "op", kind, "error", err, "reason", ErrorReason(err))
+}
+
+// keyLog is what keyFailed remembers.
+type keyLog struct {
+	keyLogSaid  sync.Map // stored key -> struct{}
+	keyLogCount atomic.Int32
+}
+
+// sendOp sends o, an operation of kind kind that no failure policy governs
+// (the fleet heartbeat: it must go on while a breaker is open, or the
+// fleet would lose count of a replica deciding locally), to the node of
+// its first key, and reports it to the observer. It feeds no breaker.
+func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
+	nd := l.store.node(ctx, o.keys[0])
+	v, took, err := l.store.runOp(ctx, nd, o, l.timeout)
+	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	}
+	return v, err
+}

@@ -3,8 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -305,26 +303,6 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 	}
 }
 
-// stallProcess stops and continues this process, as CPU throttling or a
-// stop-the-world pause stalls a pod: for 60–150 ms at random, every
-// 300–800 ms, until the test ends. It returns at once; the staller is a
-// separate process, so it can wake this one.
-func stallProcess(t *testing.T) {
-	t.Helper()
-	script := `pid=$1; while kill -0 "$pid" 2>/dev/null; do
-sleep 0.$(( RANDOM % 500 + 300 ))
-kill -STOP "$pid"; sleep 0.$(printf '%03d' $(( RANDOM % 90 + 60 ))); kill -CONT "$pid"
-done`
-	cmd := exec.Command("bash", "-c", script, "staller", strconv.Itoa(os.Getpid()))
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the staller: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-}
-
 // TestStalledClientOpensNoBreaker: while this process is stopped and
 // continued at random (60–150 ms every 300–800 ms, longer than the 50 ms
 // budget), decisions on a healthy Redis time out now and then; those
@@ -340,7 +318,7 @@ func TestStalledClientOpensNoBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stallProcess(t)
+	redistest.Stall(t)
 	limit := Limit{Rate: 50, Period: time.Second, Burst: 10}
 	const keys, workers = 20, 32
 	var admitted [keys]atomic.Int64

@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	sluice [-redis host:port] [-prefix P] [-timeout d] override set <set> <key> <override>
+//	sluice [flags] override set <set> <key> <override>
 //	sluice [flags] override list <set>
 //	sluice [flags] override rm <set> <key>
 //	sluice [flags] allow <set> <key-or-cidr>
@@ -20,9 +20,37 @@
 // are shorthand for override set with "allow" or "deny". Remove either with
 // override rm.
 //
-// -redis defaults to $REDIS_ADDR, else 127.0.0.1:6379; -prefix must be the
-// services' core.WithPrefix (default "sluice:"). The exit code is 0 on
-// success, 1 when Redis fails, and 2 for a usage error.
+// # Reaching Redis
+//
+// -redis names the services' Redis: host:port, or a URL,
+// redis://[user[:password]@]host[:port][/db], or rediss://... for TLS.
+// It defaults to $REDIS_ADDR, else 127.0.0.1:6379. Several comma-separated
+// addresses name Redis Cluster nodes with -cluster (one is enough), or
+// Sentinels with -sentinel-master <name>. -user names an ACL user, and
+// -db a database.
+//
+// A password is best read from an environment variable (-password-env
+// VAR) or a file (-password-file path, its first line), not written on the
+// command line, where other users of the host can see it; the Sentinels'
+// own password, if they have one, from -sentinel-password-env VAR. The
+// command never prints a password: a message that would show one shows
+// xxxxx instead.
+//
+// TLS is on with rediss://, -tls, or any other -tls flag: -tls-ca names the
+// PEM file of the authorities to trust (default: the system's), -tls-cert
+// and -tls-key a client certificate, -tls-server-name the name the
+// server's certificate must carry (default: the host of -redis), and
+// -tls-insecure-skip-verify turns the check of the server's certificate
+// off, for tests.
+//
+// The Redis user needs, on keys <prefix>*, the commands EVALSHA, EVAL,
+// GET, HEXISTS, HLEN, HSET, HDEL, HGETALL and INCR (see
+// docs/production.md).
+//
+// -prefix must be the services' core.WithPrefix (default "sluice:"). The
+// exit code is 0 on success, 1 when Redis fails (unreachable, refused the
+// credentials, timed out), and 2 for a usage error, such as a bad flag or
+// an entry the middleware would never match.
 package main
 
 import (
@@ -44,11 +72,19 @@ import (
 )
 
 func main() {
+	// go-redis logs dial failures to standard error on its own; the
+	// command reports each failure once, in its own words.
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// quietLogger discards go-redis's own log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 const usage = `usage:
   sluice [flags] override set <set> <key> <override>
@@ -69,13 +105,24 @@ func (e usageError) Error() string { return string(e) }
 
 // run runs the command with args and returns its exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// runEnv is run with getenv reading the environment.
+func runEnv(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	// Every line goes out through a redactor, which knows the passwords
+	// as soon as they are read: no message prints one, whatever it quotes.
+	var secrets []string
+	stdout, stderr = redactor{stdout, &secrets}, redactor{stderr, &secrets}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := os.Getenv("REDIS_ADDR")
+	addr := getenv("REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	fs.StringVar(&addr, "redis", addr, "Redis address, host:port")
+	secrets = append(secrets, urlSecrets(addr)...)
+	var conn connFlags
+	conn.define(fs, addr)
 	prefix := fs.String("prefix", "sluice:", "the services' key prefix (core.WithPrefix)")
 	timeout := fs.Duration("timeout", 5*time.Second, "time allowed for the command")
 	fs.Usage = func() {
@@ -83,6 +130,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	opts, found, err := conn.options(getenv)
+	secrets = append(secrets, found...)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
 	cmd, err := parseCommand(fs.Args())
@@ -93,7 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DisableIdentity: true})
+	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
 	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithTimeout(*timeout), core.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {

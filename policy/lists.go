@@ -27,9 +27,6 @@ var (
 	errDenyAddr = fmt.Errorf("%w (its client address)", ErrDenyList)
 )
 
-// maxListKey bounds the length of a list's key entry.
-const maxListKey = 1024
-
 // WithAllow lets the requests whose key, or client address, is one of
 // entries pass without a decision and without rate-limit fields, as
 // [WithSkip] does. An entry is a key, exactly as the middleware's key
@@ -38,10 +35,11 @@ const maxListKey = 1024
 // matched against the address [WithListClientIP] finds. A deny entry
 // ([WithDeny], or one of [WithOverrides]) wins over an allow entry.
 //
-// The constructor fails (an adapter panics) on an empty entry, one longer
-// than 1024 bytes, or one that looks like an address but is not a valid
-// one ("10.0.0.0/33", "300.1.2.3"). Passing the option again replaces the
-// list.
+// Entries are read by [keyfunc.ParseListEntry], as core.Overrides and the
+// sluice command read theirs. The constructor fails (an adapter panics) on
+// an empty entry, one longer than 1024 bytes, or one that looks like an
+// address but is not a valid one ("10.0.0.0/33", "300.1.2.3"): no client
+// could ever match it. Passing the option again replaces the list.
 //
 // Default: none.
 func WithAllow[C, H any](entries ...string) Option[C, H] {
@@ -136,36 +134,6 @@ func (s *addrSet) match(client netip.Prefix) listAction {
 	return got
 }
 
-// parseEntry reads a list entry: a prefix for an address entry, else a key.
-func parseEntry(s string) (netip.Prefix, bool, error) {
-	switch {
-	case s == "":
-		return netip.Prefix{}, false, errors.New("empty entry")
-	case len(s) > maxListKey:
-		return netip.Prefix{}, false, fmt.Errorf("entry of %d bytes, at most %d", len(s), maxListKey)
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		a = a.WithZone("").Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), true, nil
-	}
-	if host, _, ok := strings.Cut(s, "/"); ok {
-		if _, err := netip.ParseAddr(host); err == nil {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid CIDR prefix", s)
-			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-			return p.Masked(), true, nil
-		}
-	}
-	if strings.Trim(s, "0123456789./") == "" && strings.Contains(s, ".") {
-		return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid IP address", s)
-	}
-	return netip.Prefix{}, false, nil
-}
-
 // lists are a policy's local allow and deny lists and its shared ones (the
 // allow and deny entries of its overrides).
 type lists struct {
@@ -199,7 +167,7 @@ func newLists(lim *core.Limiter, allow, deny []string, shared *core.Overrides, i
 		action  listAction
 	}{{"WithAllow", allow, listAllow}, {"WithDeny", deny, listDeny}} {
 		for _, e := range set.entries {
-			p, isAddr, err := parseEntry(e)
+			p, isAddr, err := keyfunc.ParseListEntry(e)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", set.what, err)
 			}
@@ -305,7 +273,7 @@ func (l *lists) sharedAddrs() *addrSet {
 		if !o.Allow && !o.Deny {
 			return true
 		}
-		p, isAddr, err := parseEntry(key)
+		p, isAddr, err := keyfunc.ParseListEntry(key)
 		if err != nil || !isAddr {
 			return true
 		}

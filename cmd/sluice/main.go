@@ -69,6 +69,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 func main() {
@@ -97,6 +98,10 @@ const usage = `usage:
 
 flags:
 `
+
+// entryError is an allow or deny entry that no request could match (exit
+// code 2, without the usage text).
+type entryError struct{ error }
 
 // usageError is an error of the command line (exit code 2).
 type usageError string
@@ -141,7 +146,9 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	cmd, err := parseCommand(fs.Args())
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
-		fs.Usage()
+		if !errors.As(err, new(entryError)) {
+			fs.Usage()
+		}
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -161,6 +168,9 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	defer ov.Close()
 	if err := cmd.exec(ctx, ov, stdout); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			err = fmt.Errorf("no answer from Redis within -timeout %v: %w", *timeout, err)
+		}
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		var uerr usageError
 		if errors.As(err, &uerr) || errors.Is(err, core.ErrInvalidLimit) {
@@ -194,7 +204,7 @@ func parseCommand(args []string) (command, error) {
 			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
 		}
 		o := core.Override{Allow: args[0] == "allow", Deny: args[0] == "deny"}
-		return command{op: "set", set: args[1], key: args[2], override: o}, nil
+		return command{op: "set", set: args[1], key: args[2], override: o}.checked()
 	case "override":
 	default:
 		return command{}, fmt.Errorf("unknown command %q", args[0])
@@ -211,7 +221,7 @@ func parseCommand(args []string) (command, error) {
 		if err != nil {
 			return command{}, err
 		}
-		return command{op: "set", set: args[2], key: args[3], override: o}, nil
+		return command{op: "set", set: args[2], key: args[3], override: o}.checked()
 	case "list", "ls":
 		if err := want(3, "<set>"); err != nil {
 			return command{}, err
@@ -224,6 +234,18 @@ func parseCommand(args []string) (command, error) {
 		return command{op: "rm", set: args[2], key: args[3]}, nil
 	}
 	return command{}, fmt.Errorf("unknown override command %q; want set, list or rm", args[1])
+}
+
+// checked returns c, or the reason why the middleware would never match
+// its allow or deny entry: the check of [keyfunc.ParseListEntry], which
+// WithAllow, WithDeny and core.Overrides.Set apply too.
+func (c command) checked() (command, error) {
+	if c.override.Allow || c.override.Deny {
+		if _, _, err := keyfunc.ParseListEntry(c.key); err != nil {
+			return command{}, entryError{err}
+		}
+	}
+	return c, nil
 }
 
 func (c command) exec(ctx context.Context, ov *core.Overrides, out io.Writer) error {

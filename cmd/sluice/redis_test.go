@@ -105,7 +105,7 @@ func TestPassword(t *testing.T) {
 		{"bad command", withPW, []string{"-redis", url, "frob"}, 2, `unknown command "frob"`},
 		{"bad flag", env{"REDIS_ADDR": url}, []string{"-nope"}, 2, "redis://:xxxxx@127.0.0.1:" + port},
 		{"timeout", nil, []string{"-redis", url, "-timeout", "1ns", "override", "list", "plans"}, 1, ""},
-		{"TLS to a plain port", nil, []string{"-redis", "rediss://:" + secret + "@" + addr, "-timeout", "300ms", "override", "list", "plans"}, 1, ""},
+		{"TLS to a plain port", nil, []string{"-redis", "rediss://:" + secret + "@" + addr, "-timeout", "300ms", "override", "list", "plans"}, 1, "no answer from Redis within -timeout 300ms"},
 	})
 	// A bare "s3cret" as the password must be redacted wherever it
 	// appears, here in the unknown command it also names.

@@ -154,7 +154,9 @@ func (o Override) String() string {
 // whole set when something did. So a change made on any replica applies on
 // every replica within the refresh interval plus one round trip, and
 // decisions cost no extra round trip. While Redis is unavailable the last
-// set read stays in force; the first failure and the recovery are logged.
+// set read stays in force; the first failure and the recovery are logged,
+// at most one of each per 10 seconds: the outages of a flapping Redis in
+// between are counted in the next line.
 //
 // In Redis the set is a hash, <prefix>{ovr:<name>}, and a version counter,
 // <prefix>{ovr:<name>}v, bumped by every change in the same script call;
@@ -189,6 +191,7 @@ type Overrides struct {
 	snap    atomic.Pointer[overrideSnap]
 	loading chan struct{} // one slot: serializes loads and local changes; never taken on the request path
 	failing atomic.Bool
+	outage  pollLog     // the poller's alone (see report)
 	cut     atomic.Bool // the set in Redis is larger than max: logged once per episode
 	bad     atomic.Bool // a load skipped unreadable entries, logged once
 
@@ -196,6 +199,13 @@ type Overrides struct {
 	stop    context.CancelFunc
 	done    chan struct{} // closed when the poller ends; nil without one
 	stopped sync.Once
+}
+
+// pollLog is what the poller remembers of its outage lines.
+type pollLog struct {
+	said   bool      // the current outage was logged
+	unsaid int       // outages begun since the last line, the current one included
+	last   time.Time // when the last line was logged
 }
 
 type overrideSnap struct {
@@ -592,12 +602,40 @@ func (ov *Overrides) poll() {
 	} else if err == nil {
 		ov.cut.Store(false)
 	}
+	ov.report(time.Now(), err)
+}
+
+// overridesLogWindow rations the poller's outage lines: a failure that
+// starts within it of the last line is counted, not logged, and logged
+// once it has lasted that long; so a flapping Redis costs at most two
+// lines (a failure, a recovery) per window, per set.
+const overridesLogWindow = 10 * time.Second
+
+// report logs the poll's outcome at now: the first failure of an outage
+// and the recovery from a logged one, rationed by overridesLogWindow. Only
+// the poller calls it.
+func (ov *Overrides) report(now time.Time, err error) {
+	lg := &ov.outage
 	switch {
-	case err != nil && ov.failing.CompareAndSwap(false, true):
-		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force",
-			"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err)
-	case err == nil && ov.failing.CompareAndSwap(true, false):
-		ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+	case err != nil:
+		if ov.failing.CompareAndSwap(false, true) {
+			lg.said = false
+			lg.unsaid++
+		}
+		if lg.said || (!lg.last.IsZero() && now.Sub(lg.last) < overridesLogWindow) {
+			return
+		}
+		attrs := []any{"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err}
+		if lg.unsaid > 1 {
+			attrs = append(attrs, "outages_not_logged", lg.unsaid-1)
+		}
+		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force", attrs...)
+		lg.said, lg.unsaid, lg.last = true, 0, now
+	case ov.failing.CompareAndSwap(true, false):
+		if lg.said {
+			ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+			lg.last = now
+		}
 	}
 }
 

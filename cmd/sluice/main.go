@@ -171,6 +171,10 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 			err = fmt.Errorf("no answer from Redis within -timeout %v: %w", *timeout, err)
 		}
+		if conn.master != "" && strings.Contains(err.Error(), "all sentinels") {
+			// go-redis says so also when they answer but know no such master.
+			err = fmt.Errorf("%w (are these Sentinels, and do they monitor a master named %q?)", err, conn.master)
+		}
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		var uerr usageError
 		if errors.As(err, &uerr) || errors.Is(err, core.ErrInvalidLimit) {

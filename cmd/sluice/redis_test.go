@@ -328,3 +328,36 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologies runs the command against a real Sentinel deployment and a
+// real Cluster: what it writes through the one is read back through the
+// other form of address.
+func TestTopologies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Sentinel deployment and a Cluster")
+	}
+	t.Run("sentinel", func(t *testing.T) {
+		s := redistest.StartSentinel(t)
+		sentinels := strings.Join(s.SentinelAddrs(), ",")
+		runSteps(t, []step{
+			{"deny", nil, []string{"-redis", sentinels, "-sentinel-master", s.MasterName(), "deny", "plans", "203.0.113.0/24"}, 0, ""},
+			{"wrong master name", nil, []string{"-redis", sentinels, "-sentinel-master", "nope", "-timeout", "2s", "override", "list", "plans"}, 1, `do they monitor a master named "nope"?`},
+		})
+		code, out, errOut := sluiceEnv(t, nil, "-redis", s.Master(), "override", "list", "plans")
+		if code != 0 || !strings.Contains(out, "203.0.113.0/24\tdeny") {
+			t.Errorf("list on the master = %d, %q, %q; want the entry written through the sentinels", code, out, errOut)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		nodes := c.Addrs()
+		runSteps(t, []step{
+			{"allow through one node", nil, []string{"-redis", nodes[0], "-cluster", "allow", "plans", "tenant:internal"}, 0, ""},
+			{"set through all", nil, []string{"-redis", strings.Join(nodes, ","), "-cluster", "override", "set", "plans", "tenant:acme", "10/s"}, 0, ""},
+		})
+		code, out, errOut := sluiceEnv(t, nil, "-redis", nodes[len(nodes)-1], "-cluster", "override", "list", "plans")
+		if code != 0 || !strings.Contains(out, "tenant:acme\t10/s\ntenant:internal\tallow\n") {
+			t.Errorf("list through another node = %d, %q, %q; want both entries", code, out, errOut)
+		}
+	})
+}

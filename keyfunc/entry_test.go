@@ -52,3 +52,25 @@ func TestParseListEntry(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseListEntry: no entry makes ParseListEntry panic; an address
+// entry is a valid masked prefix; and an entry it accepts as an address
+// reads the same when written back in canonical form.
+func FuzzParseListEntry(f *testing.F) {
+	for _, s := range []string{"10.0.0.0/8", "300.1.2.3", "2001:db8::1", "fe80::1%eth0", "tenant:a:b", "::ffff:1.2.3.4/120", "1.2.3", "", "a:b:c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, isAddr, err := keyfunc.ParseListEntry(s)
+		if err != nil || !isAddr {
+			return
+		}
+		if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			t.Fatalf("ParseListEntry(%q) = %v, not a valid masked, unmapped prefix", s, p)
+		}
+		q, isAddr, err := keyfunc.ParseListEntry(p.String())
+		if err != nil || !isAddr || q != p {
+			t.Fatalf("ParseListEntry(%q) = %v, but its canonical form %q reads %v, %v, %v", s, p, p.String(), q, isAddr, err)
+		}
+	})
+}

@@ -113,7 +113,7 @@ type Middleware struct {
 	// AllowEntries maps to WithAllow, DenyEntries to WithDeny (Deny is
 	// the deny handler), ListClientIP to WithListClientIP.
 	AllowEntries, DenyEntries []string
-	ListClientIP              keyfunc.Func
+	ListClientIP              []keyfunc.IPOption
 	// Overrides, when not nil, returns the override set WithOverrides
 	// gets, made on the scenario's limiter (so called after it).
 	Overrides func() *core.Overrides
@@ -375,7 +375,7 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 		opts = append(opts, policy.WithDeny[C, H](m.DenyEntries...))
 	}
 	if m.ListClientIP != nil {
-		opts = append(opts, policy.WithListClientIP[C, H](m.ListClientIP))
+		opts = append(opts, policy.WithListClientIP[C, H](m.ListClientIP...))
 	}
 	if m.Overrides != nil {
 		opts = append(opts, policy.WithOverrides[C, H](m.Overrides()))

@@ -23,7 +23,7 @@ func listScenarios() []Scenario {
 	withLocal := func(m *Middleware) *Middleware {
 		m.AllowEntries = []string{"tenant:internal", "10.0.0.0/8"}
 		m.DenyEntries = []string{"tenant:evil", "203.0.113.0/24", "10.6.6.6"}
-		m.ListClientIP = keyfunc.IP(keyfunc.TrustProxies("192.0.2.0/24"))
+		m.ListClientIP = []keyfunc.IPOption{keyfunc.TrustProxies("192.0.2.0/24")}
 		return m
 	}
 	problem := &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Tenant("X-Tenant"), ProblemJSON: true}

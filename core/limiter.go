@@ -128,7 +128,10 @@ func NewMemory(opts ...Option) (*Limiter, error) {
 
 func newLimiter(opts []Option) (*Limiter, options, error) {
 	o := defaultOptions()
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, o, fmt.Errorf("core: option %d of %d is nil", i, len(opts))
+		}
 		opt(&o)
 	}
 	if err := o.validate(); err != nil {
@@ -171,6 +174,10 @@ func fallbackFunc(o options) func(Limit) Limit {
 	return shareOf(o.replicas)
 }
 
+// overflowPeriod marks a share whose Period (the limit's times the
+// replicas) a time.Duration cannot hold.
+const overflowPeriod = time.Duration(math.MinInt64)
+
 // shareOf returns the fallback function giving each of n replicas its
 // share of a limit; nil for one replica.
 func shareOf(n int) func(Limit) Limit {
@@ -187,7 +194,7 @@ func shareOf(n int) func(Limit) Limit {
 		}
 		share := Limit{Name: g.Name, Rate: g.Rate, Period: g.Period * time.Duration(n), Burst: (g.Burst + n - 1) / n}
 		if g.Period > math.MaxInt64/time.Duration(n) {
-			share.Period = -1 // overflows: newPlan keeps the global rate
+			share.Period = overflowPeriod // newShare keeps the global rate, and says why
 		}
 		return share
 	}

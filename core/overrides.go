@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // Override is what an operator set for one key in an [Overrides] set:
@@ -24,9 +25,12 @@ import (
 type Override struct {
 	// Limits replace the limits of the key's requests (one to eight).
 	Limits []Limit
-	// Allow lets the key's requests pass without a decision.
+	// Allow lets the key's requests pass without a decision. The key of
+	// an allow or deny entry may instead be an IP address or CIDR prefix,
+	// which the middleware matches against the client address (see
+	// [keyfunc.ParseListEntry]).
 	Allow bool
-	// Deny refuses every request of the key.
+	// Deny refuses every request of the key, or of the client addresses.
 	Deny bool
 
 	text string // the canonical text, when known
@@ -150,14 +154,23 @@ func (o Override) String() string {
 // whole set when something did. So a change made on any replica applies on
 // every replica within the refresh interval plus one round trip, and
 // decisions cost no extra round trip. While Redis is unavailable the last
-// set read stays in force; the first failure and the recovery are logged.
+// set read stays in force; the first failure and the recovery are logged,
+// at most one of each per 10 seconds: the outages of a flapping Redis in
+// between are counted in the next line.
 //
 // In Redis the set is a hash, <prefix>{ovr:<name>}, and a version counter,
 // <prefix>{ovr:<name>}v, bumped by every change in the same script call;
 // both have one hash tag, so they live in one Cluster slot. A reload
 // reads the whole hash in one script call (HGETALL), which for the largest
 // sets (see [WithOverridesMax]) holds Redis for some milliseconds: the set
-// is meant to change now and then, not per request. A Redis that restarts
+// is meant to change now and then, not per request.
+//
+// [Overrides.Set] and [Overrides.Remove] change the set in one call each
+// within the limiter's time budget (see [WithTimeout]), then read it back
+// as [Overrides.Sync] does; a read, which may carry the whole set, is
+// bounded as the poller's are, by the refresh interval and at least one
+// second. Each budget runs from the call's send, and the caller's own
+// context bounds the caller's wait. A Redis that restarts
 // without persistence comes back with the set empty, and the replicas then
 // read it so.
 //
@@ -176,15 +189,23 @@ type Overrides struct {
 	max     int
 
 	snap    atomic.Pointer[overrideSnap]
-	loadMu  sync.Mutex // serializes loads and local changes, never held on the request path
+	loading chan struct{} // one slot: serializes loads and local changes; never taken on the request path
 	failing atomic.Bool
-	cut     atomic.Bool // a load dropped entries beyond max, logged once
+	outage  pollLog     // the poller's alone (see report)
+	cut     atomic.Bool // the set in Redis is larger than max: logged once per episode
 	bad     atomic.Bool // a load skipped unreadable entries, logged once
 
 	ctx     context.Context
 	stop    context.CancelFunc
 	done    chan struct{} // closed when the poller ends; nil without one
 	stopped sync.Once
+}
+
+// pollLog is what the poller remembers of its outage lines.
+type pollLog struct {
+	said   bool      // the current outage was logged
+	unsaid int       // outages begun since the last line, the current one included
+	last   time.Time // when the last line was logged
 }
 
 type overrideSnap struct {
@@ -211,9 +232,13 @@ func WithOverridesRefresh(d time.Duration) OverridesOption {
 }
 
 // WithOverridesMax bounds the number of entries of the set. [Overrides.Set]
-// refuses a new key when the set holds n entries already; a set written
-// larger by a replica with a higher bound is read up to n entries (which
-// ones is unspecified), and that is logged once. From 1 to 10,000,000.
+// refuses a new key when the set holds n entries already, and any change
+// when it holds more (written by a replica with a higher bound), with an
+// error that says how many it holds. A set found larger than n in Redis is
+// not read at all, so that no replica pays for reading an oversized set:
+// the last set read stays in force, [Overrides.Sync] returns an error that
+// says how many entries it holds, and the poller logs it once. From 1 to
+// 10,000,000.
 //
 // Default: 100000.
 func WithOverridesMax(n int) OverridesOption {
@@ -253,7 +278,7 @@ func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Override
 		return nil, fmt.Errorf("core: WithOverridesMax: %d entries, want 1 to 10000000", o.max)
 	}
 	base := lim.prefix + "{ovr:" + name + "}"
-	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", refresh: o.refresh, max: o.max}
+	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
 	ov.snap.Store(&overrideSnap{m: map[string]Override{}})
 	ov.ctx, ov.stop = context.WithCancel(context.Background())
 	if lim.store != nil {
@@ -294,8 +319,9 @@ func (ov *Overrides) Range(f func(key string, o Override) bool) {
 
 var (
 	overrideSetScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
-  return -1
+local n = redis.call('HLEN', KEYS[1])
+if n > tonumber(ARGV[3]) or (n == tonumber(ARGV[3]) and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0) then
+  return -n - 1
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('INCR', KEYS[2])`)
@@ -305,11 +331,16 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 return redis.call('INCR', KEYS[2])`)
 	// overrideLoadScript returns the version, and the whole hash when the
-	// version is not ARGV[1].
+	// version is not ARGV[1]; or, when the hash holds more than ARGV[2]
+	// entries, the version and their number, without reading them.
 	overrideLoadScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[2]) or '0'
 if v == ARGV[1] then
   return {v}
+end
+local n = redis.call('HLEN', KEYS[1])
+if n > tonumber(ARGV[2]) then
+  return {v, n}
 end
 return {v, redis.call('HGETALL', KEYS[1])}`)
 )
@@ -327,11 +358,16 @@ func checkOverrideKey(key string) error {
 // Set makes o the override of key, on every replica within the refresh
 // interval, and on this one at once (it reads the set again after the
 // change). It returns an error for an empty or too long key (over 1024
-// bytes), an invalid override (wrapping [ErrInvalidLimit]), a full set (see
-// [WithOverridesMax]), and, wrapping [ErrUnavailable], a store failure: the
+// bytes), an allow or deny entry that no request could match (a key that
+// is written like an IP address or CIDR prefix but is not a valid one,
+// such as "300.1.2.3" or "10.0.0.0/33": see [keyfunc.ParseListEntry]), an
+// invalid override (wrapping [ErrInvalidLimit]), a full set (see
+// [WithOverridesMax]), and, wrapping [ErrUnavailable], a store failure
+// (such as no answer within the limiter's time budget, see [WithTimeout]): the
 // change was then not made, unless the failure came from reading the set
 // back (its text says "read"), when it was made but this replica learns it
-// at its next refresh.
+// at its next refresh; after a timeout it may have been made
+// ([Overrides.List] tells).
 func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 	if err := checkOverrideKey(key); err != nil {
 		return err
@@ -339,23 +375,35 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if o.Allow || o.Deny {
+		// The entry syntax is the lists' (an address, a prefix or a
+		// key), read by keyfunc so that this package parses no address.
+		if _, _, err := keyfunc.ParseListEntry(key); err != nil {
+			return fmt.Errorf("core: overrides %q: %w", ov.name, err)
+		}
+	}
 	o.Limits = append([]Limit(nil), o.Limits...)
 	o.text = o.format()
 	if ov.lim.store == nil {
 		return ov.changeLocal(func(m map[string]Override) error {
 			if _, ok := m[key]; !ok && len(m) >= ov.max {
-				return ov.errFull()
+				return ov.errFull(len(m))
 			}
 			m[key] = o
 			return nil
 		})
 	}
-	n, err := overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key, o.text, ov.max).Int64()
+	var n int64
+	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
+		var err error
+		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key, o.text, ov.max).Int64()
+		return err
+	})
 	if err != nil {
 		return ov.storeErr(ctx, "set", err)
 	}
 	if n < 0 {
-		return ov.errFull()
+		return ov.errFull(int(-n - 1))
 	}
 	return ov.Sync(ctx)
 }
@@ -363,7 +411,8 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 // Remove removes key's override, on every replica within the refresh
 // interval, and on this one at once. Removing a key without one is not an
 // error. It returns an error for an empty key and, wrapping
-// [ErrUnavailable], a store failure.
+// [ErrUnavailable], a store failure, such as no answer within the
+// limiter's time budget (see [WithTimeout]).
 func (ov *Overrides) Remove(ctx context.Context, key string) error {
 	if err := checkOverrideKey(key); err != nil {
 		return err
@@ -374,7 +423,10 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 			return nil
 		})
 	}
-	if err := overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key).Err(); err != nil {
+	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
+		return overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key).Err()
+	})
+	if err != nil {
 		return ov.storeErr(ctx, "remove", err)
 	}
 	return ov.Sync(ctx)
@@ -391,19 +443,67 @@ func (ov *Overrides) List(ctx context.Context) (map[string]Override, error) {
 }
 
 // Sync reads the set from the store now if its version changed, and makes
-// it the local copy. It returns the caller's context error, or a store
-// failure wrapping [ErrUnavailable]; the local copy is then unchanged. For
-// a [NewMemory] limiter it does nothing.
+// it the local copy. It returns the caller's context error, a store
+// failure wrapping [ErrUnavailable] (Redis did not answer within the
+// refresh interval, at least one second), or an error for a set larger than
+// [WithOverridesMax] in Redis, which is not read; the local copy is then
+// unchanged. For a [NewMemory] limiter it does nothing.
 func (ov *Overrides) Sync(ctx context.Context) error {
 	if ov.lim.store == nil {
 		return nil
 	}
-	ov.loadMu.Lock()
-	defer ov.loadMu.Unlock()
-	if err := ov.load(ctx); err != nil {
+	// One bound for the wait for a read in flight (the poller's) and for
+	// this one.
+	deadline := time.Now().Add(ov.pollTimeout())
+	lctx, cancel := context.WithDeadline(ctx, deadline)
+	err := ov.lock(lctx)
+	cancel()
+	if err != nil {
+		if cerr := callerGone(ctx); cerr != nil {
+			return cerr
+		}
+		return ov.storeErr(ctx, "read", fmt.Errorf("core: a read in flight took the whole bound: %w", err))
+	}
+	defer ov.unlock()
+	err = ov.budgeted(ctx, max(time.Until(deadline), time.Millisecond), ov.load)
+	var big *oversizeError
+	switch {
+	case errors.As(err, &big):
+		return err
+	case err != nil:
 		return ov.storeErr(ctx, "read", err)
 	}
 	return nil
+}
+
+// lock takes the right to load or change the local copy, waiting at most
+// until ctx ends.
+func (ov *Overrides) lock(ctx context.Context) error {
+	select {
+	case ov.loading <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ov *Overrides) unlock() { <-ov.loading }
+
+// budgeted runs f, one call to the store, within budget (none when zero)
+// measured from the send, as the limiter's other calls do: with a client
+// that ignores deadlines it runs apart, and the caller stops waiting at
+// the budget. The caller's own context bounds the caller's wait.
+func (ov *Overrides) budgeted(ctx context.Context, budget time.Duration, f func(context.Context) error) error {
+	if budget <= 0 {
+		return f(ctx)
+	}
+	if ov.lim.store.detached {
+		_, err := runApart(ctx, budget, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	return f(bctx)
 }
 
 // Close stops the goroutine that keeps the local copy current, and waits
@@ -420,8 +520,24 @@ func (ov *Overrides) Close() error {
 	return nil
 }
 
-func (ov *Overrides) errFull() error {
-	return fmt.Errorf("core: overrides %q hold %d entries, the most WithOverridesMax allows; remove one first", ov.name, ov.max)
+// errFull is the error of a Set refused by a set that holds n entries.
+func (ov *Overrides) errFull(n int) error {
+	if n > ov.max {
+		return fmt.Errorf("core: overrides %q hold %d entries, more than the %d WithOverridesMax allows; remove %d first", ov.name, n, ov.max, n-ov.max+1)
+	}
+	return fmt.Errorf("core: overrides %q hold %d entries, the most WithOverridesMax allows; remove one first", ov.name, n)
+}
+
+// oversizeError is the error of a read that found the set in the store
+// larger than WithOverridesMax, and so did not read it.
+type oversizeError struct {
+	name   string
+	n, max int64
+}
+
+func (e *oversizeError) Error() string {
+	return fmt.Sprintf("core: overrides %q hold %d entries in Redis, more than the %d WithOverridesMax allows: not read; the last set read stays in force",
+		e.name, e.n, e.max)
 }
 
 func (ov *Overrides) storeErr(ctx context.Context, op string, err error) error {
@@ -434,8 +550,8 @@ func (ov *Overrides) storeErr(ctx context.Context, op string, err error) error {
 // changeLocal applies change to a copy of the local set and installs it
 // with the next version (for a NewMemory limiter).
 func (ov *Overrides) changeLocal(change func(map[string]Override) error) error {
-	ov.loadMu.Lock()
-	defer ov.loadMu.Unlock()
+	_ = ov.lock(context.Background()) // cannot fail
+	defer ov.unlock()
 	cur := ov.snap.Load()
 	m := maps.Clone(cur.m)
 	if err := change(m); err != nil {
@@ -468,30 +584,70 @@ func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.S
 func (ov *Overrides) poll() {
 	ctx, cancel := context.WithTimeout(ov.ctx, ov.pollTimeout())
 	defer cancel()
-	ov.loadMu.Lock()
-	err := ov.load(ctx)
-	ov.loadMu.Unlock()
+	err := ov.lock(ctx)
+	if err == nil {
+		err = ov.load(ctx)
+		ov.unlock()
+	}
 	if ov.ctx.Err() != nil {
 		return // closed
 	}
+	var big *oversizeError
+	if errors.As(err, &big) {
+		if ov.cut.CompareAndSwap(false, true) {
+			ov.lim.log().Warn("sluice: the overrides in Redis hold more entries than WithOverridesMax; they are not read, and the last ones read stay in force (logged once)",
+				"overrides", ov.name, "version", ov.Version(), "entries", big.n, "max", ov.max)
+		}
+		err = nil // Redis answered
+	} else if err == nil {
+		ov.cut.Store(false)
+	}
+	ov.report(time.Now(), err)
+}
+
+// overridesLogWindow rations the poller's outage lines: a failure that
+// starts within it of the last line is counted, not logged, and logged
+// once it has lasted that long; so a flapping Redis costs at most two
+// lines (a failure, a recovery) per window, per set.
+const overridesLogWindow = 10 * time.Second
+
+// report logs the poll's outcome at now: the first failure of an outage
+// and the recovery from a logged one, rationed by overridesLogWindow. Only
+// the poller calls it.
+func (ov *Overrides) report(now time.Time, err error) {
+	lg := &ov.outage
 	switch {
-	case err != nil && ov.failing.CompareAndSwap(false, true):
-		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force",
-			"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err)
-	case err == nil && ov.failing.CompareAndSwap(true, false):
-		ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+	case err != nil:
+		if ov.failing.CompareAndSwap(false, true) {
+			lg.said = false
+			lg.unsaid++
+		}
+		if lg.said || (!lg.last.IsZero() && now.Sub(lg.last) < overridesLogWindow) {
+			return
+		}
+		attrs := []any{"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err}
+		if lg.unsaid > 1 {
+			attrs = append(attrs, "outages_not_logged", lg.unsaid-1)
+		}
+		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force", attrs...)
+		lg.said, lg.unsaid, lg.last = true, 0, now
+	case ov.failing.CompareAndSwap(true, false):
+		if lg.said {
+			ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+			lg.last = now
+		}
 	}
 }
 
 // load reads the set if its version is not the local copy's, and installs
-// it. The caller holds loadMu.
+// it. The caller holds the lock (see Overrides.lock).
 func (ov *Overrides) load(ctx context.Context) error {
 	cur := ov.snap.Load()
 	known := strconv.FormatInt(cur.version, 10)
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, known).Slice()
+	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, known, ov.max).Slice()
 	if err != nil {
 		return err
 	}
@@ -506,12 +662,15 @@ func (ov *Overrides) load(ctx context.Context) error {
 	if len(reply) == 1 {
 		return nil // unchanged
 	}
+	if n, ok := reply[1].(int64); ok {
+		return &oversizeError{name: ov.name, n: n, max: int64(ov.max)}
+	}
 	fields, ok := reply[1].([]any)
 	if !ok || len(fields)%2 != 0 {
 		return fmt.Errorf("core: overrides: unexpected reply %T", reply[1])
 	}
-	m := make(map[string]Override, min(len(fields)/2, ov.max))
-	skipped, cut := 0, 0
+	m := make(map[string]Override, len(fields)/2)
+	skipped := 0
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, _ := fields[i].(string)
 		t, _ := fields[i+1].(string)
@@ -520,19 +679,11 @@ func (ov *Overrides) load(ctx context.Context) error {
 			skipped++
 			continue
 		}
-		if len(m) >= ov.max {
-			cut++
-			continue
-		}
 		m[k] = o
 	}
 	if skipped > 0 && ov.bad.CompareAndSwap(false, true) {
 		ov.lim.log().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
 			"overrides", ov.name, "version", v, "ignored", skipped)
-	}
-	if cut > 0 && ov.cut.CompareAndSwap(false, true) {
-		ov.lim.log().Warn("sluice: the overrides in Redis hold more entries than WithOverridesMax; the rest are ignored (logged once)",
-			"overrides", ov.name, "version", v, "max", ov.max, "ignored", cut)
 	}
 	ov.snap.Store(&overrideSnap{version: v, read: true, m: m})
 	return nil

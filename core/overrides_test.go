@@ -242,11 +242,27 @@ func TestOverridesMaxOnRead(t *testing.T) {
 	}
 	ovb, _ := NewOverrides(a, "p", WithOverridesMax(2))
 	defer ovb.Close()
-	if err := ovb.Sync(ctx); err != nil {
+	// A set larger than this replica's bound is not read (no HGETALL of
+	// an oversized hash), and every change to it is refused with the
+	// number it holds.
+	err := ovb.Sync(ctx)
+	if err == nil || !strings.Contains(err.Error(), `overrides "p" hold 3 entries in Redis, more than the 2 WithOverridesMax allows: not read`) || ovb.Len() != 0 {
+		t.Fatalf("Sync of a set above the max = %v, Len %d; want the error and nothing read", err, ovb.Len())
+	}
+	if err := ovb.Set(ctx, "k0", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "hold 3 entries, more than the 2 WithOverridesMax allows; remove 2 first") {
+		t.Fatalf("Set of a present key in a set above the max = %v", err)
+	}
+	if err := ova.Remove(ctx, "k2"); err != nil {
 		t.Fatal(err)
 	}
-	if ovb.Len() != 2 || !ovb.cut.Load() {
-		t.Fatalf("Len = %d, cut %v, want 2 entries kept and the cut noted", ovb.Len(), ovb.cut.Load())
+	if err := ovb.Set(ctx, "k0", Override{Deny: true}); err != nil {
+		t.Fatalf("Set of a present key in a full set = %v", err)
+	}
+	if err := ovb.Set(ctx, "k9", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "hold 2 entries, the most WithOverridesMax allows") {
+		t.Fatalf("Set of a new key in a full set = %v", err)
+	}
+	if ovb.Len() != 2 {
+		t.Fatalf("Len = %d, want 2 once the set fits", ovb.Len())
 	}
 	// Another set name is another set.
 	ovc, _ := NewOverrides(a, "q")
@@ -366,5 +382,88 @@ func BenchmarkDecisionWithOverrides(b *testing.B) {
 			b.ReportMetric(float64(n-int64(i)), "extra-scripts")
 			b.ReportMetric(float64(after["hgetall"]-before["hgetall"]), "reloads")
 		})
+	}
+}
+
+// TestOverridesEntries checks that allow and deny entries no request could
+// match are refused, as WithAllow, WithDeny and the sluice command refuse
+// them, on both kinds of limiter.
+func TestOverridesEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	mem, _ := NewMemory()
+	for _, lim := range []*Limiter{mem, newRedisLimiter(t, srv.Addr())} {
+		ov, _ := NewOverrides(lim, "lists")
+		defer ov.Close()
+		ctx := context.Background()
+		for _, tt := range []struct {
+			key string
+			o   Override
+			err string // "" for none
+		}{
+			{"300.1.2.3", Override{Deny: true}, `core: overrides "lists": keyfunc: list entry "300.1.2.3" is not a valid IP address`},
+			{"10.0.0.0/33", Override{Allow: true}, `list entry "10.0.0.0/33" is not a valid CIDR prefix`},
+			{"2001:db8::/129", Override{Deny: true}, `the length "129" is not a number from 0 to 128`},
+			{"10.0.0.0/8", Override{Allow: true}, ""},
+			{"2001:db8::1", Override{Deny: true}, ""},
+			{"tenant:a:b", Override{Deny: true}, ""},
+			// A limit's key is a key: it is not read as an address.
+			{"300.1.2.3", Override{Limits: []Limit{PerSecond(1)}}, ""},
+		} {
+			err := ov.Set(ctx, tt.key, tt.o)
+			if (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Set(%q, %v) = %v, want %q", tt.key, tt.o, err, tt.err)
+			}
+		}
+		if ov.Len() != 4 {
+			t.Errorf("Len = %d, want the 4 valid entries", ov.Len())
+		}
+	}
+}
+
+// TestOverridesBudget checks that Set, Remove and Sync keep a time budget
+// against a Redis that swallows every command: the limiter's for a change,
+// the poller's (the refresh interval, at least one second) for a read,
+// and the caller's deadline when it is shorter.
+func TestOverridesBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	const budget = 100 * time.Millisecond
+	lim := newRedisLimiter(t, px.Addr(), WithTimeout(budget), WithLogger(slog.New(slog.DiscardHandler)))
+	ov, _ := NewOverrides(lim, "p", WithOverridesRefresh(10*time.Millisecond))
+	defer ov.Close()
+	ctx := context.Background()
+	if err := ov.Set(ctx, "tenant:a", Override{Deny: true}); err != nil {
+		t.Fatal(err)
+	}
+	px.SetBlackhole(true)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		call func(context.Context) error
+		want error
+		max  time.Duration // generous: the machine may be busy
+	}{
+		{"Set", ctx, func(ctx context.Context) error { return ov.Set(ctx, "tenant:b", Override{Deny: true}) }, ErrUnavailable, 5 * budget},
+		{"Remove", ctx, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, ErrUnavailable, 5 * budget},
+		{"Sync", ctx, ov.Sync, ErrUnavailable, 3 * time.Second},
+		{"List", ctx, func(ctx context.Context) error { _, err := ov.List(ctx); return err }, ErrUnavailable, 3 * time.Second},
+		{"Remove, shorter caller", short, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, context.DeadlineExceeded, 5 * budget},
+	} {
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- tt.call(tt.ctx) }()
+		select {
+		case err := <-done:
+			if took := time.Since(start); !errors.Is(err, tt.want) || took > tt.max {
+				t.Errorf("%s against a hung Redis = %v after %v, want %v within %v", tt.name, err, took, tt.want, tt.max)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s against a hung Redis: no answer after 30s", tt.name)
+		}
+	}
+	if o, ok := ov.Lookup("tenant:a"); !ok || !o.Deny {
+		t.Errorf("Lookup after the failures = %v, %v; want the last set read", o, ok)
 	}
 }

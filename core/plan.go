@@ -125,6 +125,9 @@ func newShare(limits []Limit, ticks []tickLimit, fallback func(Limit) Limit) (*s
 	for i, l := range limits {
 		fl := fallback(l)
 		t, err := compileLimit(fl)
+		if fl.Period == overflowPeriod {
+			err = fmt.Errorf("%w: its Period times the replicas is longer than a time.Duration holds (about 292 years)", ErrInvalidLimit)
+		}
 		if err != nil {
 			coarse = append(coarse, coarseFallback{global: l, cause: err})
 			share := fl.Burst

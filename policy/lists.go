@@ -27,9 +27,6 @@ var (
 	errDenyAddr = fmt.Errorf("%w (its client address)", ErrDenyList)
 )
 
-// maxListKey bounds the length of a list's key entry.
-const maxListKey = 1024
-
 // WithAllow lets the requests whose key, or client address, is one of
 // entries pass without a decision and without rate-limit fields, as
 // [WithSkip] does. An entry is a key, exactly as the middleware's key
@@ -38,10 +35,11 @@ const maxListKey = 1024
 // matched against the address [WithListClientIP] finds. A deny entry
 // ([WithDeny], or one of [WithOverrides]) wins over an allow entry.
 //
-// The constructor fails (an adapter panics) on an empty entry, one longer
-// than 1024 bytes, or one that looks like an address but is not a valid
-// one ("10.0.0.0/33", "300.1.2.3"). Passing the option again replaces the
-// list.
+// Entries are read by [keyfunc.ParseListEntry], as core.Overrides and the
+// sluice command read theirs. The constructor fails (an adapter panics) on
+// an empty entry, one longer than 1024 bytes, or one that looks like an
+// address but is not a valid one ("10.0.0.0/33", "300.1.2.3"): no client
+// could ever match it. Passing the option again replaces the list.
 //
 // Default: none.
 func WithAllow[C, H any](entries ...string) Option[C, H] {
@@ -65,16 +63,31 @@ func WithDeny[C, H any](entries ...string) Option[C, H] {
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
-// client address: f must be a key function of [keyfunc.IP]'s form, such as
-// keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")) behind a proxy, whose
-// rules decide which forwarding headers count. A request whose address f
-// cannot find matches no address entry (its key entries still apply). A
-// nil f restores the default.
+// client address: with the rules of [keyfunc.IP] given opts, so that the
+// proxy rules are written once and shared with the key function:
 //
-// Default: keyfunc.IP(), the connection's peer address (IPv6 grouped by
-// /64: an entry narrower than /64 matches no IPv6 client).
-func WithListClientIP[C, H any](f keyfunc.Func) Option[C, H] {
-	return func(c *Config[C, H]) { c.listIP = f }
+//	gateway := keyfunc.TrustProxies("10.0.0.0/8") // the gateway in front
+//	httplimit.New(lim, limit, keyfunc.Join(keyfunc.Tenant("X-Tenant-ID"), keyfunc.IP(gateway)),
+//		httplimit.WithListClientIP(gateway),
+//		httplimit.WithAllow("192.0.2.0/24"))
+//
+// The lists match whole addresses whatever the options say ([keyfunc.IPv4Prefix]
+// and [keyfunc.IPv6Prefix] group keys, not list entries), so an entry of one
+// IPv6 address matches that address. A request whose address cannot be found
+// matches no address entry (its key entries still apply). Passing the option
+// again replaces the rules; with no opts it restores the default. The
+// constructor fails (an adapter panics) on a nil option.
+//
+// Without it, behind a proxy, the lists see the proxy's address as every
+// client's: an allow range that contains the proxy lets every request pass.
+// The first request allowed that way, one that carried a forwarding header
+// (X-Forwarded-For, X-Real-IP or Forwarded) from a peer that an allow entry
+// holds, is logged as a warning, once per middleware.
+//
+// Default: no options: the connection's peer address, no forwarding header
+// read, as keyfunc.IP().
+func WithListClientIP[C, H any](opts ...keyfunc.IPOption) Option[C, H] {
+	return func(c *Config[C, H]) { c.listIP = append([]keyfunc.IPOption(nil), opts...) }
 }
 
 // listAction is what a list says about a request.
@@ -136,44 +149,15 @@ func (s *addrSet) match(client netip.Prefix) listAction {
 	return got
 }
 
-// parseEntry reads a list entry: a prefix for an address entry, else a key.
-func parseEntry(s string) (netip.Prefix, bool, error) {
-	switch {
-	case s == "":
-		return netip.Prefix{}, false, errors.New("empty entry")
-	case len(s) > maxListKey:
-		return netip.Prefix{}, false, fmt.Errorf("entry of %d bytes, at most %d", len(s), maxListKey)
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		a = a.WithZone("").Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), true, nil
-	}
-	if host, _, ok := strings.Cut(s, "/"); ok {
-		if _, err := netip.ParseAddr(host); err == nil {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid CIDR prefix", s)
-			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-			return p.Masked(), true, nil
-		}
-	}
-	if strings.Trim(s, "0123456789./") == "" && strings.Contains(s, ".") {
-		return netip.Prefix{}, false, fmt.Errorf("entry %q is not a valid IP address", s)
-	}
-	return netip.Prefix{}, false, nil
-}
-
 // lists are a policy's local allow and deny lists and its shared ones (the
 // allow and deny entries of its overrides).
 type lists struct {
 	keys   map[string]listAction
 	addrs  addrSet
 	shared *core.Overrides // nil: none
-	ip     keyfunc.Func
+	ip     keyfunc.Func    // keys by the whole client address
 	lim    *core.Limiter
+	warned atomic.Bool // an allow entry held a forwarding proxy: logged
 
 	mu   sync.Mutex                // serializes rebuilds of sharedAddrs
 	addr atomic.Pointer[sharedSet] // the shared address entries, per version
@@ -185,21 +169,25 @@ type sharedSet struct {
 }
 
 // newLists returns the lists configured, or nil when there are none.
-func newLists(lim *core.Limiter, allow, deny []string, shared *core.Overrides, ip keyfunc.Func) (*lists, error) {
+func newLists(lim *core.Limiter, allow, deny []string, shared *core.Overrides, ipOpts []keyfunc.IPOption) (*lists, error) {
 	if len(allow) == 0 && len(deny) == 0 && shared == nil {
 		return nil, nil
 	}
-	l := &lists{shared: shared, ip: ip, lim: lim}
-	if l.ip == nil {
-		l.ip = keyfunc.IP()
+	for i, o := range ipOpts {
+		if o == nil {
+			return nil, fmt.Errorf("WithListClientIP: option %d is nil", i)
+		}
 	}
+	// The last options win: whole addresses, whatever opts group by.
+	opts := append(slices.Clip(ipOpts), keyfunc.IPv4Prefix(32), keyfunc.IPv6Prefix(128))
+	l := &lists{shared: shared, ip: keyfunc.IP(opts...), lim: lim}
 	for _, set := range []struct {
 		what    string
 		entries []string
 		action  listAction
 	}{{"WithAllow", allow, listAllow}, {"WithDeny", deny, listDeny}} {
 		for _, e := range set.entries {
-			p, isAddr, err := parseEntry(e)
+			p, isAddr, err := keyfunc.ParseListEntry(e)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", set.what, err)
 			}
@@ -242,6 +230,7 @@ func (l *lists) check(r keyfunc.Request, key string) (listAction, error) {
 	if !ok {
 		return got, nil
 	}
+	byAddr := false
 	for _, s := range []*addrSet{&l.addrs, shared} {
 		if s == nil {
 			continue
@@ -250,10 +239,52 @@ func (l *lists) check(r keyfunc.Request, key string) (listAction, error) {
 		case listDeny:
 			return listDeny, errDenyAddr
 		case listAllow:
-			got = listAllow
+			got, byAddr = listAllow, true
 		}
 	}
+	if byAddr && !l.warned.Load() {
+		l.warnProxy(r, client.Addr())
+	}
 	return got, nil
+}
+
+// forwardingHeaders are the headers a proxy adds to say whom it forwards
+// for.
+var forwardingHeaders = [...]string{"X-Forwarded-For", "X-Real-Ip", "Forwarded"}
+
+// warnProxy logs, once, a request allowed by an address entry that holds
+// the address of the proxy that forwarded it: the lists saw the proxy, not
+// its client, so every client behind that proxy is allowed.
+func (l *lists) warnProxy(r keyfunc.Request, allowed netip.Addr) {
+	header := ""
+	for _, h := range forwardingHeaders {
+		if r.Header(h) != "" {
+			header = h
+			break
+		}
+	}
+	if header == "" {
+		return
+	}
+	peer, ok := peerAddr(r.RemoteAddr())
+	if !ok || peer != allowed || !l.warned.CompareAndSwap(false, true) {
+		return
+	}
+	l.lim.Logger().Warn("sluice: an allow entry of the lists holds the address of a proxy that forwarded a request; "+
+		"the lists read the peer address, so every client behind that proxy is allowed; "+
+		"name the proxy with WithListClientIP(keyfunc.TrustProxies(...)) (logged once)",
+		"peer", peer.String(), "header", header)
+}
+
+// peerAddr reads a peer address written as host, host:port, [host] or
+// [host]:port, unmapped and without a zone.
+func peerAddr(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().WithZone("").Unmap(), true
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	a, err := netip.ParseAddr(s)
+	return a.WithZone("").Unmap(), err == nil
 }
 
 // client returns the request's client address as the prefix keyfunc.IP
@@ -305,7 +336,7 @@ func (l *lists) sharedAddrs() *addrSet {
 		if !o.Allow && !o.Deny {
 			return true
 		}
-		p, isAddr, err := parseEntry(key)
+		p, isAddr, err := keyfunc.ParseListEntry(key)
 		if err != nil || !isAddr {
 			return true
 		}

@@ -46,7 +46,7 @@ func TestLists(t *testing.T) {
 		WithAllow[req, struct{}]("tenant:internal", "10.0.0.0/8", "2001:db8::/32"),
 		WithDeny[req, struct{}]("tenant:evil", "203.0.113.0/24", "10.6.6.6", "tenant:internal-but-bad"),
 		WithAllow[req, struct{}]("tenant:internal", "10.0.0.0/8", "2001:db8::/32", "tenant:internal-but-bad"),
-		WithListClientIP[req, struct{}](keyfunc.IP(keyfunc.TrustProxies("192.0.2.0/24"))),
+		WithListClientIP[req, struct{}](keyfunc.TrustProxies("192.0.2.0/24")),
 		WithProblemJSON[req, struct{}](true),
 	)
 	if err != nil {
@@ -119,5 +119,101 @@ func TestListsDryRun(t *testing.T) {
 	v := p.Decide(context.Background(), from("198.51.100.1:1", "evil"))
 	if v.Action != Continue || len(reports) != 1 || !errors.Is(reports[0].Err, ErrDenyList) {
 		t.Fatalf("dry run: %+v, reports %+v", v, reports)
+	}
+}
+
+// TestListsBehindGateway runs the lists behind a simulated gateway: every
+// request arrives from the gateway's address in 10/8, with the client in
+// X-Forwarded-For. Without the gateway named, the allow range 10.0.0.0/8
+// (meant for internal clients) holds the gateway, lets every client pass,
+// and that is logged once; named once and shared with the key function,
+// the lists see the real client.
+func TestListsBehindGateway(t *testing.T) {
+	const gatewayPeer = "10.0.0.5:41000"
+	via := func(client, tenant string) peerReq {
+		return from(gatewayPeer, tenant, "X-Forwarded-For", client)
+	}
+	gateway := keyfunc.TrustProxies("10.0.0.5")
+	entries := func(opts ...Option[req, struct{}]) []Option[req, struct{}] {
+		return append([]Option[req, struct{}]{
+			WithAllow[req, struct{}]("10.0.0.0/8", "2001:db8:1::7"),
+			WithDeny[req, struct{}]("203.0.113.0/24", "2001:db8:1::666"),
+		}, opts...)
+	}
+	for _, tt := range []struct {
+		name  string
+		opts  []Option[req, struct{}]
+		steps []struct {
+			r      peerReq
+			action Action
+			status int
+		}
+		warned bool
+	}{
+		{"peer only (the default)", nil, []struct {
+			r      peerReq
+			action Action
+			status int
+		}{
+			{via("203.0.113.9", "a"), Continue, 0}, // the deny range never matches: the gateway is allowed
+			{via("198.51.100.7", "b"), Continue, 0},
+			{via("198.51.100.7", "b"), Continue, 0}, // never limited
+			{from("10.9.9.9:1", "c"), Continue, 0},  // an internal client, directly
+		}, true},
+		{"gateway named", []Option[req, struct{}]{WithListClientIP[req, struct{}](gateway)}, []struct {
+			r      peerReq
+			action Action
+			status int
+		}{
+			{via("203.0.113.9", "a"), Fail, 403},
+			{via("198.51.100.7", "b"), Continue, 0}, // limited: the first of one per minute
+			{via("198.51.100.7", "b"), Deny, 429},
+			{via("10.1.2.3", "c"), Continue, 0}, // an internal client through the gateway
+			{via("10.1.2.3", "c"), Continue, 0}, // allowed, never limited
+			{from("10.9.9.9:1", "d"), Continue, 0},
+			{via("2001:db8:1::666", "e"), Fail, 403}, // one IPv6 address, matched whole
+			{via("2001:db8:1::667", "f"), Continue, 0},
+			{via("2001:db8:1::667", "f"), Deny, 429}, // its /64 neighbour is not allowed
+			{via("2001:db8:1::7", "g"), Continue, 0},
+			{via("2001:db8:1::7", "g"), Continue, 0},
+			{from("198.51.100.8:1", "h", "X-Forwarded-For", "10.1.2.3"), Continue, 0}, // a spoofed header from an untrusted peer: ignored, limited
+			{from("198.51.100.8:1", "h", "X-Forwarded-For", "10.1.2.3"), Deny, 429},
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			log := &lines{}
+			lim, err := core.NewMemory(core.WithLogger(slog.New(log)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _, err := New(lim, core.PerMinute(1), keyfunc.Tenant("X-Tenant"), self, entries(tt.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range tt.steps {
+				v := p.Decide(context.Background(), st.r)
+				if v.Action != st.action || v.Status != st.status {
+					t.Errorf("step %d (%s from %s): Decide = action %d status %d (%v), want %d %d",
+						i, st.r.headers["X-Forwarded-For"], st.r.peer, v.Action, v.Status, v.Err, st.action, st.status)
+				}
+			}
+			var warnings []string
+			for _, l := range log.got {
+				if strings.Contains(l, "holds the address of a proxy") {
+					warnings = append(warnings, l)
+				}
+			}
+			switch {
+			case tt.warned && (len(warnings) != 1 || !strings.Contains(warnings[0], "peer=10.0.0.5 header=X-Forwarded-For")):
+				t.Errorf("logged %q, want one warning naming the gateway", log.got)
+			case !tt.warned && len(warnings) != 0:
+				t.Errorf("logged %q, want no warning", warnings)
+			}
+		})
+	}
+	lim, _ := core.NewMemory()
+	if _, _, err := New(lim, core.PerMinute(1), keyfunc.IP(), self, WithDeny[req, struct{}]("10.0.0.1"),
+		WithListClientIP[req, struct{}](gateway, nil)); err == nil || !strings.Contains(err.Error(), "WithListClientIP: option 1 is nil") {
+		t.Errorf("WithListClientIP with a nil option: New = %v", err)
 	}
 }

@@ -38,10 +38,10 @@ type Config[C, H any] struct {
 	chargeIf  func(int) bool
 	finalCost func(C, Response) int
 	finalSet  bool
-	allow     []string        // WithAllow
-	deny      []string        // WithDeny
-	listIP    keyfunc.Func    // WithListClientIP
-	ovr       *core.Overrides // WithOverrides
+	allow     []string           // WithAllow
+	deny      []string           // WithDeny
+	listIP    []keyfunc.IPOption // WithListClientIP
+	ovr       *core.Overrides    // WithOverrides
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

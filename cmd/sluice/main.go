@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	sluice [-redis host:port] [-prefix P] [-timeout d] override set <set> <key> <override>
+//	sluice [flags] override set <set> <key> <override>
 //	sluice [flags] override list <set>
 //	sluice [flags] override rm <set> <key>
 //	sluice [flags] allow <set> <key-or-cidr>
@@ -20,9 +20,37 @@
 // are shorthand for override set with "allow" or "deny". Remove either with
 // override rm.
 //
-// -redis defaults to $REDIS_ADDR, else 127.0.0.1:6379; -prefix must be the
-// services' core.WithPrefix (default "sluice:"). The exit code is 0 on
-// success, 1 when Redis fails, and 2 for a usage error.
+// # Reaching Redis
+//
+// -redis names the services' Redis: host:port, or a URL,
+// redis://[user[:password]@]host[:port][/db], or rediss://... for TLS.
+// It defaults to $REDIS_ADDR, else 127.0.0.1:6379. Several comma-separated
+// addresses name Redis Cluster nodes with -cluster (one is enough), or
+// Sentinels with -sentinel-master <name>. -user names an ACL user, and
+// -db a database.
+//
+// A password is best read from an environment variable (-password-env
+// VAR) or a file (-password-file path, its first line), not written on the
+// command line, where other users of the host can see it; the Sentinels'
+// own password, if they have one, from -sentinel-password-env VAR. The
+// command never prints a password: a message that would show one shows
+// xxxxx instead.
+//
+// TLS is on with rediss://, -tls, or any other -tls flag: -tls-ca names the
+// PEM file of the authorities to trust (default: the system's), -tls-cert
+// and -tls-key a client certificate, -tls-server-name the name the
+// server's certificate must carry (default: the host of -redis), and
+// -tls-insecure-skip-verify turns the check of the server's certificate
+// off, for tests.
+//
+// The Redis user needs, on keys <prefix>*, the commands EVALSHA, EVAL,
+// GET, HEXISTS, HLEN, HSET, HDEL, HGETALL and INCR (see
+// docs/production.md).
+//
+// -prefix must be the services' core.WithPrefix (default "sluice:"). The
+// exit code is 0 on success, 1 when Redis fails (unreachable, refused the
+// credentials, timed out), and 2 for a usage error, such as a bad flag or
+// an entry the middleware would never match.
 package main
 
 import (
@@ -41,14 +69,23 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 func main() {
+	// go-redis logs dial failures to standard error on its own; the
+	// command reports each failure once, in its own words.
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// quietLogger discards go-redis's own log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 const usage = `usage:
   sluice [flags] override set <set> <key> <override>
@@ -62,6 +99,10 @@ const usage = `usage:
 flags:
 `
 
+// entryError is an allow or deny entry that no request could match (exit
+// code 2, without the usage text).
+type entryError struct{ error }
+
 // usageError is an error of the command line (exit code 2).
 type usageError string
 
@@ -69,13 +110,24 @@ func (e usageError) Error() string { return string(e) }
 
 // run runs the command with args and returns its exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// runEnv is run with getenv reading the environment.
+func runEnv(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	// Every line goes out through a redactor, which knows the passwords
+	// as soon as they are read: no message prints one, whatever it quotes.
+	var secrets []string
+	stdout, stderr = redactor{stdout, &secrets}, redactor{stderr, &secrets}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := os.Getenv("REDIS_ADDR")
+	addr := getenv("REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	fs.StringVar(&addr, "redis", addr, "Redis address, host:port")
+	secrets = append(secrets, urlSecrets(addr)...)
+	var conn connFlags
+	conn.define(fs, addr)
 	prefix := fs.String("prefix", "sluice:", "the services' key prefix (core.WithPrefix)")
 	timeout := fs.Duration("timeout", 5*time.Second, "time allowed for the command")
 	fs.Usage = func() {
@@ -85,15 +137,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	opts, found, err := conn.options(getenv)
+	secrets = append(secrets, found...)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
 	cmd, err := parseCommand(fs.Args())
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
-		fs.Usage()
+		if !errors.As(err, new(entryError)) {
+			fs.Usage()
+		}
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DisableIdentity: true})
+	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
 	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithTimeout(*timeout), core.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -108,6 +168,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer ov.Close()
 	if err := cmd.exec(ctx, ov, stdout); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			err = fmt.Errorf("no answer from Redis within -timeout %v: %w", *timeout, err)
+		}
+		if conn.master != "" && strings.Contains(err.Error(), "all sentinels") {
+			// go-redis says so also when they answer but know no such master.
+			err = fmt.Errorf("%w (are these Sentinels, and do they monitor a master named %q?)", err, conn.master)
+		}
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		var uerr usageError
 		if errors.As(err, &uerr) || errors.Is(err, core.ErrInvalidLimit) {
@@ -141,7 +208,7 @@ func parseCommand(args []string) (command, error) {
 			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
 		}
 		o := core.Override{Allow: args[0] == "allow", Deny: args[0] == "deny"}
-		return command{op: "set", set: args[1], key: args[2], override: o}, nil
+		return command{op: "set", set: args[1], key: args[2], override: o}.checked()
 	case "override":
 	default:
 		return command{}, fmt.Errorf("unknown command %q", args[0])
@@ -158,7 +225,7 @@ func parseCommand(args []string) (command, error) {
 		if err != nil {
 			return command{}, err
 		}
-		return command{op: "set", set: args[2], key: args[3], override: o}, nil
+		return command{op: "set", set: args[2], key: args[3], override: o}.checked()
 	case "list", "ls":
 		if err := want(3, "<set>"); err != nil {
 			return command{}, err
@@ -171,6 +238,18 @@ func parseCommand(args []string) (command, error) {
 		return command{op: "rm", set: args[2], key: args[3]}, nil
 	}
 	return command{}, fmt.Errorf("unknown override command %q; want set, list or rm", args[1])
+}
+
+// checked returns c, or the reason why the middleware would never match
+// its allow or deny entry: the check of [keyfunc.ParseListEntry], which
+// WithAllow, WithDeny and core.Overrides.Set apply too.
+func (c command) checked() (command, error) {
+	if c.override.Allow || c.override.Deny {
+		if _, _, err := keyfunc.ParseListEntry(c.key); err != nil {
+			return command{}, entryError{err}
+		}
+	}
+	return c, nil
 }
 
 func (c command) exec(ctx context.Context, ov *core.Overrides, out io.Writer) error {

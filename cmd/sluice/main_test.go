@@ -59,6 +59,17 @@ func TestCommand(t *testing.T) {
 		{[]string{"frob"}, 2, "", `unknown command "frob"`},
 		{[]string{}, 2, "", "no command"},
 		{[]string{"override", "list", "bad{name}"}, 2, "", "without braces"},
+		// Entries no request could match: refused, and nothing written.
+		{[]string{"deny", "plans", "10.0.0.0/33"}, 2, "", `list entry "10.0.0.0/33" is not a valid CIDR prefix: the length "33" is not a number from 0 to 32`},
+		{[]string{"deny", "plans", "300.1.2.3"}, 2, "", `list entry "300.1.2.3" is not a valid IP address: IPv4 field has value >255`},
+		{[]string{"allow", "plans", "10.1.2"}, 2, "", `"10.1.2" is not a valid IP address`},
+		{[]string{"override", "set", "plans", "2001:db8::/129", "deny"}, 2, "", `the length "129"`},
+		{[]string{"allow", "plans", ""}, 2, "", "empty list entry"},
+		{[]string{"override", "list", "plans"}, 0, "# plans: 3 entries, version 5\n", ""},
+		// An exact IPv6 address is a valid entry (the lists match whole
+		// addresses), as is a limit on a key that looks like an address.
+		{[]string{"deny", "plans", "2001:db8::1"}, 0, "plans 2001:db8::1 = deny (version 6)", ""},
+		{[]string{"override", "rm", "plans", "2001:db8::1"}, 0, "removed (version 7)", ""},
 	}
 	for _, st := range steps {
 		code, out, errOut := sluice(t, addr, st.args...)

@@ -1,0 +1,183 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// aclCommands are the commands a limiter's Redis user needs, beside the
+// key pattern ~<prefix>*: the list in docs/production.md ("Redis
+// permissions"), where each is tied to the feature that needs it. WAIT
+// (WithReplicaAck) is not exercised here: it needs a replica.
+var aclCommands = []string{
+	"evalsha", "eval", // every script; EVAL after NOSCRIPT
+	"time", "get", "set", // decisions, Wait, Reserve/Settle, Peek
+	"del",                                                                    // Reset
+	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", "pttl", // Acquire/Release, renewals; WithFleet (no zscore, pttl)
+	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
+}
+
+// warnings records the limiter's log lines at Warn and above.
+type warnings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
+	w.mu.Lock()
+	w.got = append(w.got, b.String())
+	w.mu.Unlock()
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) lines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.got)
+}
+
+// startACL starts a redis-server whose only user, "sluice", may run
+// commands on keys under prefix, and returns a client logged in as it.
+func startACL(t *testing.T, prefix, password string, commands []string) *redis.Client {
+	t.Helper()
+	args := []string{"--user", "default", "off", "--user", "sluice", "on", ">" + password, "~" + prefix + "*", "resetchannels", "-@all"}
+	for _, c := range commands {
+		args = append(args, "+"+c)
+	}
+	srv := redistest.Start(t, args...)
+	rdb := redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), Username: "sluice", Password: password,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		DialerRetries: 1, MaxRetries: -1, ContextTimeoutEnabled: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// runFeatures runs the engine's features against rdb and returns the
+// failures: errors, degraded decisions and warnings logged.
+func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []string {
+	t.Helper()
+	var failed []string
+	fail := func(what string, err error) {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", what, err))
+		}
+	}
+	log := &warnings{}
+	opts := []Option{WithPrefix(prefix), WithTimeout(5 * time.Second), WithLogger(slog.New(log)),
+		WithFleet(Fleet{Name: "acl", Heartbeat: 100 * time.Millisecond})}
+	lim, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	degraded := func(what string, res Result, err error) {
+		if err == nil && res.Degraded {
+			err = errors.New("decided by the fallback")
+		}
+		fail(what, err)
+	}
+	limit := PerSecond(100)
+
+	res, err := lim.Allow(ctx, "acl:allow", limit)
+	degraded("Allow", res, err)
+	res, err = lim.Wait(ctx, "acl:wait", 1, limit)
+	degraded("Wait", res, err)
+	res, err = lim.Peek(ctx, "acl:allow", limit)
+	degraded("Peek", res, err)
+	fail("Reset", lim.Reset(ctx, "acl:allow", limit))
+
+	if rule, err := lim.Prepare(limit); err != nil {
+		t.Fatal(err)
+	} else if rv, err := rule.Reserve(ctx, "acl:reserve", 5); err != nil {
+		fail("Reserve", err)
+	} else {
+		fail("Settle", rv.Settle(ctx, 2))
+	}
+
+	if c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 2, Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	} else if ls, err := c.Acquire(ctx, "acl:lease"); err != nil {
+		fail("Acquire", err)
+	} else {
+		// The holder renews every Lease/3 (ZSCORE, PEXPIRE): hold it
+		// through one renewal.
+		time.Sleep(500 * time.Millisecond) // real time: the renewal is a timer in the engine
+		fail("Release", ls.Release(ctx))
+	}
+
+	if ov, err := NewOverrides(lim, "acl"); err != nil {
+		t.Fatal(err)
+	} else {
+		fail("Overrides.Set", ov.Set(ctx, "tenant:a", Override{Limits: []Limit{PerMinute(5)}}))
+		fail("Overrides.Set deny", ov.Set(ctx, "203.0.113.0/24", Override{Deny: true}))
+		fail("Overrides.Remove", ov.Remove(ctx, "tenant:a"))
+		fail("Overrides.Sync", ov.Sync(ctx))
+		_ = ov.Close()
+	}
+
+	// The fleet: each limiter counts the other.
+	deadline := time.Now().Add(5 * time.Second)
+	for lim.FleetSize() < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := lim.FleetSize(); n < 2 {
+		fail("WithFleet", fmt.Errorf("FleetSize = %d, want 2", n))
+	}
+	fail("Close", lim.Close())
+	fail("Close", other.Close())
+	for _, l := range log.lines() {
+		failed = append(failed, "logged: "+l)
+	}
+	return failed
+}
+
+// TestLeastPrivilegeACL runs the engine's features as a Redis user that has
+// exactly the commands docs/production.md lists, and nothing else: a new
+// command in a script or a new call fails it with NOPERM. It also checks
+// that the test notices a missing command.
+func TestLeastPrivilegeACL(t *testing.T) {
+	const password = "acl-pw-7d1e"
+	t.Run("documented commands", func(t *testing.T) {
+		prefix := "aclok:"
+		if failed := runFeatures(t, startACL(t, prefix, password, aclCommands), prefix); len(failed) > 0 {
+			t.Errorf("features failed as the least-privilege user (a command missing from aclCommands and docs/production.md?):\n%s",
+				strings.Join(failed, "\n"))
+		}
+	})
+	t.Run("one command missing", func(t *testing.T) {
+		prefix := "aclmiss:"
+		less := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "hset" })
+		failed := runFeatures(t, startACL(t, prefix, password, less), prefix)
+		// A command the user lacks is NOPERM when sent, and "can't run
+		// this command" when a script calls it.
+		if !slices.ContainsFunc(failed, func(f string) bool {
+			return strings.HasPrefix(f, "Overrides.Set") && strings.Contains(f, "can't run this command")
+		}) {
+			t.Errorf("without HSET, Overrides.Set did not fail for want of permission: %q", failed)
+		}
+	})
+}

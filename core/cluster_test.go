@@ -931,3 +931,56 @@ func clusterFailover(t *testing.T, edit func(*redis.ClusterOptions), args ...str
 	}
 	return others, othersDeg, back - okAt
 }
+
+// TestClusterStalledClient decides 200 keys on a real 3-master Cluster for
+// 4 s while this process is stopped and continued at random (60–150 ms
+// every 300–800 ms, longer than the 100 ms budget): the stalls are the
+// client's, not the masters', so no breaker opens, and no key is admitted
+// beyond burst + rate·t + 1.
+func TestClusterStalledClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	c := redistest.StartCluster(t)
+	rdb := c.Client(t)
+	warmClient(t, rdb)
+	lim, health := newTopoLimiter(t, rdb)
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("stall-%03d", i)
+	}
+	limit := core.Limit{Rate: 20, Period: time.Second, Burst: 5}
+	redistest.Stall(t)
+	run := startLoad(lim, keys, limit, 32, 2*time.Millisecond)
+	pause(4 * time.Second)
+	samples := run.finish()
+	run.checkErrors(t)
+	admitted := make([]int, len(keys))
+	first := make([]time.Duration, len(keys))
+	last := make([]time.Duration, len(keys))
+	for _, s := range samples {
+		if first[s.key] == 0 {
+			first[s.key] = s.start
+		}
+		last[s.key] = s.end
+		if s.allowed {
+			admitted[s.key]++
+		}
+	}
+	deg, total := degradedIn(samples, 0, run.now())
+	t.Logf("%d decisions on %d keys, %d degraded; %s", total, len(keys), deg, health)
+	health.mu.Lock()
+	outages := len(health.degraded)
+	health.mu.Unlock()
+	if outages != 0 {
+		t.Errorf("%d breakers opened on a healthy Cluster while the client was stalled", outages)
+	}
+	for i, k := range keys {
+		span := last[i] - first[i]
+		bound := limit.Burst + int(int64(limit.Rate)*int64(span)/int64(time.Second)) + 1
+		if admitted[i] > bound {
+			t.Errorf("key %s admitted %d in %v, bound %d", k, admitted[i], span, bound)
+		}
+	}
+	checkQuiet(t, samples, 0, run.now(), "while stalled")
+}

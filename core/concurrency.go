@@ -164,10 +164,10 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	}
 	routed, storeErr := l.onNode(ctx, nd, now, OpAcquire, rkey, send)
 	if routed && storeErr != nil && ErrorReason(storeErr) == ReasonTimeout && callerGone(ctx) == nil {
-		// The answer was lost (to a pause of this process, or a stall
-		// of Redis) and Redis may have given the slot: ask once more
-		// with the same id, which takes no second slot, rather than let
-		// the fallback add one beside it.
+		// The answer was lost to a stall of Redis, and Redis may have
+		// given the slot: ask once more with the same id, which takes no
+		// second slot, rather than let the fallback add one beside it.
+		// (onNode itself asks again after a pause of this process.)
 		routed, storeErr = l.onNode(ctx, nd, l.now(), OpAcquire, rkey, send)
 	}
 	if routed && storeErr == nil {

@@ -99,10 +99,21 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		return false, nil
 	}
 	pause.Watch()
-	start := pause.Now()
 	took, err := run()
 	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
 		l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err})
+	}
+	if err != nil && callerGone(ctx) == nil && l.faultOf(err, took) == faultPause {
+		// The answer was lost to a pause of this process: ask once
+		// more rather than decide without the store. Every kind of
+		// operation may be sent again: settlements, acquisitions (by
+		// their lease id), releases and resets are idempotent; a
+		// decision sent again may charge its key twice, which errs
+		// toward denying, never toward admitting.
+		took, err = run()
+		if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
+			l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err})
+		}
 	}
 	if err == nil {
 		if brk.excused.Load() != 0 {
@@ -117,7 +128,7 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		brk.abandon(r, now)
 		return true, cerr
 	}
-	switch l.faultOf(err, start, took) {
+	switch l.faultOf(err, took) {
 	case faultKey:
 		if brk.success(r, now) {
 			l.recovered(brk, now, "")
@@ -153,16 +164,17 @@ func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error
 	}
 }
 
-// faultOf judges err, an error of a call begun at start (the pause
-// detector's clock) whose I/O took took.
-func (l *Limiter) faultOf(err error, start int64, took time.Duration) fault {
+// faultOf judges err, an error of a call whose I/O took took and has just
+// ended.
+func (l *Limiter) faultOf(err error, took time.Duration) fault {
 	if keyFault(err) {
 		return faultKey
 	}
 	if ErrorReason(err) != ReasonTimeout {
 		return faultNode
 	}
-	if pause.Overlaps(start, pause.Now()) || (l.timeout > 0 && took-l.timeout > pause.Late) {
+	end := pause.Now()
+	if pause.Overlaps(end-int64(took), end) || (l.timeout > 0 && took-l.timeout > pause.Late) {
 		// A pause overlapped the call, or its deadline was noticed
 		// late: this process was not running when it fired.
 		return faultPause

@@ -13,9 +13,9 @@
 //
 // One detector serves the whole process, since a pause stops every
 // goroutine of it. It runs only while it is used: [Watch] starts it (each
-// store call calls Watch, which costs one atomic load when the detector is
-// running), and it stops by itself after [Idle] without a Watch, so an idle
-// process and a finished test leave no goroutine behind.
+// store call calls Watch, which costs two atomic loads when the detector
+// is running), and it stops by itself within 2×[Idle] without a Watch, so an
+// idle process and a finished test leave no goroutine behind.
 package pause
 
 import (
@@ -30,8 +30,9 @@ const (
 	// Late is how late past its due time a wake-up must be to count as a
 	// pause. A busy but running process wakes within a few milliseconds.
 	Late = 20 * time.Millisecond
-	// Idle is how long the detector runs after the last Watch.
-	Idle = 2 * time.Second
+	// Idle is how often the running detector looks for a Watch since its
+	// last look: it stops between Idle and twice Idle after the last.
+	Idle = time.Second
 	// keep is how many recent pauses are remembered.
 	keep = 32
 )
@@ -49,7 +50,7 @@ func At(t time.Time) int64 { return int64(t.Sub(base)) }
 // detector is the process's pause detector.
 type detector struct {
 	running  atomic.Bool
-	watched  atomic.Int64 // clock of the last Watch that stored
+	watched  atomic.Bool  // a Watch since the ticker last looked
 	lastTick atomic.Int64 // clock of the ticker's last wake-up; 0 when stopped
 
 	mu     sync.Mutex
@@ -60,43 +61,49 @@ type detector struct {
 
 var std detector
 
-// Watch makes sure the detector runs and keeps it running for at least
+// Watch makes sure the detector runs, and keeps it running for at least
 // Idle more. It is cheap enough for every store call.
 func Watch() {
-	now := Now()
 	if std.running.Load() {
-		// Storing at most once every Tick keeps the cache line quiet.
-		if now-std.watched.Load() > int64(Tick) {
-			std.watched.Store(now)
+		// Storing only when the ticker has cleared it keeps the cache
+		// line quiet.
+		if !std.watched.Load() {
+			std.watched.Store(true)
 		}
 		return
 	}
-	std.watched.Store(now)
+	std.watched.Store(true)
 	if std.running.CompareAndSwap(false, true) {
-		std.lastTick.Store(now)
+		std.lastTick.Store(Now())
 		go std.run()
 	}
 }
 
-// run wakes every Tick until Idle has passed without a Watch.
+// run wakes every Tick, and stops after a whole Idle without a Watch.
 func (d *detector) run() {
 	t := time.NewTicker(Tick)
 	defer t.Stop()
+	look := Now() + int64(Idle)
 	for range t.C {
 		now := Now()
 		last := d.lastTick.Swap(now)
 		if gap := now - last; gap > int64(Tick+Late) {
 			d.record(last, now)
 		}
-		if now-d.watched.Load() > int64(Idle) {
-			d.running.Store(false)
-			// A Watch between the check and the store above may have
-			// seen running still true and returned: start again.
-			if now2 := Now(); now2-d.watched.Load() <= int64(Idle) && d.running.CompareAndSwap(false, true) {
-				continue
-			}
-			return
+		if now < look {
+			continue
 		}
+		look = now + int64(Idle)
+		if d.watched.Swap(false) {
+			continue
+		}
+		d.running.Store(false)
+		// A Watch between the Swap and the Store above saw running
+		// still true and returned: run on.
+		if d.watched.Load() && d.running.CompareAndSwap(false, true) {
+			continue
+		}
+		return
 	}
 }
 

@@ -26,6 +26,7 @@ var aclCommands = []string{
 	"del",                                                                    // Reset
 	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", "pttl", // Acquire/Release, renewals; WithFleet (no zscore, pttl)
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
+	"ping", "info", // Ready
 }
 
 // warnings records the limiter's log lines at Warn and above.
@@ -102,6 +103,7 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []string {
 	}
 	limit := PerSecond(100)
 
+	fail("Ready", lim.Ready(ctx))
 	res, err := lim.Allow(ctx, "acl:allow", limit)
 	degraded("Allow", res, err)
 	res, err = lim.Wait(ctx, "acl:wait", 1, limit)

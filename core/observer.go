@@ -144,6 +144,8 @@ const (
 	ReasonClusterDown = "clusterdown" // the Cluster cannot serve the slot
 	ReasonOOM         = "oom"         // the server is at maxmemory
 	ReasonScript      = "script"      // the script failed (a key of another type, a busy script)
+	ReasonAuth        = "auth"        // authentication failed (NOAUTH, WRONGPASS)
+	ReasonNoPerm      = "noperm"      // the Redis user may not run a command or touch a key (NOPERM)
 	ReasonOther       = "other"       // anything else
 )
 
@@ -183,6 +185,9 @@ func ErrorReason(err error) string {
 // redisReasons maps the prefixes of Redis error replies to reasons.
 var redisReasons = [...]struct{ prefix, reason string }{
 	{"LOADING", ReasonLoading},
+	{"NOAUTH", ReasonAuth},
+	{"WRONGPASS", ReasonAuth},
+	{"NOPERM", ReasonNoPerm},
 	{"READONLY", ReasonReadOnly},
 	{"CLUSTERDOWN", ReasonClusterDown},
 	{"MASTERDOWN", ReasonClusterDown},

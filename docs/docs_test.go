@@ -603,8 +603,14 @@ func observeAll(obs core.Observer) {
 			}
 		}
 	}
-	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: time.Millisecond})
-	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Latency: 50 * time.Millisecond, Err: errors.New("down")})
+	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Op: core.OpDecide, Latency: time.Millisecond})
+	obs.ObserveStore(core.StoreCall{Node: "redis:6379", Op: core.OpDecide, Latency: 50 * time.Millisecond, Err: errors.New("down")})
+	if co, ok := obs.(core.ConcurrencyObserver); ok {
+		cap := core.ConcurrencyLimit{Name: "uploads", Max: 10}
+		co.ObserveAcquire(cap, true, core.SourceStore)
+		co.ObserveAcquire(cap, false, core.SourceStore)
+		co.ObserveRelease(cap)
+	}
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})
 }

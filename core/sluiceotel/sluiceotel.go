@@ -321,7 +321,7 @@ func (obs *Observer) node(name string) *node {
 
 // reasons are the values of error.type, from core.ErrorReason.
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
-	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
+	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther}
 
 // ops are the values of db.operation.name, from core's Op constants; a
 // kind of call not listed is recorded as "other".

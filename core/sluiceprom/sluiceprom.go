@@ -65,7 +65,7 @@ type nodeMetrics struct {
 
 // reasons are the values of the reason label, from core.ErrorReason.
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
-	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonOther}
+	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther}
 
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
@@ -142,7 +142,7 @@ func New(opts ...Option) (*Collector, error) {
 			[]string{"node"}, o.constLabels),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        name("store_errors_total"),
-			Help:        "Per store node: failed store calls by reason (timeout, refused, connection, loading, readonly, clusterdown, oom, script, other).",
+			Help:        "Per store node: failed store calls by reason (timeout, refused, connection, loading, readonly, clusterdown, oom, script, auth, noperm, other).",
 			ConstLabels: o.constLabels,
 		}, []string{"node", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{

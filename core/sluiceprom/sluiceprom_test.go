@@ -76,7 +76,7 @@ func TestCollector(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "sluice_store_latency_seconds"); err != nil || n != 4 {
 		t.Errorf("latency series = %d, %v; want 4 (ok and error for each node)", n, err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "sluice_store_errors_total"); err != nil || n != 18 {
+	if n, err := testutil.GatherAndCount(reg, "sluice_store_errors_total"); err != nil || n != 22 {
 		t.Errorf("error series = %d, %v; want 18 (every reason of each node, from zero)", n, err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {

@@ -1,0 +1,184 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// readyScript runs a script that touches no key: it proves that the
+// user may run scripts (EVALSHA, and EVAL after NOSCRIPT).
+var readyScript = redis.NewScript("return {1}")
+
+// Ready reports whether the store can decide, for a Kubernetes readiness
+// or start-up probe: nil when every node answered, let the limiter run
+// scripts and keeps an eviction policy that cannot evict what the limiter
+// must keep. Otherwise it returns an error wrapping [ErrUnavailable] that
+// says the cause in words: nothing listens at the address (refused), no
+// answer before ctx's deadline (timeout), authentication failed, the
+// Redis user may not run scripts, or the eviction policy can lose limits.
+//
+// Ready also warms each node's connection pool: it opens as many
+// connections as the limiter keeps calls in flight to a node (see
+// [WithBatching]), so that the first decisions after it do not pay
+// connection handshakes inside their budget. It asks every node (every
+// master of a Cluster, every shard of a Ring); it is bounded by ctx alone,
+// not by the limiter's budget, and sends its calls whatever the breakers
+// say. For a limiter made by [NewMemory] it returns nil.
+//
+// Ready is safe for concurrent use; probes may call it as often as they
+// like (it costs a few round trips per node).
+func (l *Limiter) Ready(ctx context.Context) error {
+	if l.store == nil {
+		return nil
+	}
+	clients, err := l.store.nodeClients(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, readyCause(err), err)
+	}
+	warm := max(1, 3*l.inflight+1)
+	var wg sync.WaitGroup
+	errs := make([]error, len(clients))
+	for i, c := range clients {
+		wg.Go(func() { errs[i] = l.readyNode(ctx, c, warm) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readyNode checks one node: warm connections, a script, the eviction
+// policy. c is nil for a client whose nodes the limiter cannot see (any
+// other redis.Scripter): then only the script is checked.
+func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) error {
+	name := l.brk.node
+	var rdb redis.Scripter = l.store.rdb
+	if c != nil {
+		name, rdb = c.Options().Addr, c
+		if err := warmPool(ctx, c, min(warm, c.Options().PoolSize)); err != nil {
+			return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
+		}
+	}
+	if err := readyScript.Run(ctx, rdb, nil).Err(); err != nil {
+		return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
+	}
+	if c == nil {
+		return nil
+	}
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return nil // the policy cannot be read; docs/production.md lists INFO in the ACL
+		}
+		return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
+	}
+	if policy := infoField(info, "maxmemory_policy"); evicts(policy) {
+		return fmt.Errorf("%w: node %s: maxmemory-policy %s can evict what the limiter must keep (%s); use a dedicated instance with noeviction, or volatile-lru (docs/production.md)",
+			ErrUnavailable, name, policy, evictionRisk(policy))
+	}
+	return nil
+}
+
+// warmPool opens n connections of c at once and puts them back in its
+// pool, so that n calls at once find a connection ready.
+func warmPool(ctx context.Context, c *redis.Client, n int) error {
+	conns := make([]*redis.Conn, 0, n)
+	defer func() {
+		for _, cn := range conns {
+			_ = cn.Close() // back to the pool
+		}
+	}()
+	for range n {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evicts reports whether a maxmemory policy can evict keys the limiter
+// must keep: every allkeys- policy can evict the keys without an expiry
+// (run-time overrides, their versions), volatile-ttl evicts first the
+// buckets with the shortest expiry, which are the busiest ones, and
+// volatile-random any bucket at all.
+func evicts(policy string) bool {
+	return strings.HasPrefix(policy, "allkeys-") || policy == "volatile-ttl" || policy == "volatile-random"
+}
+
+// evictionRisk says what policy can evict.
+func evictionRisk(policy string) string {
+	if policy == "volatile-ttl" {
+		return "the busiest buckets have the shortest expiries and are evicted first, then come back full"
+	}
+	if policy == "volatile-random" {
+		return "any bucket, busy or not, may be evicted and come back full"
+	}
+	return "keys without an expiry, such as run-time overrides, as well as buckets"
+}
+
+// infoField returns the value of field in an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// readyCause says in words what err means for a probe.
+func readyCause(err error) string {
+	switch ErrorReason(err) {
+	case ReasonRefused:
+		return "connection refused: nothing listens at the address"
+	case ReasonTimeout:
+		return "no answer before the probe's deadline"
+	case ReasonAuth:
+		return "authentication failed (check the client's user and password)"
+	case ReasonNoPerm:
+		return "the Redis user lacks a permission the limiter needs (see the ACL in docs/production.md)"
+	case ReasonLoading:
+		return "the server is loading its dataset"
+	case ReasonReadOnly:
+		return "the node is a replica (a failover may be in progress)"
+	case ReasonClusterDown:
+		return "the Cluster cannot serve its slots"
+	case ReasonConnection:
+		return "the connection broke"
+	}
+	return "the store failed"
+}
+
+// nodeClients returns the clients of the store's nodes: every master of a
+// Cluster, every shard of a Ring, the one client of a single server; a
+// nil client for any other redis.Scripter.
+func (s *redisStore) nodeClients(ctx context.Context) ([]*redis.Client, error) {
+	var mu sync.Mutex
+	var out []*redis.Client
+	add := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c)
+		mu.Unlock()
+		return nil
+	}
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		return []*redis.Client{c}, nil
+	case *redis.ClusterClient:
+		if err := c.ForEachMaster(ctx, add); err != nil {
+			return nil, err
+		}
+		return out, nil
+	case *redis.Ring:
+		if err := c.ForEachShard(ctx, add); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	return []*redis.Client{nil}, nil
+}

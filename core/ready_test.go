@@ -1,0 +1,123 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// TestReady: the readiness check's answer names the cause, in words, for
+// each way a store can be unusable.
+func TestReady(t *testing.T) {
+	healthy := redistest.Start(t)
+	protected := redistest.Start(t, "--requirepass", "s3cret")
+	evicting := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	limited := redistest.Start(t)
+	admin := redistest.NewClient(t, limited.Addr())
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "probe", "on", ">pw", "~*", "+ping", "+info", "+hello", "+client").Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow := redistest.NewProxy(t, healthy.Addr())
+	slow.SetDelay(2 * time.Second)
+	client := func(addr string, edit func(*redis.Options)) *redis.Client {
+		o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, Protocol: 2}
+		if edit != nil {
+			edit(o)
+		}
+		c := redis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	cases := []struct {
+		name string
+		rdb  *redis.Client
+		want string // in the error; "" for ready
+	}{
+		{"healthy", client(healthy.Addr(), nil), ""},
+		{"refused", client(refusedAddr(t), nil), "connection refused: nothing listens at the address"},
+		{"no password", client(protected.Addr(), nil), "authentication failed"},
+		{"wrong password", client(protected.Addr(), func(o *redis.Options) { o.Password = "wrong" }), "authentication failed"},
+		{"password", client(protected.Addr(), func(o *redis.Options) { o.Password = "s3cret" }), ""},
+		{"no script permission", client(limited.Addr(), func(o *redis.Options) { o.Username, o.Password = "probe", "pw" }), "lacks a permission"},
+		{"timeout", client(slow.Addr(), nil), "no answer before the probe's deadline"},
+		{"evicting policy", client(evicting.Addr(), nil), "maxmemory-policy allkeys-lru can evict"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, err := New(tc.rdb, WithLogger(quietLogger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err = lim.Ready(ctx)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Ready() = %v, want nil", err)
+			case tc.want == "":
+			case err == nil:
+				t.Fatalf("Ready() = nil, want an error saying %q", tc.want)
+			case !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("Ready() = %v, want an error wrapping ErrUnavailable saying %q", err, tc.want)
+			default:
+				t.Logf("Ready() = %v", err)
+			}
+		})
+	}
+}
+
+// TestReadyWarmsThePool: with Redis 20 ms away, a decision on a fresh
+// connection pays the connection's handshake too and outlives the 50 ms
+// budget; after Ready has warmed the pool, decisions from as many callers
+// as the limiter keeps in flight find connections ready and none fails.
+func TestReadyWarmsThePool(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	proxy.SetDelay(20 * time.Millisecond)
+	decide := func(lim *Limiter) (degraded int64) {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				for j := range 5 {
+					res, err := lim.Allow(context.Background(), "k"+string(rune('a'+i))+string(rune('a'+j)), PerSecond(100))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Degraded {
+						n.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return n.Load()
+	}
+	fresh := func() *Limiter {
+		lim, err := New(outageClient(t, proxy.Addr()), WithPrefix(uniquePrefix()), WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+	cold := decide(fresh())
+	lim := fresh()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lim.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	warm := decide(lim)
+	t.Logf("Redis 20 ms away, 60 decisions from 12 callers: %d degraded on a cold pool, %d after Ready", cold, warm)
+	if warm != 0 {
+		t.Errorf("%d decisions degraded after Ready warmed the pool, want none", warm)
+	}
+}

@@ -488,6 +488,7 @@ func (s *Server) launch(deadline time.Time) (int64, error) {
 	if err != nil {
 		return offset, err
 	}
+	favour(cmd.Process.Pid)
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // Rule is a set of limits compiled once and bound to the [Limiter] that
@@ -71,7 +73,28 @@ func (r *Rule) DryRun() (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.dryRun = true
+	p.dryRun, p.penalty = true, r.p.penalty
+	return &Rule{lim: r.lim, p: p}, nil
+}
+
+// WithPenalty returns a rule with the same limits, scope, dry run and
+// buckets whose denials lock the key for d, as the limiter's [WithPenalty]
+// does for every rule: a login rule can lock a key for a quarter of an hour
+// on an engine whose other rules lock nothing, or the reverse. Zero means
+// no lock, whatever the limiter's option says. The lock is the key's, in
+// its bucket: a rule of the same scope and limits without the penalty is
+// denied while the lock holds, as every rule on the key is. The rule
+// itself is unchanged. WithPenalty returns an error for a negative d or one
+// above [MaxPenalty].
+func (r *Rule) WithPenalty(d time.Duration) (*Rule, error) {
+	if d < 0 || d > MaxPenalty {
+		return nil, fmt.Errorf("core: Rule.WithPenalty: %s is not from 0 to %s", d, MaxPenalty)
+	}
+	p, err := r.lim.plans.compileScoped(r.p.scope, r.p.limits)
+	if err != nil {
+		return nil, err
+	}
+	p.dryRun, p.penalty = r.p.dryRun, micros(d)
 	return &Rule{lim: r.lim, p: p}, nil
 }
 

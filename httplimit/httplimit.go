@@ -50,9 +50,9 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if mux != nil && r.Pattern == "" {
-				// Around a whole ServeMux: the route the mux is about to
-				// match, as it will set it itself.
+			if mux != nil {
+				// Around a ServeMux: the route the mux is about to match,
+				// which it sets itself when it serves the request.
 				_, r.Pattern = mux.Handler(r)
 			}
 			v := p.Decide(r.Context(), request{r})

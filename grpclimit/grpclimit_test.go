@@ -555,7 +555,7 @@ func TestLimit(t *testing.T) {
 func TestBuckets(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	replica := func() *core.Limiter {
-		lim, err := core.New(redistest.NewClient(t, addr), core.WithLogger(slog.New(slog.DiscardHandler)))
+		lim, err := core.New(redistest.NewClient(t, addr), core.WithTimeout(5*time.Second), core.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,9 +45,12 @@ func (l *Limiter) Prepare(limits ...Limit) (*Rule, error) {
 // hashed into the keys' fingerprint, so it may be any text; the empty
 // scope is Prepare's.
 //
-// Middleware uses it to give each middleware its own buckets (see the
-// adapters' WithScope); call it directly where two uses of one limit must
-// not draw on one bucket:
+// Middleware names its buckets with it: a middleware given WithScope(x)
+// draws on the buckets of PrepareScoped(x, limits...) (its main limit
+// first, then those of its WithLimits), and one without counts in the
+// scope of the request's route, such as "route:GET /login" (see package
+// policy). Call it directly to share a middleware's buckets, or where two
+// uses of one limit must not draw on one bucket:
 //
 //	search, err := lim.PrepareScoped("search", core.PerMinute(60))
 //	export, err := lim.PrepareScoped("export", core.PerMinute(60))

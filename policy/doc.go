@@ -38,7 +38,8 @@
 // bucket per key. So two routes guarded by middlewares made apart, on the
 // routes themselves or by one helper, never share buckets; nor do the
 // routes of one middleware registered for a group (gin's or echo's r.Use,
-// a gRPC interceptor): each route has its own budget per key. To give a
+// httplimit around an http.ServeMux, a gRPC interceptor): each route has
+// its own budget per key. To give a
 // group one budget per key across its routes, name a scope, one line:
 // r.Use(ginlimit.New(lim, limit, key, ginlimit.WithScope("api"))).
 // Middlewares with one scope and the same limits share buckets, which are
@@ -47,7 +48,8 @@
 // App.Use, or a net/http handler around something other than an
 // http.ServeMux) sees no route: all its requests count in the unmatched
 // scope, one budget across the group; attach it to the routes to count
-// per route.
+// per route. A penalty lock ([WithPenalty]) is a middleware's own setting
+// too, and holds in its buckets on every replica.
 //
 // The engine that decides a key lives in core; this package decides a
 // request.

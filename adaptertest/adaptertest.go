@@ -103,6 +103,8 @@ type Middleware struct {
 	Wait        time.Duration
 	ProblemJSON bool
 	Scope       string
+	// Penalty maps to WithPenalty.
+	Penalty time.Duration
 	// Concurrency maps to WithConcurrency; its zero value means "do not
 	// pass the option".
 	Concurrency core.ConcurrencyLimit
@@ -225,7 +227,11 @@ type Want struct {
 }
 
 // Run runs every scenario of [Scenarios] as a subtest of t against the
-// adapter that build makes.
+// adapter that build makes, and then a rolling deploy: two builds of one
+// service, their routes registered in different orders, serving
+// alternately on one real Redis ([redistest.Addr]; skipped without one,
+// except under CI), must count in the same buckets and share a penalty
+// lock.
 func Run(t *testing.T, build Build) {
 	t.Helper()
 	for _, sc := range Scenarios() {
@@ -237,6 +243,7 @@ func Run(t *testing.T, build Build) {
 			}
 		})
 	}
+	t.Run("rolling deploy", func(t *testing.T) { checkRollingDeploy(t, build) })
 }
 
 // do sends st's request with its defaults filled in.
@@ -300,11 +307,11 @@ func check(t *testing.T, step int, st Step, got Response) {
 	}
 }
 
-// CheckDefaultScope checks that middlewares made at different lines keep
-// apart buckets by default, even with the same limit and key function.
+// CheckDefaultScope checks that middlewares made apart keep apart buckets
+// by default on two routes, even with the same limit and key function.
 // serve must route GET /a and GET /b, each through a middleware of its
 // own allowing one request a minute on one static key, made by two calls
-// of the adapter's New on two lines.
+// of the adapter's New.
 func CheckDefaultScope(t *testing.T, serve Serve) {
 	t.Helper()
 	for i, st := range []struct {
@@ -312,7 +319,7 @@ func CheckDefaultScope(t *testing.T, serve Serve) {
 		want int
 	}{{"/a", 200}, {"/a", 429}, {"/b", 200}, {"/b", 429}} {
 		if got := serve(get(st.path)).Status; got != st.want {
-			t.Errorf("request %d, GET %s: status %d, want %d (middlewares made at two lines share a bucket?)", i+1, st.path, got, st.want)
+			t.Errorf("request %d, GET %s: status %d, want %d (two routes share a bucket?)", i+1, st.path, got, st.want)
 		}
 	}
 }
@@ -349,6 +356,9 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.Scope != "" {
 		opts = append(opts, policy.WithScope[C, H](m.Scope))
+	}
+	if m.Penalty != 0 {
+		opts = append(opts, policy.WithPenalty[C, H](m.Penalty))
 	}
 	if m.Concurrency != (core.ConcurrencyLimit{}) {
 		opts = append(opts, policy.WithConcurrency[C, H](m.Concurrency))

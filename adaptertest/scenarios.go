@@ -35,7 +35,7 @@ func Scenarios() []Scenario {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	return append([]Scenario{
+	return append(append([]Scenario{
 		{
 			Name:    "allow then deny with exact headers",
 			Limiter: Frozen,
@@ -321,7 +321,7 @@ func Scenarios() []Scenario {
 				{Request: get("/items/1"), Want: Want{Status: 429, Header: with(legacy(2, 0, 60), "Retry-After", "30")}},
 			},
 		},
-	}, append(settleScenarios(), listScenarios()...)...)
+	}, append(settleScenarios(), listScenarios()...)...), bucketScenarios()...)
 }
 
 // severalLimits: with 10/s and 1000/h on one key, every field describes
@@ -418,9 +418,8 @@ func perRoute() Scenario {
 }
 
 // scopes: middlewares with the same limit and key function keep apart
-// buckets unless they name one scope. (Each adapter's tests check that
-// middlewares made at different lines are apart by default: here every
-// middleware is made at one line of the builder.)
+// buckets on two routes, unless they name one scope, which then covers
+// several routes.
 func scopes() Scenario {
 	mw := func(scope string) *Middleware {
 		return &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Static("all"), Scope: scope}

@@ -297,7 +297,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	cost := int64(n)
 
 	if l.store == nil {
-		d := l.local.take(p.id, key, now, p.ticks, cost, maxWait, l.penalty)
+		d := l.local.take(p.id, key, now, p.ticks, cost, maxWait, l.penaltyOf(p))
 		return l.done(d, p, SourceStore, false)
 	}
 
@@ -316,16 +316,20 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			now = l.now()
 			dn, st, ch = l.denies.check(p.id, key, now)
 		}
-		switch st {
-		case denyHit:
+		switch {
+		case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
+			// A denial cached from a rule of the same bucket without a
+			// penalty (see Rule.WithPenalty): this rule's denial must
+			// reach the store to lock the key.
+		case st == denyHit:
 			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
 			return l.done(d, p, SourceDenyCache, false)
-		case denyProbe:
+		case st == denyProbe:
 			defer l.denies.release(p.id, key, ch)
 		}
 	}
 
-	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penalty, now: now}
+	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
 	nd := l.store.node(ctx, c.rkey)
 	var d decision
 	routed, storeErr := l.onNode(ctx, nd, now, OpDecide, c.rkey, func() (time.Duration, error) {
@@ -342,7 +346,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			// full bucket, which it nearly is, and costs no memory.
 			l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
 		}
-		if l.denies != nil && d.next > 0 && (!d.allowed || l.penalty == 0 && !p.stepped) {
+		if l.denies != nil && d.next > 0 && (!d.allowed || c.penalty == 0 && !p.stepped) {
 			// Redis said when a unit request can next pass. Counted
 			// from when this request was sent, that never outlasts
 			// Redis's own answer. With a penalty lock, only denials
@@ -362,6 +366,15 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	brk.degraded.Add(1)
 	l.stillDown(brk, now)
 	return l.fallback(key, p, now, cost, maxWait, storeErr)
+}
+
+// penaltyOf returns the penalty lock of p's denials in microseconds: its
+// rule's (see Rule.WithPenalty), else the limiter's.
+func (l *Limiter) penaltyOf(p *plan) int64 {
+	if p.penalty >= 0 {
+		return p.penalty
+	}
+	return l.penalty
 }
 
 // denyMaxAge bounds, in microseconds, how long the deny cache answers for
@@ -455,7 +468,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// then takes the whole share, rather than being denied for as long
 	// as the outage lasts.
 	sh := l.share(p)
-	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penalty)
+	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
 	res, d, err := l.done(d, p, SourceFallback, true)
 	res.Limit = sh.limits[d.index] // the limit actually enforced
 	return res, d, err

@@ -128,7 +128,9 @@ const MaxPenalty = 100 * 365 * 24 * time.Hour
 // WithPenalty makes a denial lock its key for d: until the lock ends every
 // request on the key is denied, on every replica, with RetryAfter set to the
 // time left. Requests during the lock do not extend it. Zero disables the
-// lock. [New] returns an error for a negative d or one above [MaxPenalty].
+// lock. It is the default of every rule: [Rule.WithPenalty] sets another
+// for one rule (and a middleware's WithPenalty for one middleware). [New]
+// returns an error for a negative d or one above [MaxPenalty].
 //
 // Default: 0 (no lock).
 func WithPenalty(d time.Duration) Option { return func(o *options) { o.penalty = d } }

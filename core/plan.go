@@ -29,8 +29,9 @@ type plan struct {
 
 	coarse []coarseFallback // fallback limits that could not be used as given
 
-	scope  string // the scope it was compiled for (see Limiter.PrepareScoped)
-	dryRun bool   // its results are marked DryRun (see Rule.DryRun)
+	scope   string // the scope it was compiled for (see Limiter.PrepareScoped)
+	dryRun  bool   // its results are marked DryRun (see Rule.DryRun)
+	penalty int64  // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -93,6 +94,7 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 	}
 	p.local, p.coarse = *local, coarse
 	p.scope = scope
+	p.penalty = -1
 	return p, nil
 }
 

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // Rule is a set of limits compiled once and bound to the [Limiter] that
@@ -43,9 +45,12 @@ func (l *Limiter) Prepare(limits ...Limit) (*Rule, error) {
 // hashed into the keys' fingerprint, so it may be any text; the empty
 // scope is Prepare's.
 //
-// Middleware uses it to give each middleware its own buckets (see the
-// adapters' WithScope); call it directly where two uses of one limit must
-// not draw on one bucket:
+// Middleware names its buckets with it: a middleware given WithScope(x)
+// draws on the buckets of PrepareScoped(x, limits...) (its main limit
+// first, then those of its WithLimits), and one without counts in the
+// scope of the request's route, such as "route:GET /login" (see package
+// policy). Call it directly to share a middleware's buckets, or where two
+// uses of one limit must not draw on one bucket:
 //
 //	search, err := lim.PrepareScoped("search", core.PerMinute(60))
 //	export, err := lim.PrepareScoped("export", core.PerMinute(60))
@@ -71,7 +76,28 @@ func (r *Rule) DryRun() (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.dryRun = true
+	p.dryRun, p.penalty = true, r.p.penalty
+	return &Rule{lim: r.lim, p: p}, nil
+}
+
+// WithPenalty returns a rule with the same limits, scope, dry run and
+// buckets whose denials lock the key for d, as the limiter's [WithPenalty]
+// does for every rule: a login rule can lock a key for a quarter of an hour
+// on an engine whose other rules lock nothing, or the reverse. Zero means
+// no lock, whatever the limiter's option says. The lock is the key's, in
+// its bucket: a rule of the same scope and limits without the penalty is
+// denied while the lock holds, as every rule on the key is. The rule
+// itself is unchanged. WithPenalty returns an error for a negative d or one
+// above [MaxPenalty].
+func (r *Rule) WithPenalty(d time.Duration) (*Rule, error) {
+	if d < 0 || d > MaxPenalty {
+		return nil, fmt.Errorf("core: Rule.WithPenalty: %s is not from 0 to %s", d, MaxPenalty)
+	}
+	p, err := r.lim.plans.compileScoped(r.p.scope, r.p.limits)
+	if err != nil {
+		return nil, err
+	}
+	p.dryRun, p.penalty = r.p.dryRun, micros(d)
 	return &Rule{lim: r.lim, p: p}, nil
 }
 

@@ -58,6 +58,15 @@
 // X-Forwarded-For and X-Real-IP from any peer, so that any client could
 // choose its own key.
 //
+// # Routes and buckets
+//
+// A middleware counts each route in buckets of its own, named by the
+// route's path (echo.Context.Path, HEAD counted as GET) and the limits,
+// never by where the middleware was made (see package policy): so
+// e.Use(echolimit.New(...)) gives every route, and requests that match no
+// route together, their own budget per key. For one budget per key across
+// the server or a group, name a scope with [WithScope].
+//
 // # Route keys
 //
 // [keyfunc.Route] reads echo.Context.Path, the matched route's pattern, such

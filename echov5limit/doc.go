@@ -59,6 +59,15 @@
 // follows the app's IPExtractor; echo v5 no longer believes forwarding
 // headers from any peer when no IPExtractor is set.
 //
+// # Routes and buckets
+//
+// A middleware counts each route in buckets of its own, named by the
+// route's path (echo.Context.Path, HEAD counted as GET) and the limits,
+// never by where the middleware was made (see package policy): so
+// e.Use(echov5limit.New(...)) gives every route, and requests that match
+// no route together, their own budget per key. For one budget per key
+// across the server or a group, name a scope with [WithScope].
+//
 // # Route keys
 //
 // [keyfunc.Route] reads echo.Context.Path, the matched route's pattern, such

@@ -45,6 +45,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*echo.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*echo.Context, handlers]
+	// WithPenalty is [policy.WithPenalty].
+	WithPenalty = policy.WithPenalty[*echo.Context, handlers]
 	// WithConcurrency is [policy.WithConcurrency].
 	WithConcurrency = policy.WithConcurrency[*echo.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].

@@ -45,6 +45,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*fiber.Ctx, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*fiber.Ctx, handlers]
+	// WithPenalty is [policy.WithPenalty].
+	WithPenalty = policy.WithPenalty[*fiber.Ctx, handlers]
 	// WithConcurrency is [policy.WithConcurrency].
 	WithConcurrency = policy.WithConcurrency[*fiber.Ctx, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].

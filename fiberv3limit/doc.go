@@ -63,6 +63,17 @@
 // settings, is used only by [keyfunc.FrameworkClientIP]. Formatting the
 // peer address costs one small allocation per request that reads it.
 //
+// # Routes and buckets
+//
+// A middleware counts each route in buckets of its own, named by the
+// route's path (fiber.Ctx.FullPath, HEAD counted as GET, as fiber serves it
+// with the GET route) and the limits, never by where the middleware was
+// made (see package policy). A middleware added with App.Use or Group
+// runs before fiber knows the request's route (see Route keys below): all
+// its requests count in one scope, one budget per key across what it
+// guards, as [WithScope] would say. Attach a middleware to the routes
+// themselves to count per route.
+//
 // # Route keys
 //
 // [keyfunc.Route] reads the matched route's path, with any group prefix,

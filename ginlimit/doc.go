@@ -47,6 +47,17 @@
 // gin.Context.ClientIP, which by default believes X-Forwarded-For and
 // X-Real-IP from any peer, so that any client could choose its own key.
 //
+// # Routes and buckets
+//
+// A middleware counts each route in buckets of its own, named by the
+// route's pattern (gin.Context.FullPath, HEAD counted as GET) and the
+// limits, never by where the middleware was made (see package policy):
+// so r.Use(ginlimit.New(...)) gives every route, and requests that match
+// no route together, their own budget per key. For one budget per key
+// across the engine or a group, name a scope:
+//
+//	r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.IP(), ginlimit.WithScope("api")))
+//
 // # Route keys
 //
 // [keyfunc.Route] reads gin.Context.FullPath, the matched route's pattern,

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/core"
@@ -36,4 +37,61 @@ func Example() {
 	// 200 1 hello
 	// 200 0 hello
 	// 429 0 Too Many Requests
+}
+
+// A middleware registered with r.Use counts each route apart; WithScope
+// makes it one budget across the routes.
+func ExampleWithScope() {
+	lim, err := core.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	r := gin.New()
+	// Two requests per minute per client address, across every route.
+	r.Use(ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithScope("api")))
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	r.GET("/orders", ok)
+	r.GET("/invoices", ok)
+
+	for _, path := range []string{"/orders", "/invoices", "/orders"} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.RemoteAddr = "203.0.113.7:51234"
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		fmt.Println(path, rec.Code)
+	}
+	// Output:
+	// /orders 200
+	// /invoices 200
+	// /orders 429
+}
+
+// A penalty on the login route only: its third attempt within a minute
+// locks the address out for 15 minutes, while the search route, on the
+// same engine, only waits for its next token.
+func ExampleWithPenalty() {
+	lim, err := core.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	r := gin.New()
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	r.POST("/login", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithPenalty(15*time.Minute)), ok)
+	r.GET("/search", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP()), ok)
+
+	for _, route := range []string{"POST /login", "POST /login", "POST /login", "GET /search", "GET /search", "GET /search"} {
+		method, path, _ := strings.Cut(route, " ")
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = "203.0.113.7:51234"
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		fmt.Println(strings.TrimSpace(fmt.Sprint(route, " ", rec.Code, " ", rec.Header().Get("Retry-After"))))
+	}
+	// Output:
+	// POST /login 200
+	// POST /login 200
+	// POST /login 429 900
+	// GET /search 200
+	// GET /search 200
+	// GET /search 429 30
 }

@@ -45,6 +45,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*gin.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*gin.Context, handlers]
+	// WithPenalty is [policy.WithPenalty].
+	WithPenalty = policy.WithPenalty[*gin.Context, handlers]
 	// WithConcurrency is [policy.WithConcurrency].
 	WithConcurrency = policy.WithConcurrency[*gin.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].

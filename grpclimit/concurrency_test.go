@@ -111,7 +111,8 @@ func concurrencyServer(t *testing.T) (*testServer, *holder) {
 	t.Helper()
 	lim, _ := redisLimiter(t)
 	rl := New(lim, core.PerMinute(100), keyfunc.IP(),
-		WithConcurrency(core.ConcurrencyLimit{Name: "calls", Max: 1}), WithHeaders(policy.HeadersBoth))
+		WithConcurrency(core.ConcurrencyLimit{Name: "calls", Max: 1}), WithHeaders(policy.HeadersBoth),
+		WithScope("health")) // one cap over the service's methods
 	h := newHolder(t)
 	s := serveWith(t,
 		[]grpc.UnaryServerInterceptor{h.recoverUnary, rl.Unary(), h.unary},

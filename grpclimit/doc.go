@@ -5,7 +5,7 @@
 //
 // [New] returns an [Interceptor] that limits calls by a key under a
 // [core.Limit], on a [core.Limiter] that any number of middlewares share.
-// Its unary and stream interceptors draw on the same buckets:
+// Its unary and stream interceptors draw on the same buckets for a method:
 //
 //	lim, err := core.New(rdb)
 //	// ...
@@ -14,6 +14,14 @@
 //		grpc.ChainUnaryInterceptor(perClient.Unary()),
 //		grpc.ChainStreamInterceptor(perClient.Stream()),
 //	)
+//
+// An Interceptor counts each method in buckets of its own, named by the
+// full method ("/pkg.Service/Method", the route of a call) and the limits,
+// never by where the Interceptor was made (see package policy): every
+// replica, of every build, counts a method's calls in the same buckets.
+// For one budget per key across the server's methods, name a scope with
+// [WithScope]; calls made outside a server (through [Interceptor.Limit]
+// with no method in the context) count in one scope together.
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
 // dry run, field values) is [policy.Policy]'s; this package only adapts

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -85,7 +86,8 @@ func TestUnary(t *testing.T) {
 // through one Interceptor share its buckets.
 func TestStream(t *testing.T) {
 	lim, _ := redisLimiter(t)
-	s := serve(t, New(lim, core.PerMinute(2), keyfunc.IP()))
+	// One scope over the service's methods: one bucket for Watch and Check.
+	s := serve(t, New(lim, core.PerMinute(2), keyfunc.IP(), WithScope("health")))
 	c := s.dial("203.0.113.7:5000")
 	a := watch(t, c)
 	if a.code != codes.OK || a.field("x-ratelimit-remaining") != "1" {
@@ -543,25 +545,71 @@ func TestLimit(t *testing.T) {
 	}
 }
 
-// TestDefaultScope: two Interceptors with the same limit and key function
-// count in buckets of their own, unless WithScope names them alike.
-func TestDefaultScope(t *testing.T) {
-	lim := adaptertest.Memory(t)
-	a := New(lim, core.PerMinute(1), keyfunc.Static("all"))
-	b := New(lim, core.PerMinute(1), keyfunc.Static("all"))
-	shared := func() *Interceptor { return New(lim, core.PerMinute(1), keyfunc.Static("all"), WithScope("shared")) }
-	c, d := shared(), New(lim, core.PerMinute(1), keyfunc.Static("all"), WithScope("shared"))
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name string
-		l    *Interceptor
-		want codes.Code
-	}{{"a", a, codes.OK}, {"b", b, codes.OK}, {"a again", a, codes.ResourceExhausted}, {"c", c, codes.OK}, {"d, scoped like c", d, codes.ResourceExhausted}} {
-		if err := tc.l.Limit(ctx); codeOf(err) != tc.want {
-			t.Errorf("%s: Limit() = %v, want %v", tc.name, err, tc.want)
+// TestBuckets: an Interceptor's buckets are named by the call's full
+// method (its route) and the limits, never by where or in what order the
+// Interceptor was made: two Interceptors, as two builds of one service
+// would make them, on two limiters against one Redis, count each method in
+// one bucket and share a penalty lock; methods are apart unless WithScope
+// names one scope for them; a penalty set on one Interceptor locks nothing
+// for another on the same engine.
+func TestBuckets(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	replica := func() *core.Limiter {
+		lim, err := core.New(redistest.NewClient(t, addr), core.WithTimeout(5*time.Second), core.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lim.Close() })
+		return lim
+	}
+	one, two := replica(), replica()
+	static := keyfunc.Static("all")
+	// Build 1 makes its Interceptors in one order, build 2 in the other.
+	v1Login := New(one, core.PerMinute(1), static, WithPenalty(time.Hour))
+	v1 := New(one, core.PerMinute(2), static)
+	v2 := New(two, core.PerMinute(2), static)
+	v2Login := New(two, core.PerMinute(1), static, WithPenalty(time.Hour))
+	api := func(lim *core.Limiter) *Interceptor { return New(lim, core.PerMinute(2), static, WithScope("api")) }
+	v1API, v2API := api(one), api(two)
+	for i, st := range []struct {
+		l      *Interceptor
+		method string
+		want   codes.Code
+		locked bool
+	}{
+		{v1, "/shop.Orders/Get", codes.OK, false},
+		{v2, "/shop.Orders/Get", codes.OK, false}, // one bucket across builds
+		{v1, "/shop.Orders/Get", codes.ResourceExhausted, false},
+		{v2, "/shop.Invoices/Get", codes.OK, false}, // another method, its own bucket
+		{v1, "/shop.Invoices/Get", codes.OK, false},
+		{v2, "/shop.Invoices/Get", codes.ResourceExhausted, false},
+		{v1API, "/shop.Orders/List", codes.OK, false}, // one scope over two methods
+		{v2API, "/shop.Invoices/List", codes.OK, false},
+		{v1API, "/shop.Invoices/List", codes.ResourceExhausted, false},
+		{v1Login, "/shop.Auth/Login", codes.OK, false},
+		{v2Login, "/shop.Auth/Login", codes.ResourceExhausted, true}, // the lock, set by build 2
+		{v1Login, "/shop.Auth/Login", codes.ResourceExhausted, true}, // holds in build 1
+		{v2, "/shop.Orders/Get", codes.ResourceExhausted, false},     // no penalty here: no lock
+	} {
+		ctx := grpc.NewContextWithServerTransportStream(context.Background(), methodStream{method: st.method})
+		err := st.l.Limit(ctx)
+		if codeOf(err) != st.want {
+			t.Errorf("call %d, %s: Limit() = %v, want %v", i+1, st.method, err, st.want)
+			continue
+		}
+		if d, ok := (answer{err: err}).retryDelay(); st.want != codes.OK && (!ok || (d >= 59*time.Minute) != st.locked) {
+			t.Errorf("call %d, %s: retry delay %s (present %v), want locked %v", i+1, st.method, d, ok, st.locked)
 		}
 	}
 }
+
+// methodStream is a discardStream whose calls are to method.
+type methodStream struct {
+	discardStream
+	method string
+}
+
+func (s methodStream) Method() string { return s.method }
 
 // TestFailureCodes: each failure the policy reports maps to its code and
 // fixed message, whatever the error says.

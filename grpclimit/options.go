@@ -48,6 +48,8 @@ var (
 	WithWait = policy.WithWait[context.Context, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[context.Context, handlers]
+	// WithPenalty is [policy.WithPenalty].
+	WithPenalty = policy.WithPenalty[context.Context, handlers]
 	// WithConcurrency is [policy.WithConcurrency].
 	WithConcurrency = policy.WithConcurrency[context.Context, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].

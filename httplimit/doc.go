@@ -36,19 +36,27 @@
 // RemoteAddr from request headers before this one (chi's RealIP, for one)
 // lets every client choose its own key.
 //
-// # Route keys
+// # Routes and buckets
 //
-// [keyfunc.Route] reads Request.Pattern, which http.ServeMux (Go 1.22 and
-// later) sets to the matched pattern, such as "GET /items/{id}", before it
-// calls the route's handler. Wrap the handlers you register for a route key
-// to work:
+// A middleware counts each route in buckets of its own (see
+// [policy.WithScope] and package policy's documentation): the route is
+// Request.Pattern, which http.ServeMux (Go 1.22 and later) sets to the
+// matched pattern, such as "GET /items/{id}", before it calls the route's
+// handler. A middleware that wraps an *http.ServeMux directly asks the mux
+// which pattern it is about to match (http.ServeMux.Handler) and sets
+// Request.Pattern to it, as the mux then does itself: so
+// httplimit.New(...)(mux) counts per route, as gin's r.Use does. Give it
+// [WithScope] for one budget across the mux's routes:
 //
-//	mux.Handle("GET /items/{id}", httplimit.New(lim, limit, keyfunc.Route())(items))
+//	http.ListenAndServe(addr, httplimit.New(lim, core.PerMinute(600), keyfunc.IP(), httplimit.WithScope("api"))(mux))
 //
-// A middleware that wraps the whole mux runs before the mux has matched
-// anything: the pattern is still unknown there, so a route key fails with
-// [keyfunc.ErrNoKey] and the request is answered 400. Routers that do not
-// set Request.Pattern behave the same way.
+// A middleware around any other handler (another middleware, a router
+// that does not set Request.Pattern) runs before the route is known: it
+// counts all its requests in one scope, one budget across what it wraps,
+// and a [keyfunc.Route] key fails there with [keyfunc.ErrNoKey] (answered
+// 400). Wrap the handlers you register to count per route:
+//
+//	mux.Handle("GET /items/{id}", httplimit.New(lim, limit, keyfunc.IP())(items))
 //
 // # Request context
 //

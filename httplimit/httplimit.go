@@ -48,7 +48,13 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	return func(next http.Handler) http.Handler {
+		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if mux != nil {
+				// Around a ServeMux: the route the mux is about to match,
+				// which it sets itself when it serves the request.
+				_, r.Pattern = mux.Handler(r)
+			}
 			v := p.Decide(r.Context(), request{r})
 			switch v.Action {
 			case policy.Continue:

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"testing"
 
@@ -169,4 +170,41 @@ func TestDefaultScope(t *testing.T) {
 	mux.Handle("GET /a", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
 	mux.Handle("GET /b", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
 	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(mux))
+}
+
+// TestAroundServeMux: a middleware wrapping a ServeMux counts per route the
+// mux matches (HEAD with its GET route, every unmatched path in one
+// bucket), or across the mux's routes with WithScope.
+func TestAroundServeMux(t *testing.T) {
+	type step struct {
+		method, path string
+		want         int
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		steps []step
+	}{
+		{"per route", nil, []step{
+			{"GET", "/orders/1", 200}, {"HEAD", "/orders/2", 429}, // the GET route, served for HEAD
+			{"GET", "/invoices", 200},
+			{"GET", "/wp-login.php", 404}, {"GET", "/.env", 429},
+		}},
+		{"one scope", []Option{WithScope("api")}, []step{
+			{"GET", "/orders/1", 200}, {"GET", "/invoices", 429}, {"GET", "/.env", 429},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }
+			mux.HandleFunc("GET /orders/{id}", ok)
+			mux.HandleFunc("GET /invoices", ok)
+			serve := adaptertest.ServeHTTP(New(adaptertest.Memory(t), core.PerMinute(1), keyfunc.IP(), tc.opts...)(mux))
+			for i, st := range tc.steps {
+				if got := serve(adaptertest.Request{Method: st.method, Path: st.path, RemoteAddr: adaptertest.DefaultRemoteAddr}).Status; got != st.want {
+					t.Errorf("request %d: %s %s: status %d, want %d", i+1, st.method, st.path, got, st.want)
+				}
+			}
+		})
+	}
 }

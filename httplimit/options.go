@@ -44,6 +44,8 @@ var (
 	WithProblemJSON = policy.WithProblemJSON[*http.Request, handlers]
 	// WithScope is [policy.WithScope].
 	WithScope = policy.WithScope[*http.Request, handlers]
+	// WithPenalty is [policy.WithPenalty].
+	WithPenalty = policy.WithPenalty[*http.Request, handlers]
 	// WithConcurrency is [policy.WithConcurrency].
 	WithConcurrency = policy.WithConcurrency[*http.Request, handlers]
 	// WithQuotaUnit is [policy.WithQuotaUnit].

@@ -269,6 +269,11 @@ func uintKey(prefix string, n uint64) string {
 // When the pattern already begins with the request's method and a space, as
 // net/http patterns such as "GET /users/{id}" do, the method is not repeated.
 //
+// HEAD counts as GET: "route:GET /users/{id}" for a HEAD request too, as
+// net/http and fiber answer HEAD with the GET route's handler, and a route
+// registered for HEAD alone counts with its GET twin. A client cannot double
+// a route's limit by asking for headers only.
+//
 // Methods other than the standard ones (GET, HEAD, POST, PUT, PATCH, DELETE,
 // CONNECT, OPTIONS and TRACE) are keyed as "OTHER", unless the pattern names
 // the method itself. Clients can invent methods, and a route registered for
@@ -287,6 +292,14 @@ func routeKey(r Request) (string, error) {
 		return "", ErrNoRoute
 	}
 	m := r.Method()
+	if m == "HEAD" {
+		// HEAD runs the GET route's handler (net/http and fiber route it
+		// there) and counts as a GET, also on a route of its own.
+		if rest, ok := strings.CutPrefix(p, "HEAD "); ok {
+			return escaped(prefixRoute+"GET ", rest), nil
+		}
+		m = "GET"
+	}
 	if m != "" && len(p) > len(m) && p[len(m)] == ' ' && p[:len(m)] == m {
 		return escaped(prefixRoute, p), nil
 	}

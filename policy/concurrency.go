@@ -17,7 +17,6 @@ type capRule struct {
 	engine     *core.Concurrency
 	lim        *core.Limiter
 	name       string // the cap's name, for the log
-	prefix     string // put before each key: the middleware's scope, hashed, so that its slots are its own
 	item       string // the cap's RateLimit item name
 	policyItem string // its RateLimit-Policy item
 	max        string // X-RateLimit-Limit on a refusal
@@ -29,26 +28,31 @@ type capRule struct {
 // foresee, so the least the field can say.
 const capRetry = time.Second
 
-func newCapRule(lim *core.Limiter, scope string, c core.ConcurrencyLimit) (*capRule, error) {
+func newCapRule(lim *core.Limiter, c core.ConcurrencyLimit) (*capRule, error) {
 	engine, err := lim.PrepareConcurrency(c)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(scope))
 	return &capRule{
 		engine:     engine,
 		lim:        lim,
 		name:       c.Name,
-		prefix:     "s" + hex.EncodeToString(sum[:6]) + ":",
 		item:       capItem(c),
 		policyItem: capPolicyItem(c),
 		max:        strconv.Itoa(c.Max),
 	}, nil
 }
 
-// acquire takes a slot of key.
-func (c *capRule) acquire(ctx context.Context, key string) (*core.Lease, error) {
-	return c.engine.Acquire(ctx, c.prefix+key)
+// slotPrefix returns what is put before each key to name its slots in
+// scope: the scope, hashed, so that a scope's slots are its own.
+func slotPrefix(scope string) string {
+	sum := sha256.Sum256([]byte(scope))
+	return "s" + hex.EncodeToString(sum[:6]) + ":"
+}
+
+// acquire takes a slot of key in the scope whose slotPrefix is prefix.
+func (c *capRule) acquire(ctx context.Context, prefix, key string) (*core.Lease, error) {
+	return c.engine.Acquire(ctx, prefix+key)
 }
 
 // releaseFailed logs the first release of the policy that failed: they

@@ -134,7 +134,7 @@ func TestConcurrencyRateDenialTakesNoSlot(t *testing.T) {
 	if v.Action != Deny || v.Result.RetryAfter <= time.Second {
 		t.Fatalf("third: %v, RetryAfter %v; want the rate's denial", v.Action, v.Result.RetryAfter)
 	}
-	probe, err := p.cap.acquire(ctx, "static:k")
+	probe, err := p.cap.acquire(ctx, slotPrefix(unmatched), "static:k")
 	if err != nil || !probe.Acquired || probe.InFlight != 1 {
 		t.Fatalf("a slot after the rate's denial: %+v, %v; want it taken with 1 in flight (the denied request took none)", probe, err)
 	}
@@ -246,7 +246,7 @@ func TestConcurrencyStoreDown(t *testing.T) {
 			}
 			p, _, rdb, _ := redisPolicy(t, core.PerMinute(100), keyfunc.Static("k"),
 				[]core.Option{core.WithFailurePolicy(tc.policy)}, opts...)
-			rdb.AddHook(failCap{p.cap.prefix})
+			rdb.AddHook(failCap{slotPrefix(unmatched)})
 			v := p.Decide(ctx, fakeReq{})
 			defer v.Done()
 			if v.Action != tc.want || v.Status != tc.status {

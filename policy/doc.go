@@ -22,6 +22,35 @@
 // [HeaderStyle]. Someone writing an adapter for another framework builds
 // on [New] and runs the conformance table in the adaptertest package.
 //
+// # Bucket identity
+//
+// A middleware's buckets are named by what is limited, never by where or
+// in what order the middleware was made, so that every replica, of every
+// build, counts a request in the same buckets, through a rolling deploy
+// too: the limits (the main one and those of [WithLimits]), the request's
+// key, and a scope, which is the request's route unless [WithScope] names
+// one. The route is the method and the pattern the framework registered,
+// as [keyfunc.Route] writes it ("route:GET /items/:id": gin's full path,
+// echo's path, fiber's route path, net/http's Request.Pattern, gRPC's full
+// method), with HEAD counted as GET; every request that matched no route,
+// or whose route the middleware cannot see, counts in one scope,
+// "route:unmatched", so a scanner walking random paths draws on one
+// bucket per key. So two routes guarded by middlewares made apart, on the
+// routes themselves or by one helper, never share buckets; nor do the
+// routes of one middleware registered for a group (gin's or echo's r.Use,
+// httplimit around an http.ServeMux, a gRPC interceptor): each route has
+// its own budget per key. To give a
+// group one budget per key across its routes, name a scope, one line:
+// r.Use(ginlimit.New(lim, limit, key, ginlimit.WithScope("api"))).
+// Middlewares with one scope and the same limits share buckets, which are
+// those of the engine's [core.Limiter.PrepareScoped] with that scope. A
+// middleware that runs before the router has matched the request (fiber's
+// App.Use, or a net/http handler around something other than an
+// http.ServeMux) sees no route: all its requests count in the unmatched
+// scope, one budget across the group; attach it to the routes to count
+// per route. A penalty lock ([WithPenalty]) is a middleware's own setting
+// too, and holds in its buckets on every replica.
+//
 // The engine that decides a key lives in core; this package decides a
 // request.
 package policy

@@ -31,6 +31,8 @@ type Config[C, H any] struct {
 	problem   bool
 	scope     string
 	scopeSet  bool
+	penalty   time.Duration // WithPenalty
+	penSet    bool
 	jitter    time.Duration
 	unit      string
 	conc      core.ConcurrencyLimit
@@ -129,22 +131,41 @@ func WithProblemJSON[C, H any](on bool) Option[C, H] {
 	return func(c *Config[C, H]) { c.problem = on }
 }
 
-// WithScope names the middleware's buckets. Middlewares with the same scope
-// and the same limits share buckets (on every replica, through Redis): that
-// is how one limit covers several routes or several middlewares, by
-// choice. Scopes are hashed into the Redis keys' fingerprint, so any text
-// will do; the constructor fails (an adapter panics) on an empty one.
+// WithScope names the middleware's buckets by name, in place of each request's
+// route: middlewares with the same scope and the same limits share buckets
+// (on every replica, through Redis), across every route they guard. That
+// is how one budget covers a group of routes, r.Use(New(..., WithScope("api"))),
+// or several middlewares, by choice. The buckets are those of the engine's
+// [core.Limiter.PrepareScoped](name, limits...) (the main limit first, then
+// those of [WithLimits]), so code outside the middleware, a login handler
+// say, can draw on them or Reset them. Use it too to keep the buckets of a
+// long limit across an upgrade that changes their default name. Scopes are hashed into the Redis
+// keys' fingerprint, so any text will do; the constructor fails (an
+// adapter panics) on an empty one.
 //
-// Default: the middleware's own buckets, apart from every other
-// middleware's even with the same limit and key function. They are named by
-// where the middleware is made (the function and line of the call to the
-// adapter's New or Build), which is the same on every replica and after a
-// restart of the same build. A change that moves that line gives the
-// middleware fresh buckets at the next deploy, so name long limits (hours,
-// days) with WithScope. Middlewares made at one line, in a loop for
-// instance, share buckets: a warning is logged once when that happens.
+// Default: the route of each request, as [keyfunc.Route] names it
+// ("route:GET /items/:id"; HEAD counts as GET), and one scope,
+// "route:unmatched", for every request that matched no route or whose
+// route the middleware cannot see. So a middleware counts per route, on
+// every route it guards, wherever and in whatever order it was made (see
+// the package documentation).
 func WithScope[C, H any](name string) Option[C, H] {
 	return func(c *Config[C, H]) { c.scope, c.scopeSet = name, true }
+}
+
+// WithPenalty makes a denial by this middleware lock the request's key for
+// d, on every replica: until the lock ends every request on the key's
+// buckets is denied, with Retry-After set to the time left (see
+// [core.WithPenalty]). It sets the lock per middleware, so that one engine
+// can lock a login route's keys for a quarter of an hour and lock nothing
+// elsewhere. Zero means no lock, even on an engine made with a penalty.
+// The lock is in the key's buckets: middlewares sharing them (see
+// [WithScope]) are locked together. The constructor fails (an adapter
+// panics) for a negative d or one above [core.MaxPenalty].
+//
+// Default: the engine's penalty ([core.WithPenalty]), none unless set there.
+func WithPenalty[C, H any](d time.Duration) Option[C, H] {
+	return func(c *Config[C, H]) { c.penalty, c.penSet = d, true }
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -206,9 +227,9 @@ func WithQuotaUnit[C, H any](unit string) Option[C, H] {
 // back slots as usual but are never refused; the dry-run handler is told
 // of a would-be refusal (see [DryRunReport]).
 //
-// The slots are the middleware's own, as its buckets are: middlewares
-// share them only when they share a scope (see [WithScope]), a cap and a
-// key. While the store is unavailable the cap follows the limiter's
+// The slots are counted in the buckets' scope: per route by default, and
+// middlewares share them only when they share a scope (see [WithScope]), a
+// cap and a key. While the store is unavailable the cap follows the limiter's
 // failure policy: under core.FallbackLocal each replica admits at most its
 // share of Max, core.FailOpen admits without counting, and
 // core.FailClosed fails the request (503). A slot whose release fails

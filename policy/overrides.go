@@ -1,9 +1,8 @@
 package policy
 
 import (
-	"sync"
-
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -29,11 +28,10 @@ func WithOverrides[C, H any](ov *core.Overrides) Option[C, H] {
 }
 
 // overrides are the rules of a policy's overridden limits, prepared once
-// per distinct override (by its text) and kept up to maxRules.
+// per distinct override (by its text) and route, and kept up to maxRules.
 type overrides struct {
 	set   *core.Overrides
-	mu    sync.RWMutex
-	rules map[string]*rule
+	rules ruleCache
 }
 
 // initLists sets up the policy's lists and overrides from cfg.
@@ -44,14 +42,14 @@ func initLists[C, H any](p *Policy, cfg *Config[C, H]) error {
 	}
 	p.lists = l
 	if cfg.ovr != nil {
-		p.ovr = &overrides{set: cfg.ovr}
+		p.ovr = &overrides{set: cfg.ovr, rules: ruleCache{lim: p.lim, set: p.rules.set, extra: p.rules.extra}}
 	}
 	return nil
 }
 
-// overridden returns the rule of key's overridden limits; nil when it has
-// none.
-func (p *Policy) overridden(key string) *rule {
+// overridden returns the rule of key's overridden limits, for r's route
+// when the policy has no scope of its own; nil when it has none.
+func (p *Policy) overridden(key string, r keyfunc.Request) *rule {
 	if p.ovr == nil {
 		return nil
 	}
@@ -59,26 +57,11 @@ func (p *Policy) overridden(key string) *rule {
 	if !ok || len(o.Limits) == 0 {
 		return nil
 	}
-	text := o.String() // kept by the set: no allocation
-	p.ovr.mu.RLock()
-	r := p.ovr.rules[text]
-	p.ovr.mu.RUnlock()
-	if r != nil {
-		return r
-	}
-	limits := append(append([]core.Limit(nil), o.Limits...), p.rules.extra...)
-	r, err := newRule(p.lim, p.rules.set, limits)
+	// The text is kept by the set: no allocation.
+	rl, err := p.ovr.rules.getOverride(o.String(), o.Limits, r)
 	if err != nil {
 		p.logOnce(err, 0, "an override of WithOverrides cannot be used beside the middleware's WithLimits; the key keeps its usual limit")
 		return nil
 	}
-	p.ovr.mu.Lock()
-	if p.ovr.rules == nil {
-		p.ovr.rules = make(map[string]*rule)
-	}
-	if len(p.ovr.rules) < maxRules {
-		p.ovr.rules[text] = r
-	}
-	p.ovr.mu.Unlock()
-	return r
+	return rl
 }

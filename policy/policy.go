@@ -21,7 +21,7 @@ type Policy struct {
 	said    sync.Map     // failure texts already logged -> struct{}
 	saidN   atomic.Int32 // how many
 	key     keyfunc.Func
-	base    *rule
+	limit   core.Limit // the main limit, unless WithLimitFunc or an override chooses
 	rules   ruleCache
 	skip    func(keyfunc.Request) bool
 	cost    func(keyfunc.Request) int
@@ -46,7 +46,8 @@ type Policy struct {
 //
 // New returns an error for a nil limiter, key function or option, an
 // invalid limit or extra limit (wrapping [core.ErrInvalidLimit]), a
-// negative wait or jitter, an unknown header style, an empty WithScope,
+// negative wait or jitter, an unknown header style, an empty WithScope, a
+// WithPenalty out of range,
 // an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
 // WithDryRunHandler without WithDryRun(true). Adapters panic with it, as
 // their constructors document.
@@ -70,11 +71,11 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.headers < HeadersLegacy || cfg.headers > HeadersNone {
 		return nil, cfg.Adapter, fmt.Errorf("WithHeaders: unknown style %d", cfg.headers)
 	}
-	scope := cfg.scope
-	if !cfg.scopeSet {
-		scope = callSite(lim)
-	} else if scope == "" {
-		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for the middleware's own buckets")
+	if cfg.scopeSet && cfg.scope == "" {
+		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for buckets of the request's route")
+	}
+	if cfg.penSet && (cfg.penalty < 0 || cfg.penalty > core.MaxPenalty) {
+		return nil, cfg.Adapter, fmt.Errorf("WithPenalty: %s is not from 0 to %s", cfg.penalty, core.MaxPenalty)
 	}
 	if cfg.unit != "" && !slices.Contains(quotaUnits, cfg.unit) {
 		return nil, cfg.Adapter, fmt.Errorf("WithQuotaUnit: unknown unit %q, want one the draft registers: %s", cfg.unit, strings.Join(quotaUnits, ", "))
@@ -91,11 +92,11 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	var capr *capRule
 	if cfg.concSet {
 		var err error
-		if capr, err = newCapRule(lim, scope, cfg.conc); err != nil {
+		if capr, err = newCapRule(lim, cfg.conc); err != nil {
 			return nil, cfg.Adapter, fmt.Errorf("WithConcurrency: %w", err)
 		}
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr}}, headers: cfg.headers,
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: cfg.scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr, penalty: cfg.penalty, penaltySet: cfg.penSet}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	p.jitter, p.cap = cfg.jitter, capr
 	if err := initLists(p, &cfg); err != nil {
@@ -119,11 +120,12 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if f := cfg.limitFn; f != nil {
 		p.limitFn = func(r keyfunc.Request) (core.Limit, error) { return f(native(r)) }
 	}
-	base, err := p.rules.get(limit)
-	if err != nil {
+	// Prepare the limits once, to refuse bad ones now; without a scope of
+	// its own, the policy prepares them per route as requests come.
+	if _, err := newRule(lim, p.rules.set, cfg.scope, append([]core.Limit{limit}, cfg.extra...)); err != nil {
 		return nil, cfg.Adapter, err
 	}
-	p.base = base
+	p.limit = limit
 	return p, cfg.Adapter, nil
 }
 
@@ -199,15 +201,15 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	if v, done := p.listed(r, key); done {
 		return v
 	}
-	rl := p.base
-	if orl := p.overridden(key); orl != nil {
-		rl = orl
-	} else if p.limitFn != nil {
-		l, err := p.limitFn(r)
-		if err != nil {
-			return p.fail(r, key, err, atLimit)
+	rl := p.overridden(key, r)
+	if rl == nil {
+		l := p.limit
+		if p.limitFn != nil {
+			if l, err = p.limitFn(r); err != nil {
+				return p.fail(r, key, err, atLimit)
+			}
 		}
-		if rl, err = p.rules.get(l); err != nil {
+		if rl, err = p.rules.get(l, r); err != nil {
 			return p.fail(r, key, err, atLimit)
 		}
 	}
@@ -232,7 +234,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	inFlight := 0
 	if p.cap != nil && res.Allowed {
 		// Only a request the rate limits admit takes a slot.
-		ls, err := p.cap.acquire(ctx, key)
+		ls, err := p.cap.acquire(ctx, rl.slots, key)
 		if err != nil {
 			fv := p.fail(r, key, err, atDecide)
 			status := fv.Status

@@ -27,13 +27,19 @@ func self(r keyfunc.Request) keyfunc.Request { return r }
 type fakeReq struct {
 	headers map[string]string
 	route   string
+	method  string // "" for GET
 }
 
 func (r fakeReq) Header(name string) string { return r.headers[name] }
 func (r fakeReq) RemoteAddr() string        { return "192.0.2.1:1234" }
-func (r fakeReq) Method() string            { return "GET" }
-func (r fakeReq) Route() string             { return r.route }
-func (r fakeReq) Value(any) any             { return nil }
+func (r fakeReq) Method() string {
+	if r.method == "" {
+		return "GET"
+	}
+	return r.method
+}
+func (r fakeReq) Route() string { return r.route }
+func (r fakeReq) Value(any) any { return nil }
 
 func headersOf(v Verdict) map[string]string {
 	h := map[string]string{}

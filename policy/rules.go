@@ -1,35 +1,93 @@
 package policy
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
-// rule is one set of limits a policy decides under, prepared on the
-// engine, with the header values that never change computed once.
+// rule is one set of limits a policy decides under, in one scope, prepared
+// on the engine, with the header values that never change computed once.
 type rule struct {
 	engine      *core.Rule
+	id          ruleID // what it was prepared for (see ruleCache)
 	limits      []core.Limit
 	policyField string   // the RateLimit-Policy value
 	burstField  []string // X-RateLimit-Limit per limit
 	items       []string // each limit's RateLimit item name
 	cap         *capRule // the policy's concurrency cap; nil: none
+	slots       string   // put before a key to name its concurrency slots: the scope's
 }
 
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
-	scope  string   // the middleware's scope (see WithScope)
-	dryRun bool     // prepare dry-run engine rules (see WithDryRun)
-	unit   string   // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
-	cap    *capRule // the concurrency cap (see WithConcurrency); nil: none
+	scope      string        // the middleware's scope (see WithScope); "": the request's route
+	dryRun     bool          // prepare dry-run engine rules (see WithDryRun)
+	unit       string        // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
+	cap        *capRule      // the concurrency cap (see WithConcurrency); nil: none
+	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
+	penaltySet bool
 }
 
-func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, error) {
-	r, err := lim.PrepareScoped(set.scope, limits...)
+// unmatched is the route of every request that matched no route, or whose
+// route the middleware cannot see: one scope for all of them, never one
+// per path.
+const unmatched = "route:unmatched"
+
+// routeScope returns the default scope of r's buckets: its route as
+// [keyfunc.Route] names it ("route:GET /items/:id", HEAD counted as GET),
+// or [unmatched].
+func routeScope(r keyfunc.Request) string {
+	s, err := keyfunc.Route()(r)
+	if err != nil {
+		return unmatched
+	}
+	return s
+}
+
+// routeID returns what decides r's route scope, without allocating: the
+// method as keyfunc.Route folds it (a constant) and the pattern (which may
+// be request memory, to be copied before it is kept).
+func routeID(r keyfunc.Request) (method, pattern string) {
+	pattern = r.Route()
+	if pattern == "" {
+		return "", ""
+	}
+	switch m := r.Method(); m {
+	case "GET", "HEAD":
+		return "GET", pattern
+	case "POST":
+		return "POST", pattern
+	case "PUT":
+		return "PUT", pattern
+	case "PATCH":
+		return "PATCH", pattern
+	case "DELETE":
+		return "DELETE", pattern
+	case "CONNECT":
+		return "CONNECT", pattern
+	case "OPTIONS":
+		return "OPTIONS", pattern
+	case "TRACE":
+		return "TRACE", pattern
+	default:
+		// An invented method: keyfunc.Route names it OTHER, unless the
+		// pattern names it, so the pattern alone decides.
+		return "OTHER", pattern
+	}
+}
+
+func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Limit) (*rule, error) {
+	r, err := lim.PrepareScoped(scope, limits...)
+	if err == nil && set.penaltySet {
+		r, err = r.WithPenalty(set.penalty)
+	}
 	if err == nil && set.dryRun {
 		r, err = r.DryRun()
 	}
@@ -37,6 +95,9 @@ func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, e
 		return nil, err
 	}
 	rl := &rule{engine: r, limits: r.Limits(), cap: set.cap}
+	if set.cap != nil {
+		rl.slots = slotPrefix(scope)
+	}
 	items := make([]string, len(rl.limits), len(rl.limits)+1)
 	for i, l := range rl.limits {
 		rl.items = append(rl.items, limitItem(l))
@@ -50,45 +111,91 @@ func newRule(lim *core.Limiter, set ruleSettings, limits []core.Limit) (*rule, e
 	return rl, nil
 }
 
-// ruleCache remembers the rule of each main limit a policy has met (with
-// the policy's extra limits beside it), so that a limit chosen per request
-// is prepared once. It is bounded: past maxRules distinct limits, rules are
-// prepared per request and not kept.
+// ruleID says what a rule of a policy is prepared for: a main limit (with
+// the policy's extra limits beside it) or an override's limits (by the
+// override's text), and, when the policy has no scope of its own, a
+// route (see routeID).
+type ruleID struct {
+	limit           core.Limit
+	override        string
+	method, pattern string
+}
+
+// ruleCache remembers the rules a policy has met, so that a limit or route
+// met again is not prepared again. It is bounded: past maxRules distinct
+// rules, rules are prepared per request and not kept. Routes do not
+// overflow it: their patterns are the router's, not the client's.
 type ruleCache struct {
 	lim   *core.Limiter
 	set   ruleSettings
 	extra []core.Limit
 	last  atomic.Pointer[rule] // the rule used last: a lock-free hit
 	mu    sync.RWMutex
-	rules map[core.Limit]*rule
+	rules map[ruleID]*rule
 }
 
 const maxRules = 4096
 
-func (c *ruleCache) get(l core.Limit) (*rule, error) {
-	if r := c.last.Load(); r != nil && r.limits[0] == l {
-		return r, nil
+// errNoRequest is returned by get for a request-scoped rule asked for
+// without a request; it cannot happen but for a bug.
+var errNoRequest = errors.New("policy: a rule of the route asked for without a request")
+
+// get returns the rule of main limit l, in the policy's scope or, without
+// one, in r's route's. r may be nil with a scope.
+func (c *ruleCache) get(l core.Limit, r keyfunc.Request) (*rule, error) {
+	id := ruleID{limit: l}
+	if c.set.scope == "" {
+		if r == nil {
+			return nil, errNoRequest
+		}
+		id.method, id.pattern = routeID(r)
 	}
+	if rl := c.last.Load(); rl != nil && rl.id == id {
+		return rl, nil
+	}
+	return c.lookup(id, r, func() []core.Limit { return append([]core.Limit{id.limit}, c.extra...) })
+}
+
+// getOverride returns the rule of an override's limits, named by its text.
+func (c *ruleCache) getOverride(text string, limits []core.Limit, r keyfunc.Request) (*rule, error) {
+	id := ruleID{override: text}
+	if c.set.scope == "" {
+		id.method, id.pattern = routeID(r)
+	}
+	return c.lookup(id, r, func() []core.Limit { return append(append([]core.Limit(nil), limits...), c.extra...) })
+}
+
+// lookup finds id's rule, or prepares it with limits().
+func (c *ruleCache) lookup(id ruleID, r keyfunc.Request, limits func() []core.Limit) (*rule, error) {
 	c.mu.RLock()
-	r := c.rules[l]
+	rl := c.rules[id]
 	c.mu.RUnlock()
-	if r == nil {
-		// The limit may come from request memory (a fiber header): keep
-		// a copy.
-		l.Name = strings.Clone(l.Name)
+	if rl == nil {
+		// The limit and the route may come from request memory (a fiber
+		// header or route): keep copies.
+		id.limit.Name = strings.Clone(id.limit.Name)
+		id.override = strings.Clone(id.override)
+		id.pattern = strings.Clone(id.pattern)
+		scope := c.set.scope
+		if scope == "" {
+			scope = routeScope(r)
+		}
 		var err error
-		if r, err = newRule(c.lim, c.set, append([]core.Limit{l}, c.extra...)); err != nil {
+		if rl, err = newRule(c.lim, c.set, scope, limits()); err != nil {
 			return nil, err
 		}
+		rl.id = id
 		c.mu.Lock()
 		if c.rules == nil {
-			c.rules = make(map[core.Limit]*rule)
+			c.rules = make(map[ruleID]*rule)
 		}
 		if len(c.rules) < maxRules {
-			c.rules[l] = r
+			c.rules[id] = rl
 		}
 		c.mu.Unlock()
 	}
-	c.last.Store(r)
-	return r, nil
+	if id.override == "" {
+		c.last.Store(rl)
+	}
+	return rl, nil
 }

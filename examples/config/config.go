@@ -44,7 +44,7 @@ type Route struct {
 	// Key is what the limit counts per: "ip" (the default), "tenant",
 	// "user" or "global".
 	Key string `json:"key"`
-	// Scope names the route's buckets. Default: Pattern. Routes with the
+	// Scope names the route's buckets. Default: its route. Routes with the
 	// same scope and limit share their buckets.
 	Scope string `json:"scope"`
 }
@@ -133,9 +133,13 @@ func (c *Config) Handler(lim *core.Limiter, app http.Handler) (http.Handler, err
 			return nil, fmt.Errorf("route %q: key %q: want one of %s", rt.Pattern, rt.Key,
 				strings.Join(slices.Sorted(maps.Keys(keys)), ", "))
 		}
-		// One middleware per route, made in this loop: without WithScope
-		// they would all share the buckets of this line.
-		mw, err := httplimit.Build(lim, limit, key, httplimit.WithScope(cmp.Or(rt.Scope, rt.Pattern)))
+		// One middleware per route, made in this loop: each counts its
+		// route in buckets of its own, unless the route names a scope.
+		var opts []httplimit.Option
+		if rt.Scope != "" {
+			opts = append(opts, httplimit.WithScope(rt.Scope))
+		}
+		mw, err := httplimit.Build(lim, limit, key, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("route %q: %w", rt.Pattern, err)
 		}

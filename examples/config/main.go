@@ -18,10 +18,10 @@
 // X-Tenant-ID header), user (X-User-ID) or global.
 //
 // Every route has buckets of its own, named by its pattern, even when two
-// routes have the same limit and key: the middlewares are made in a loop, so
-// each gets httplimit.WithScope. Routes that give the same scope (and have
-// the same limit) share their buckets, by choice: the two items routes of
-// the sample spend one budget.
+// routes have the same limit and key (the middlewares, made in one loop,
+// count per route). Routes that give the same scope (and have the same
+// limit) share their buckets, by choice, through httplimit.WithScope: the
+// two items routes of the sample spend one budget.
 //
 // Unknown fields, bad limits and unknown keys are errors that name the
 // route:

@@ -38,17 +38,18 @@ func serve(ctx context.Context, addr string, stdout io.Writer) error {
 	defer lim.Close()
 
 	// Every call: 100 a minute per client address, then 600 a minute per
-	// tenant, named in the call's metadata. Clients write x-tenant-id
-	// themselves: trust it only behind a gateway that sets it, or key by
-	// keyfunc.TenantValue after an authentication interceptor. A call
-	// without it is refused with InvalidArgument, never let through.
-	perIP := grpclimit.New(lim, core.PerMinute(100), keyfunc.IP())
-	perTenant := grpclimit.New(lim, core.PerMinute(600), keyfunc.Tenant("x-tenant-id"))
+	// tenant, named in the call's metadata, across the server's methods
+	// (an interceptor counts per method unless WithScope names one scope).
+	// Clients write x-tenant-id themselves: trust it only behind a gateway
+	// that sets it, or key by keyfunc.TenantValue after an authentication
+	// interceptor. A call without it is refused with InvalidArgument,
+	// never let through.
+	perIP := grpclimit.New(lim, core.PerMinute(100), keyfunc.IP(), grpclimit.WithScope("greeter"))
+	perTenant := grpclimit.New(lim, core.PerMinute(600), keyfunc.Tenant("x-tenant-id"), grpclimit.WithScope("greeter"))
 	// Streams are expensive: 2 a minute per client for each streaming
-	// method. keyfunc.Route keys a call by its full method
-	// ("route:POST /demo.Greeter/Count"), so each method has its own
-	// bucket.
-	perStream := grpclimit.New(lim, core.PerMinute(2), keyfunc.Join(keyfunc.IP(), keyfunc.Route()))
+	// method. Without a scope, each method ("/demo.Greeter/Count") has
+	// buckets of its own.
+	perStream := grpclimit.New(lim, core.PerMinute(2), keyfunc.IP())
 
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(perIP.Unary(), perTenant.Unary()),

@@ -86,13 +86,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer rdb.Close()
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
 
-	// Two engines on one Redis: plain limits, and limits whose denial
-	// locks the key for 15 minutes.
+	// One engine per Redis client; the login route's middleware adds a
+	// penalty lock of its own.
 	lim, err := core.New(rdb, core.WithLogger(logger))
-	if err != nil {
-		return err
-	}
-	guard, err := core.New(rdb, core.WithPenalty(15*time.Minute), core.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -110,12 +106,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			return core.Limit{}, fmt.Errorf("tenant %q has no plan %q", t.name, t.plan)
 		}),
+		httplimit.WithScope("api"), // a plan is a budget across the API, not per route
 		httplimit.WithHeaders(policy.HeadersBoth))
 	// On trial: 50 a minute for free tenants. A dry run decides and
 	// charges its own buckets but lets every request through and writes no
 	// rate-limit field; its handler logs each request it would have denied.
 	var wouldDeny atomic.Int64
 	freeTrial := httplimit.New(lim, core.PerMinute(50).WithName("free-50"), byTenant,
+		httplimit.WithScope("api"),
 		httplimit.WithDryRun(true),
 		httplimit.WithDryRunHandler(func(r *http.Request, rep policy.DryRunReport) {
 			if !rep.Result.Allowed || rep.Err != nil {
@@ -130,7 +128,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}))
 
 	mux := http.NewServeMux()
-	login := httplimit.New(guard, core.PerMinute(5), keyfunc.IP())
+	login := httplimit.New(lim, core.PerMinute(5), keyfunc.IP(), httplimit.WithPenalty(15*time.Minute))
 	mux.Handle("POST /login", login(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "welcome") // a real handler checks a password here
 	})))

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
@@ -279,55 +278,6 @@ func newLeaseID() string {
 // the millisecond (on Redis's clock) at which it expires unless renewed.
 // Every script first drops the expired ones. The set itself expires with
 // its last lease.
-
-// acquireScript: ARGV max, lease_ms, id. Replies {1, held} when the lease
-// is taken (or was already: an acquisition sent again with its id takes
-// no second slot), {0, held} when the key is at its cap.
-var acquireScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local held = redis.call('ZCARD', KEYS[1])
-local lease = tonumber(ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
-  -- Sent again after an answer that came too late: the lease is ours.
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-  return {1, held}
-end
-if held >= tonumber(ARGV[1]) then
-  return {0, held}
-end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
-return {1, held + 1}
-`)
-
-// renewScript: ARGV lease_ms, id. Replies {1} when the lease was renewed,
-// {0} when it had expired (or was released).
-var renewScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local lease = tonumber(ARGV[1])
-if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[2]) == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  return {0}
-end
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
-return {1}
-`)
-
-// releaseScript: ARGV id. Replies {1} when the lease was held, {0} when
-// it had expired.
-var releaseScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return {redis.call('ZREM', KEYS[1], ARGV[1])}
-`)
 
 // leaseKeeper renews the limiter's leases held in Redis, every third of
 // their lease, in one pipeline per round. It runs while leases are held:

@@ -27,6 +27,7 @@ var exampleRedis *redistest.Server
 // under CI (the environment variable CI is "true" or "1") and otherwise
 // says why and exits 0.
 func TestMain(m *testing.M) {
+	redistest.QuietClientLogs()
 	srv, err := redistest.Launch(redistest.ServerOptions{})
 	if err != nil {
 		if ci := os.Getenv("CI"); ci == "1" || strings.EqualFold(ci, "true") {

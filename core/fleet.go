@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Fleet makes the local fallback share every limit among the live instances
@@ -74,21 +72,6 @@ func (o *options) validateFleet() error {
 	}
 	return nil
 }
-
-// fleetScript announces member ARGV[1] in the sorted set KEYS[1], scored by
-// Redis's clock in milliseconds, drops members older than ARGV[2]
-// milliseconds, and returns how many remain.
-var fleetScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {redis.call('ZCARD', KEYS[1])}
-`)
-
-// fleetLeaveScript removes member ARGV[1]; a Scripter has no ZREM.
-var fleetLeaveScript = redis.NewScript("return {redis.call('ZREM', KEYS[1], ARGV[1])}")
 
 // fleet is one limiter's membership: its heartbeat goroutine and what it
 // last learnt.

@@ -331,13 +331,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 
 	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
 	nd := l.store.node(ctx, c.rkey)
-	var d decision
-	routed, storeErr := l.onNode(ctx, nd, now, OpDecide, c.rkey, func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		d, took, err = l.store.submit(ctx, nd, &c, l.timeout)
-		return took, err
-	})
+	d, routed, storeErr := l.decideOn(ctx, nd, now, OpDecide, &c)
 	if routed && storeErr == nil {
 		l.maybeSweep(ctx, now)
 		if d.allowed {
@@ -382,10 +376,6 @@ func (l *Limiter) penaltyOf(p *plan) int64 {
 // denied here for at most this long. A flooded key then costs Redis one
 // call per second per replica at most, even under a long penalty lock.
 const denyMaxAge = 1_000_000
-
-// resetScript deletes one bucket's state. The limiter's client is a
-// redis.Scripter, which has no DEL; a script also keeps the key's slot.
-var resetScript = redis.NewScript("return {redis.call('DEL', KEYS[1])}")
 
 // Reset clears key's state under limits (the same limits, in the same
 // order, that its decisions name): its buckets are full again and any

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
@@ -316,34 +315,6 @@ func (ov *Overrides) Range(f func(key string, o Override) bool) {
 		}
 	}
 }
-
-var (
-	overrideSetScript = redis.NewScript(`
-local n = redis.call('HLEN', KEYS[1])
-if n > tonumber(ARGV[3]) or (n == tonumber(ARGV[3]) and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0) then
-  return -n - 1
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('INCR', KEYS[2])`)
-	overrideRemoveScript = redis.NewScript(`
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-return redis.call('INCR', KEYS[2])`)
-	// overrideLoadScript returns the version, and the whole hash when the
-	// version is not ARGV[1]; or, when the hash holds more than ARGV[2]
-	// entries, the version and their number, without reading them.
-	overrideLoadScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[2]) or '0'
-if v == ARGV[1] then
-  return {v}
-end
-local n = redis.call('HLEN', KEYS[1])
-if n > tonumber(ARGV[2]) then
-  return {v, n}
-end
-return {v, redis.call('HGETALL', KEYS[1])}`)
-)
 
 func checkOverrideKey(key string) error {
 	if key == "" {

@@ -44,13 +44,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 	}
 	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, now: now}
 	nd := l.store.node(ctx, c.rkey)
-	var d decision
-	routed, err := l.onNode(ctx, nd, now, OpPeek, c.rkey, func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		d, took, err = l.store.submit(ctx, nd, &c, l.timeout)
-		return took, err
-	})
+	d, routed, err := l.decideOn(ctx, nd, now, OpPeek, &c)
 	switch {
 	case !routed:
 		return Result{}, fmt.Errorf("%w: peek %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)

@@ -10,10 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// readyScript runs a script that touches no key: it proves that the
-// user may run scripts (EVALSHA, and EVAL after NOSCRIPT).
-var readyScript = redis.NewScript("return {1}")
-
 // Ready reports whether the store can decide, for a Kubernetes readiness
 // or start-up probe: nil when every node answered, let the limiter run
 // scripts and keeps an eviction policy that cannot evict what the limiter

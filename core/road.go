@@ -150,6 +150,18 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	return true, err
 }
 
+// decideOn sends c, a decision of kind kind (OpDecide or OpPeek), to
+// node nd on the road (see onNode).
+func (l *Limiter) decideOn(ctx context.Context, nd *node, now int64, kind string, c *call) (d decision, routed bool, err error) {
+	routed, err = l.onNode(ctx, nd, now, kind, c.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		d, took, err = l.store.submit(ctx, nd, c, l.timeout)
+		return took, err
+	})
+	return d, routed, err
+}
+
 // chargeNode charges a failure of the call sent at now (routed r) on key
 // to nd's breaker.
 func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error) {

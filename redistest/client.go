@@ -123,3 +123,15 @@ func parseCommandStats(info string) (map[string]int64, error) {
 	}
 	return calls, nil
 }
+
+// QuietClientLogs silences go-redis's own log lines (a failed dial, a pool
+// that could not connect) for the rest of the process, so that a test that
+// fails on purpose, or by mistake, shows what failed rather than hundreds
+// of lines from the client. Call it from TestMain. The limiter's own
+// lines go to its slog logger and are not affected.
+func QuietClientLogs() { redis.SetLogger(discardLogger{}) }
+
+// discardLogger is a go-redis logger that writes nothing.
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}

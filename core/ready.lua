@@ -1,0 +1,2 @@
+-- Touches no key: proves that the user may run scripts (Limiter.Ready).
+return {1}

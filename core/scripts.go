@@ -1,0 +1,50 @@
+package core
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts other than the bucket's (bucket.lua, settle.lua), one .lua
+// file per operation, each described at its top. Those that keep leases
+// and heartbeats start with the shared prelude clock.lua, which reads the
+// server's clock. Each runs by EVALSHA, and by EVAL after NOSCRIPT (see
+// store.go's runOp and sendOps).
+var (
+	//go:embed clock.lua
+	clockLua string
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed renew.lua
+	renewLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed fleet.lua
+	fleetLua string
+	//go:embed fleet_leave.lua
+	fleetLeaveLua string
+	//go:embed reset.lua
+	resetLua string
+	//go:embed ready.lua
+	readyLua string
+	//go:embed overrides_set.lua
+	overridesSetLua string
+	//go:embed overrides_remove.lua
+	overridesRemoveLua string
+	//go:embed overrides_load.lua
+	overridesLoadLua string
+)
+
+var (
+	acquireScript        = redis.NewScript(clockLua + acquireLua)
+	renewScript          = redis.NewScript(clockLua + renewLua)
+	releaseScript        = redis.NewScript(clockLua + releaseLua)
+	fleetScript          = redis.NewScript(clockLua + fleetLua)
+	fleetLeaveScript     = redis.NewScript(fleetLeaveLua)
+	resetScript          = redis.NewScript(resetLua)
+	readyScript          = redis.NewScript(readyLua)
+	overrideSetScript    = redis.NewScript(overridesSetLua)
+	overrideRemoveScript = redis.NewScript(overridesRemoveLua)
+	overrideLoadScript   = redis.NewScript(overridesLoadLua)
+)

@@ -184,6 +184,7 @@ type Overrides struct {
 	name    string
 	hash    string // Redis keys
 	version string
+	epoch   string
 	refresh time.Duration
 	max     int
 
@@ -209,7 +210,8 @@ type pollLog struct {
 
 type overrideSnap struct {
 	version int64
-	read    bool // read from the store (or changed locally)
+	epoch   string // the epoch of the set's history in Redis (see overrides_load.lua); "" for none
+	read    bool   // read from the store (or changed locally)
 	m       map[string]Override
 }
 
@@ -277,7 +279,7 @@ func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Override
 		return nil, fmt.Errorf("core: WithOverridesMax: %d entries, want 1 to 10000000", o.max)
 	}
 	base := lim.prefix + "{ovr:" + name + "}"
-	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
+	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", epoch: base + "e", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
 	ov.snap.Store(&overrideSnap{m: map[string]Override{}})
 	ov.ctx, ov.stop = context.WithCancel(context.Background())
 	if lim.store != nil {
@@ -367,7 +369,7 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 	var n int64
 	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
 		var err error
-		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key, o.text, ov.max).Int64()
+		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch}, key, o.text, ov.max, newLeaseID()).Int64()
 		return err
 	})
 	if err != nil {
@@ -614,21 +616,22 @@ func (ov *Overrides) report(now time.Time, err error) {
 // it. The caller holds the lock (see Overrides.lock).
 func (ov *Overrides) load(ctx context.Context) error {
 	cur := ov.snap.Load()
-	known := strconv.FormatInt(cur.version, 10)
+	known := cur.epoch + ":" + strconv.FormatInt(cur.version, 10)
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, known, ov.max).Slice()
+	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch}, known, ov.max).Slice()
 	if err != nil {
 		return err
 	}
 	if len(reply) == 0 {
 		return fmt.Errorf("core: overrides: unexpected reply %v", reply)
 	}
-	vs, _ := reply[0].(string)
+	token, _ := reply[0].(string)
+	epoch, vs, _ := strings.Cut(token, ":")
 	v, err := strconv.ParseInt(vs, 10, 64)
 	if err != nil {
-		return fmt.Errorf("core: overrides: version %q is not an integer", vs)
+		return fmt.Errorf("core: overrides: version %q is not an epoch and an integer", token)
 	}
 	if len(reply) == 1 {
 		return nil // unchanged
@@ -656,7 +659,14 @@ func (ov *Overrides) load(ctx context.Context) error {
 		ov.lim.log().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
 			"overrides", ov.name, "version", v, "ignored", skipped)
 	}
-	ov.snap.Store(&overrideSnap{version: v, read: true, m: m})
+	if cur.read && cur.epoch != "" && epoch != cur.epoch {
+		// The history this replica knew is gone: Redis restarted without
+		// persistence, failed over to a replica that missed the writes,
+		// or evicted the set. What Redis holds now is the set.
+		ov.lim.log().Warn("sluice: the overrides set this replica knew is gone from Redis (a restart without persistence, a failover that lost writes, or an eviction); the set Redis holds now applies",
+			"overrides", ov.name, "entries_before", len(cur.m), "entries_now", len(m), "epoch_before", cur.epoch, "epoch_now", epoch)
+	}
+	ov.snap.Store(&overrideSnap{version: v, epoch: epoch, read: true, m: m})
 	return nil
 }
 

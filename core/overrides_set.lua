@@ -1,10 +1,13 @@
 -- Sets entry ARGV[1] to ARGV[2] in the overrides hash KEYS[1] and bumps
 -- its version KEYS[2] (see core/overrides.go), unless the hash would hold
 -- more than ARGV[3] entries: then replies -(entries)-1 and changes nothing.
--- Replies the new version otherwise.
+-- KEYS[3] is the set's epoch: written (as ARGV[4]) only when missing, so
+-- it is new exactly when the set's history starts again (a first write,
+-- or the first after Redis lost the set). Replies the new version.
 local n = redis.call('HLEN', KEYS[1])
 if n > tonumber(ARGV[3]) or (n == tonumber(ARGV[3]) and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0) then
   return -n - 1
 end
+redis.call('SET', KEYS[3], ARGV[4], 'NX')
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('INCR', KEYS[2])

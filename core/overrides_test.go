@@ -467,3 +467,67 @@ func TestOverridesBudget(t *testing.T) {
 		t.Errorf("Lookup after the failures = %v, %v; want the last set read", o, ok)
 	}
 }
+
+// TestOverridesVersionCannotGoBack: replica B has read version 1 of a set
+// (one entry); Redis restarts empty and replica A writes another entry,
+// which is version 1 again. B reads the new set, without the lost entry:
+// the version carries the set's epoch, which a new history changes. A
+// set that is lost and not written again is read as lost (empty), and
+// the loss is logged.
+func TestOverridesVersionCannotGoBack(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("ovraba:%d:", time.Now().UnixNano())
+	logs := &syncBuffer{}
+	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), WithLogger(quietLogger()))
+	b := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ova, err := NewOverrides(a, "plans", WithOverridesRefresh(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ova.Close()
+	ovb, err := NewOverrides(b, "plans", WithOverridesRefresh(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ovb.Close()
+	ctx := context.Background()
+	if err := ova.Set(ctx, "tenant:lost", Override{Deny: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ovb.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ovb.Lookup("tenant:lost"); !ok || ovb.Version() != 1 {
+		t.Fatalf("B before the restart: tenant:lost %v at version %d, want it at 1", ok, ovb.Version())
+	}
+
+	srv.Kill()
+	srv.Restart() // empty: no persistence
+	waitFor(t, 10*time.Second, "Redis answers again", func() bool {
+		return redistest.NewClient(t, srv.Addr()).Ping(ctx).Err() == nil
+	})
+	if err := ova.Set(ctx, "tenant:new", Override{Allow: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ova.Version() != 1 {
+		t.Fatalf("A's version after the restart = %d, want 1 again (the counter restarted)", ova.Version())
+	}
+	if err := ovb.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, lost := ovb.Lookup("tenant:lost")
+	_, fresh := ovb.Lookup("tenant:new")
+	if lost || !fresh {
+		t.Fatalf("B after the restart: the lost entry %v, the new one %v; want only the new one", lost, fresh)
+	}
+	if !strings.Contains(logs.String(), "gone from Redis") {
+		t.Errorf("B did not log that the set it knew was lost; log:\n%s", logs.String())
+	}
+
+	// Lost and not written again: B reads it as lost.
+	srv.Kill()
+	srv.Restart()
+	waitFor(t, 10*time.Second, "B reads the lost set", func() bool {
+		return ovb.Sync(ctx) == nil && ovb.Len() == 0
+	})
+}

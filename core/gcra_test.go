@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -160,5 +161,12 @@ func TestRedisKeyLayout(t *testing.T) {
 	}
 	if redisKey("p:", "f", "a") == redisKey("p:", "f", "b") {
 		t.Fatal("distinct keys share a name")
+	}
+	// A key shaped like another key's digest form is not stored as that
+	// form: it is digested itself.
+	stored := redisKey("p:", "f", long)
+	digestForm := stored[strings.Index(stored, ":#")+1:]
+	if got := redisKey("p:", "f", digestForm); strings.HasSuffix(got, ":"+digestForm) {
+		t.Fatalf("the key %q is stored verbatim as %q, the name of a long key's digest", digestForm, got)
 	}
 }

@@ -14,9 +14,10 @@ import (
 // tag is four hex digits of a hash of the user's key, so the library, never
 // the user's bytes, decides the Redis Cluster slot, and every piece of one
 // bucket's state lives in one slot. fingerprint names the set of limits.
-// key is the user's key verbatim when it is at most maxVerbatimKey bytes,
-// otherwise "#" and a SHA-256 digest of it, so stored names stay bounded
-// whatever the caller passes. Braces after the tag do not affect the slot:
+// key is the user's key verbatim when it is at most maxVerbatimKey bytes
+// and does not start with "#", otherwise "#" and a SHA-256 digest of it,
+// so stored names stay bounded whatever the caller passes, and no key
+// stored verbatim can take the name of another key's digest. Braces after the tag do not affect the slot:
 // Redis hashes only the first {...} section.
 
 // maxVerbatimKey is the longest user key stored as is.
@@ -49,7 +50,7 @@ func redisKey(prefix, fp, key string) string {
 		sum >>= 4
 	}
 	var b strings.Builder
-	if len(key) > maxVerbatimKey {
+	if len(key) > maxVerbatimKey || strings.HasPrefix(key, "#") {
 		d := sha256.Sum256([]byte(key))
 		b.Grow(len(prefix) + 6 + len(fp) + 2 + 32)
 		b.WriteString(prefix)

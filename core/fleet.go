@@ -44,7 +44,17 @@ type Fleet struct {
 // with [WithFallbackLimit]; [New] returns an error naming the conflict.
 // [Limiter.FleetSize] reports the current count.
 //
-// Default: no fleet (the fallback divides by WithFallbackReplicas).
+// Default: the implicit fleet, when nothing else sizes the fallback (no
+// WithFleet, [WithFallbackReplicas] or [WithFallbackLimit], under
+// FallbackLocal): every limiter on the same Redis and key prefix, in the
+// set <prefix>{fleet:default}. It runs no goroutine: a decision that finds
+// a heartbeat (1s) passed since the last announces the instance, one more
+// script call a second per replica, so an instance without traffic stops
+// being counted after three seconds. Several services on one Redis and
+// prefix count as one fleet, which errs toward smaller shares. Until an
+// instance's first heartbeat reaches Redis it cannot know the fleet: its
+// fallback enforces every limit in full, and the outage's log line says
+// so.
 func WithFleet(f Fleet) Option {
 	return func(o *options) {
 		o.fleet = f
@@ -89,23 +99,68 @@ type fleet struct {
 	stop     context.CancelFunc
 	done     chan struct{}
 	stopOnce sync.Once
+
+	// The implicit fleet (see implicitFleet) has no goroutine: decisions
+	// beat, at most one at a time and once per heartbeat.
+	implicit bool
+	beatAt   atomic.Int64 // unix nanoseconds of the last beat begun
+	beating  atomic.Bool
+	closed   atomic.Bool
+}
+
+// implicitFleet is the fleet a limiter joins when nothing sizes its
+// fallback (no WithFleet, WithFallbackReplicas or WithFallbackLimit, under
+// FallbackLocal): every limiter with the same key prefix, which errs
+// toward smaller shares when several services share one Redis and prefix.
+var implicitFleet = Fleet{Name: "default", Heartbeat: time.Second}
+
+// newImplicitFleet returns the implicit fleet's membership, which starts
+// no goroutine: see maybeBeat.
+func newImplicitFleet(send func(context.Context, string, *op) ([]int64, error), prefix string) *fleet {
+	f := newFleetState(send, prefix, implicitFleet, 1)
+	f.implicit = true
+	f.stop = func() {}
+	close(f.done)
+	return f
+}
+
+// maybeBeat beats, for the implicit fleet, when a heartbeat has passed
+// since the last beat and no other is under way: one decision a heartbeat
+// pays one more round trip (pipelined with others' by the node's batcher),
+// and a replica without traffic stops being counted after three.
+func (f *fleet) maybeBeat(ctx context.Context) {
+	now := time.Now().UnixNano()
+	last := f.beatAt.Load()
+	if now-last < int64(f.every) || f.closed.Load() || !f.beating.CompareAndSwap(false, true) {
+		return
+	}
+	defer f.beating.Store(false)
+	if !f.beatAt.CompareAndSwap(last, now) {
+		return
+	}
+	f.beat(context.WithoutCancel(ctx))
 }
 
 func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
+	fl := newFleetState(send, prefix, f, floor)
+	ctx, cancel := context.WithCancel(context.Background())
+	fl.stop = cancel
+	go fl.run(ctx)
+	return fl
+}
+
+// newFleetState returns a fleet membership with nothing running.
+func newFleetState(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
-	ctx, cancel := context.WithCancel(context.Background())
-	fl := &fleet{
+	return &fleet{
 		send:  send,
 		key:   prefix + "{fleet:" + f.Name + "}",
 		id:    hex.EncodeToString(id[:]),
 		every: f.Heartbeat,
 		floor: floor,
-		stop:  cancel,
 		done:  make(chan struct{}),
 	}
-	go fl.run(ctx)
-	return fl
 }
 
 // run beats at once, then every heartbeat, until ctx ends.
@@ -165,8 +220,12 @@ func (f *fleet) size() int {
 func (f *fleet) close(timeout time.Duration) error {
 	var err error
 	f.stopOnce.Do(func() {
+		f.closed.Store(true)
 		f.stop()
 		<-f.done
+		if f.implicit && f.beatAt.Load() == 0 {
+			return // never announced
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if _, e := f.send(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{f.key}, args: []any{f.id}}); e != nil {

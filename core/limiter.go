@@ -42,7 +42,7 @@ type Limiter struct {
 	obs          Observer
 	cobs         ConcurrencyObserver // obs, if it observes caps too
 	logger       *slog.Logger
-	warnFallback bool     // the fallback enforces whole limits per replica
+	warnFallback bool     // nothing sizes the fallback: the implicit fleet does (see implicitFleet)
 	coarseSaid   sync.Map // global Limit -> struct{}: a replaced fallback was logged
 	coarseCount  atomic.Int32
 	replicas     int          // WithFallbackReplicas
@@ -98,8 +98,13 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	l.brk.node = nodeName(rdb)
 	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight)
 	l.store.ack = newReplicaAck(o.ack, l.log)
-	if o.fleet.Name != "" {
+	switch {
+	case o.fleet.Name != "":
 		l.fleet = newFleet(l.sendOp, l.prefix, o.fleet, o.replicas)
+	case l.warnFallback:
+		// Nothing sizes the fallback: by default it follows the fleet
+		// of limiters on this Redis and prefix, counted by decisions.
+		l.fleet = newImplicitFleet(l.sendOp, l.prefix)
 	}
 	if advice := clientAdvice(rdb, l.timeout); len(advice) > 0 {
 		l.log().Warn("sluice: the Redis client's options cost the limiter safety or speed; docs/production.md has the recommended client",
@@ -334,6 +339,9 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	d, routed, storeErr := l.decideOn(ctx, nd, now, OpDecide, &c)
 	if routed && storeErr == nil {
 		l.maybeSweep(ctx, now)
+		if l.fleet != nil && l.fleet.implicit {
+			l.fleet.maybeBeat(ctx)
+		}
 		if d.allowed {
 			// Keep the fallback warm for keys that have used half a
 			// burst or more; one less used starts the fallback from a

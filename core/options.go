@@ -164,9 +164,9 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // with the burst share, and the limiter logs that once per limit. The same
 // holds for an invalid limit from [WithFallbackLimit].
 //
-// Default: 1 (each replica enforces the whole limit, so n replicas admit up
-// to n times the limit during an outage; the limiter logs a warning when it
-// first falls back with this default).
+// Default: the fallback follows the implicit fleet: every limiter on the
+// same Redis and key prefix, counted through its decisions (see
+// [WithFleet]); until a replica has counted it, the whole limit.
 func WithFallbackReplicas(n int) Option {
 	return func(o *options) { o.replicas, o.fallback, o.replicasSet = n, nil, true }
 }

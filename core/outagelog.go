@@ -97,8 +97,11 @@ func (l *Limiter) logOutage(brk *breaker, err error, late time.Duration) {
 	if late > 0 {
 		attrs = append(attrs, "down_for", late)
 	}
-	if l.warnFallback {
-		attrs = append(attrs, "warning", "the fallback enforces every limit in full on each replica; size it with core.WithFleet or core.WithFallbackReplicas")
+	switch f := l.fleet; {
+	case f != nil && f.implicit && f.live.Load() == 0:
+		attrs = append(attrs, "warning", "the fleet's size is not known (no heartbeat has reached Redis since this process started), so the fallback enforces every limit in full on each replica; give core.WithFallbackReplicas the replica count as a floor")
+	case f != nil:
+		attrs = append(attrs, "fleet", f.size())
 	}
 	l.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
 }

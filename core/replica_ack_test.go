@@ -92,7 +92,9 @@ func runAckDecisions(t *testing.T, addr string, opts ...Option) ackRun {
 	ctx := context.Background()
 	limit := PerMinute(5)
 	logs := &syncWriter{w: &strings.Builder{}}
-	opts = append([]Option{WithTimeout(2 * time.Second), WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	// A fixed fallback share: the implicit fleet's heartbeats are script
+	// calls too, and this run counts decisions' calls.
+	opts = append([]Option{WithTimeout(2 * time.Second), WithFallbackReplicas(1), WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
 	lim := newRedisLimiter(t, addr, opts...)
 	if _, err := lim.Allow(ctx, "warm", limit); err != nil { // may load the script
 		t.Fatal(err)

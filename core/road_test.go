@@ -213,6 +213,7 @@ func TestObserverSeesEveryOp(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = refusedLease.Release(ctx) // a refusal releases nothing
+			waitFor(t, 10*time.Second, "the fleet's first heartbeat", func() bool { return lim.fleet.live.Load() > 0 })
 			if err := lim.Close(); err != nil {
 				t.Fatal(err)
 			}

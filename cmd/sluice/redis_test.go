@@ -124,7 +124,7 @@ func TestACLUser(t *testing.T) {
 	srv := redistest.Start(t,
 		"--user", "default", "off",
 		"--user", "operator", "on", ">"+secret, "~clitest:*", "resetchannels", "-@all",
-		"+evalsha", "+eval", "+get", "+hexists", "+hlen", "+hset", "+hdel", "+hgetall", "+incr")
+		"+evalsha", "+eval", "+get", "+set", "+hexists", "+hlen", "+hset", "+hdel", "+hgetall", "+incr")
 	addr := srv.Addr()
 	e := env{"PW": secret}
 	runSteps(t, []step{

@@ -14,10 +14,10 @@ replace (
 
 require (
 	github.com/prometheus/client_golang v1.24.1
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/core/sluiceotel v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/core/sluiceprom v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/grpclimit v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
+	github.com/sluicehq/sluice/core/sluiceotel v0.1.0
+	github.com/sluicehq/sluice/core/sluiceprom v0.1.0
+	github.com/sluicehq/sluice/grpclimit v0.1.0
 	go.opentelemetry.io/otel v1.46.0
 	go.opentelemetry.io/otel/sdk/metric v1.46.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800

@@ -6,7 +6,7 @@ replace github.com/sluicehq/sluice => ..
 
 require (
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 )
 
 require (

@@ -23,13 +23,13 @@ require (
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/echolimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/echov5limit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/fiberlimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/fiberv3limit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/ginlimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/grpclimit v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
+	github.com/sluicehq/sluice/echolimit v0.1.0
+	github.com/sluicehq/sluice/echov5limit v0.1.0
+	github.com/sluicehq/sluice/fiberlimit v0.1.0
+	github.com/sluicehq/sluice/fiberv3limit v0.1.0
+	github.com/sluicehq/sluice/ginlimit v0.1.0
+	github.com/sluicehq/sluice/grpclimit v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800
 	google.golang.org/grpc v1.84.0
 )

@@ -6,7 +6,7 @@ replace github.com/sluicehq/sluice => ..
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 	github.com/valyala/fasthttp v1.74.0
 )
 

@@ -7,7 +7,7 @@ replace github.com/sluicehq/sluice => ..
 require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/gofiber/utils/v2 v2.0.2
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 	github.com/valyala/fasthttp v1.74.0
 )
 

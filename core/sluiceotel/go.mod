@@ -6,7 +6,7 @@ replace github.com/sluicehq/sluice => ../..
 
 require (
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 	go.opentelemetry.io/otel v1.46.0
 	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.46.0
 	go.opentelemetry.io/otel/metric v1.46.0

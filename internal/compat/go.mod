@@ -8,7 +8,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v2 v2.4.5
 )

@@ -24,7 +24,8 @@ func consumer(t *testing.T, main string) (gomod, gosum string) {
 	if goredis == nil {
 		t.Fatal("../go.mod does not require go-redis")
 	}
-	mod := "module example.com/consumer\n\ngo 1.25.0\n\nrequire " + string(goredis[1]) + "\n\n" + localReplaces(t)
+	goLine := regexp.MustCompile(`(?m)^go \S+$`).Find(root) // the Go sluice needs
+	mod := "module example.com/consumer\n\n" + string(goLine) + "\n\nrequire " + string(goredis[1]) + "\n\n" + localReplaces(t)
 	for name, text := range map[string]string{"go.mod": mod, "main.go": main} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)

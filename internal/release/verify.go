@@ -161,11 +161,15 @@ func verifyEnv(root, proxyDir, rootPath string) ([]string, error) {
 		"GONOPROXY=",
 		"GOMODCACHE=" + own,
 		"GOFLAGS=" + strings.TrimSpace(goflags+" -mod=mod"),
+		// The go command indexes the packages of a module in the module
+		// cache once, by its directory, since a version never changes;
+		// here the same version comes back with other files.
+		"GODEBUG=" + strings.Trim(os.Getenv("GODEBUG")+",goindex=0", ","),
 	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "GOWORK", "GOTOOLCHAIN", "GOPROXY", "GONOSUMDB", "GOPRIVATE", "GONOPROXY", "GOMODCACHE", "GOFLAGS":
+		case "GOWORK", "GOTOOLCHAIN", "GOPROXY", "GONOSUMDB", "GOPRIVATE", "GONOPROXY", "GOMODCACHE", "GOFLAGS", "GODEBUG":
 		default:
 			env = append(env, kv)
 		}

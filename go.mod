@@ -1,16 +1,11 @@
 module github.com/sluicehq/sluice
 
-go 1.25.0
+go 1.26.0
 
-require (
-	github.com/redis/go-redis/v9 v9.22.0
-	go.uber.org/goleak v1.3.0
-)
+require github.com/redis/go-redis/v9 v9.23.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
-	github.com/stretchr/testify v1.11.1 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

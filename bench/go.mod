@@ -1,18 +1,18 @@
 module github.com/sluicehq/sluice/bench
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/sluicehq/sluice => ../
 
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
-	github.com/redis/go-redis/v9 v9.22.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sluicehq/sluice v0.1.0
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
 	github.com/zeromicro/go-zero v1.10.3
-	golang.org/x/sys v0.47.0
-	golang.org/x/time v0.14.0
+	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.16.0
 )
 
 require (
@@ -48,7 +48,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.40.0 // indirect
 	go.opentelemetry.io/otel/trace v1.40.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.9.0 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/automaxprocs v1.6.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/text v0.40.0 // indirect

@@ -20,11 +20,12 @@ func consumer(t *testing.T, main string) (gomod, gosum string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goredis := regexp.MustCompile(`(?m)^\s*github\.com/redis/go-redis/v9 v\S+`).Find(root)
+	goredis := regexp.MustCompile(`(?m)^(?:require)?\s*(github\.com/redis/go-redis/v9 v\S+)`).FindSubmatch(root)
 	if goredis == nil {
 		t.Fatal("../go.mod does not require go-redis")
 	}
-	mod := "module example.com/consumer\n\ngo 1.25.0\n\nrequire " + strings.TrimSpace(string(goredis)) + "\n\n" + localReplaces(t)
+	goLine := regexp.MustCompile(`(?m)^go \S+$`).Find(root) // the Go sluice needs
+	mod := "module example.com/consumer\n\n" + string(goLine) + "\n\nrequire " + string(goredis[1]) + "\n\n" + localReplaces(t)
 	for name, text := range map[string]string{"go.mod": mod, "main.go": main} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -43,13 +44,25 @@ func consumer(t *testing.T, main string) (gomod, gosum string) {
 	return string(m), string(s)
 }
 
+// sumModules returns the module paths of a go.sum.
+func sumModules(gosum string) map[string]bool {
+	mods := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(gosum), "\n") {
+		if m, _, ok := strings.Cut(line, " "); ok {
+			mods[m] = true
+		}
+	}
+	return mods
+}
+
 // TestConsumerModule: a program that imports core and httplimit, on a
 // default go-redis client, builds, and its module meets none of the
 // frameworks sluice adapts nor anything only sluice's tests need. go mod
 // tidy keeps checksums for the imports of the tests of every package a
 // program imports, so this also holds core's, keyfunc's, policy's and
 // httplimit's tests (and the test kits they use) to the standard library
-// and go-redis.
+// and go-redis: the consumer's go.sum holds sluice's modules and go-redis's
+// (go-redis and what it requires), nothing else.
 func TestConsumerModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go mod tidy and go build in a scratch module")
@@ -83,6 +96,24 @@ func main() {
 		}
 		if strings.Contains(gosum, unwanted) {
 			t.Errorf("a program importing core and httplimit has %s in its go.sum:\n%s", unwanted, gosum)
+		}
+	}
+	// Beyond sluice's own modules, go.sum holds go-redis's alone: the
+	// modules in the go.sum of a program that imports go-redis and nothing
+	// else.
+	_, redisSum := consumer(t, `package main
+
+import "github.com/redis/go-redis/v9"
+
+func main() { _ = redis.NewClient(&redis.Options{}) }
+`)
+	goredis := sumModules(redisSum)
+	if !goredis["github.com/redis/go-redis/v9"] {
+		t.Fatalf("a program importing go-redis alone has a go.sum without it:\n%s", redisSum)
+	}
+	for m := range sumModules(gosum) {
+		if !goredis[m] && m != "github.com/sluicehq/sluice" && !strings.HasPrefix(m, "github.com/sluicehq/sluice/") {
+			t.Errorf("a program importing core and httplimit has %s in its go.sum, which a program importing go-redis alone has not", m)
 		}
 	}
 	t.Logf("go.mod:\n%s\ngo.sum:\n%s", gomod, gosum)

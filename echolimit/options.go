@@ -14,6 +14,18 @@ import (
 // adapter shares, defined once in package policy, and this package's deny
 // and error handlers. When an option is passed twice, the last one wins. A
 // nil Option makes New panic.
+//
+// The status [WithChargeIf] and [WithFinalCost] see is the one written (200
+// when none was), or, when next returns an error before anything is
+// written, the one the app's HTTPErrorHandler answers it with by default
+// (an *echo.HTTPError's Code, found with errors.As, or 500); 500 when next
+// panics. With [WithChargeIf] alone, the middleware settles in a
+// Response.Before hook as the status is written, so the rate-limit fields
+// describe the bucket after a refund. [WithFinalCost]'s function gets the
+// request's echo.Context once next has returned, and the response's status
+// and header fields; the rate-limit fields are then rewritten only when the
+// response is not committed yet, as when next returned an error for the
+// app's HTTPErrorHandler to answer.
 type Option = policy.Option[echo.Context, handlers]
 
 // handlers holds the settings only this adapter has.
@@ -21,66 +33,6 @@ type handlers struct {
 	deny    func(echo.Context, core.Result) error
 	onError func(echo.Context, error) error
 }
-
-// The options every adapter shares, each documented in package policy.
-// Those that take a function pass it the request's echo.Context.
-var (
-	// WithSkip is [policy.WithSkip].
-	WithSkip = policy.WithSkip[echo.Context, handlers]
-	// WithCost is [policy.WithCost].
-	WithCost = policy.WithCost[echo.Context, handlers]
-	// WithLimitFunc is [policy.WithLimitFunc].
-	WithLimitFunc = policy.WithLimitFunc[echo.Context, handlers]
-	// WithLimits is [policy.WithLimits].
-	WithLimits = policy.WithLimits[echo.Context, handlers]
-	// WithHeaders is [policy.WithHeaders].
-	WithHeaders = policy.WithHeaders[echo.Context, handlers]
-	// WithDryRun is [policy.WithDryRun].
-	WithDryRun = policy.WithDryRun[echo.Context, handlers]
-	// WithDryRunHandler is [policy.WithDryRunHandler].
-	WithDryRunHandler = policy.WithDryRunHandler[echo.Context, handlers]
-	// WithWait is [policy.WithWait].
-	WithWait = policy.WithWait[echo.Context, handlers]
-	// WithProblemJSON is [policy.WithProblemJSON].
-	WithProblemJSON = policy.WithProblemJSON[echo.Context, handlers]
-	// WithScope is [policy.WithScope].
-	WithScope = policy.WithScope[echo.Context, handlers]
-	// WithPenalty is [policy.WithPenalty].
-	WithPenalty = policy.WithPenalty[echo.Context, handlers]
-	// WithConcurrency is [policy.WithConcurrency].
-	WithConcurrency = policy.WithConcurrency[echo.Context, handlers]
-	// WithQuotaUnit is [policy.WithQuotaUnit].
-	WithQuotaUnit = policy.WithQuotaUnit[echo.Context, handlers]
-	// WithRetryJitter is [policy.WithRetryJitter].
-	WithRetryJitter = policy.WithRetryJitter[echo.Context, handlers]
-	// WithAllow is [policy.WithAllow].
-	WithAllow = policy.WithAllow[echo.Context, handlers]
-	// WithDeny is [policy.WithDeny].
-	WithDeny = policy.WithDeny[echo.Context, handlers]
-	// WithListClientIP is [policy.WithListClientIP].
-	WithListClientIP = policy.WithListClientIP[echo.Context, handlers]
-	// WithOverrides is [policy.WithOverrides].
-	WithOverrides = policy.WithOverrides[echo.Context, handlers]
-)
-
-// The options that charge a request by its response, each documented in
-// package policy. The status they see is the one written (200 when none
-// was), or, when next returns an error before anything is written, the one
-// the app's HTTPErrorHandler answers it with by default (an
-// *echo.HTTPError's Code, found with errors.As, or 500); 500 when next
-// panics. With WithChargeIf alone, the middleware settles in a
-// Response.Before hook as the status is written, so the rate-limit fields
-// describe the bucket after a refund. WithFinalCost's function gets the
-// request's echo.Context once next has returned, and the response's status
-// and header fields; the rate-limit fields are then rewritten only when
-// the response is not committed yet, as when next returned an error for
-// the app's HTTPErrorHandler to answer.
-var (
-	// WithChargeIf is [policy.WithChargeIf].
-	WithChargeIf = policy.WithChargeIf[echo.Context, handlers]
-	// WithFinalCost is [policy.WithFinalCost].
-	WithFinalCost = policy.WithFinalCost[echo.Context, handlers]
-)
 
 // SetCost records the final cost of the request whose context is ctx, for
 // a middleware with [WithFinalCost]: a handler passes

@@ -1,18 +1,18 @@
 module github.com/sluicehq/sluice/echov5limit
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/sluicehq/sluice => ..
 
 require (
 	github.com/labstack/echo/v5 v5.4.4
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice v0.1.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.58.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

@@ -1,9 +1,10 @@
 module github.com/sluicehq/sluice/examples
 
-go 1.25.0
+go 1.26.0
 
 replace (
 	github.com/sluicehq/sluice => ..
+	github.com/sluicehq/sluice/core/sluiceotel => ../core/sluiceotel
 	github.com/sluicehq/sluice/core/sluiceprom => ../core/sluiceprom
 	github.com/sluicehq/sluice/echolimit => ../echolimit
 	github.com/sluicehq/sluice/echov5limit => ../echov5limit
@@ -22,17 +23,23 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/echo/v5 v5.4.4
-	github.com/redis/go-redis/v9 v9.22.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/echolimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/echov5limit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/fiberlimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/fiberv3limit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/ginlimit v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/grpclimit v0.0.0-00010101000000-000000000000
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800
-	google.golang.org/grpc v1.84.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sluicehq/sluice v0.1.0
+	github.com/sluicehq/sluice/core/sluiceotel v0.1.0
+	github.com/sluicehq/sluice/echolimit v0.1.0
+	github.com/sluicehq/sluice/echov5limit v0.1.0
+	github.com/sluicehq/sluice/fiberlimit v0.1.0
+	github.com/sluicehq/sluice/fiberv3limit v0.1.0
+	github.com/sluicehq/sluice/ginlimit v0.1.0
+	github.com/sluicehq/sluice/grpclimit v0.1.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
 )
+
+require go.opentelemetry.io/otel/log v1.47.0 // indirect
 
 require (
 	github.com/bytedance/gopkg v0.1.3 // indirect
@@ -42,6 +49,8 @@ require (
 	github.com/cloudwego/base64x v0.1.6 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
 	github.com/go-playground/universal-translator v0.18.1 // indirect
 	github.com/go-playground/validator/v10 v10.30.1 // indirect
@@ -70,15 +79,19 @@ require (
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.74.0 // indirect
+	github.com/valyala/fasthttp v1.78.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.55.0 // indirect
-	golang.org/x/net v0.58.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.12
 )

@@ -1,13 +1,13 @@
 module github.com/sluicehq/sluice/fiberlimit
 
-go 1.25.0
+go 1.26.0
 
 replace github.com/sluicehq/sluice => ..
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/valyala/fasthttp v1.74.0
+	github.com/sluicehq/sluice v0.1.0
+	github.com/valyala/fasthttp v1.78.0
 )
 
 require (
@@ -17,11 +17,10 @@ require (
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
-	github.com/molecule-man/go-brrr v1.0.1 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	go.uber.org/atomic v1.11.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )

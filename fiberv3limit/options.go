@@ -14,6 +14,17 @@ import (
 // adapter shares, defined once in package policy, and this package's deny
 // and error handlers. When an option is passed twice, the last one wins. A
 // nil Option makes New panic.
+//
+// The status [WithChargeIf] and [WithFinalCost] see is the one set once
+// c.Next returns (200 when none was), or, when the chain returns an error,
+// the one the app's ErrorHandler answers it with by default (a
+// *fiber.Error's Code, found with errors.As, or 500); 500 when the chain
+// panics. [WithFinalCost]'s function gets the request's fiber.Ctx once
+// c.Next has returned, and the response's status and header fields. fiber
+// sends the response after its handlers, so the rate-limit fields are
+// always rewritten to describe the bucket after the settlement; a body
+// streamed by SendStreamWriter is sent after it, so its size cannot be the
+// final cost.
 type Option = policy.Option[fiber.Ctx, handlers]
 
 // handlers holds the settings only this adapter has.
@@ -21,65 +32,6 @@ type handlers struct {
 	deny    func(fiber.Ctx, core.Result) error
 	onError func(fiber.Ctx, error) error
 }
-
-// The options every adapter shares, each documented in package policy.
-// Those that take a function pass it the request's fiber.Ctx.
-var (
-	// WithSkip is [policy.WithSkip].
-	WithSkip = policy.WithSkip[fiber.Ctx, handlers]
-	// WithCost is [policy.WithCost].
-	WithCost = policy.WithCost[fiber.Ctx, handlers]
-	// WithLimitFunc is [policy.WithLimitFunc].
-	WithLimitFunc = policy.WithLimitFunc[fiber.Ctx, handlers]
-	// WithLimits is [policy.WithLimits].
-	WithLimits = policy.WithLimits[fiber.Ctx, handlers]
-	// WithHeaders is [policy.WithHeaders].
-	WithHeaders = policy.WithHeaders[fiber.Ctx, handlers]
-	// WithDryRun is [policy.WithDryRun].
-	WithDryRun = policy.WithDryRun[fiber.Ctx, handlers]
-	// WithDryRunHandler is [policy.WithDryRunHandler].
-	WithDryRunHandler = policy.WithDryRunHandler[fiber.Ctx, handlers]
-	// WithWait is [policy.WithWait].
-	WithWait = policy.WithWait[fiber.Ctx, handlers]
-	// WithProblemJSON is [policy.WithProblemJSON].
-	WithProblemJSON = policy.WithProblemJSON[fiber.Ctx, handlers]
-	// WithScope is [policy.WithScope].
-	WithScope = policy.WithScope[fiber.Ctx, handlers]
-	// WithPenalty is [policy.WithPenalty].
-	WithPenalty = policy.WithPenalty[fiber.Ctx, handlers]
-	// WithConcurrency is [policy.WithConcurrency].
-	WithConcurrency = policy.WithConcurrency[fiber.Ctx, handlers]
-	// WithQuotaUnit is [policy.WithQuotaUnit].
-	WithQuotaUnit = policy.WithQuotaUnit[fiber.Ctx, handlers]
-	// WithRetryJitter is [policy.WithRetryJitter].
-	WithRetryJitter = policy.WithRetryJitter[fiber.Ctx, handlers]
-	// WithAllow is [policy.WithAllow].
-	WithAllow = policy.WithAllow[fiber.Ctx, handlers]
-	// WithDeny is [policy.WithDeny].
-	WithDeny = policy.WithDeny[fiber.Ctx, handlers]
-	// WithListClientIP is [policy.WithListClientIP].
-	WithListClientIP = policy.WithListClientIP[fiber.Ctx, handlers]
-	// WithOverrides is [policy.WithOverrides].
-	WithOverrides = policy.WithOverrides[fiber.Ctx, handlers]
-)
-
-// The options that charge a request by its response, each documented in
-// package policy. The status they see is the one set once c.Next returns
-// (200 when none was), or, when the chain returns an error, the one the
-// app's ErrorHandler answers it with by default (a *fiber.Error's Code,
-// found with errors.As, or 500); 500 when the chain panics.
-// WithFinalCost's function gets the request's fiber.Ctx once c.Next has
-// returned, and the response's status and header fields. fiber sends the
-// response after its handlers, so the rate-limit fields are always
-// rewritten to describe the bucket after the settlement; a body streamed
-// by SendStreamWriter is sent after it, so its size cannot be the final
-// cost.
-var (
-	// WithChargeIf is [policy.WithChargeIf].
-	WithChargeIf = policy.WithChargeIf[fiber.Ctx, handlers]
-	// WithFinalCost is [policy.WithFinalCost].
-	WithFinalCost = policy.WithFinalCost[fiber.Ctx, handlers]
-)
 
 // SetCost records the final cost of the request whose context is ctx, for
 // a middleware with [WithFinalCost]: a handler passes c.Context(), the

@@ -14,6 +14,15 @@ import (
 // adapter shares, defined once in package policy, and this package's deny
 // and error handlers. When an option is passed twice, the last one wins. A
 // nil Option makes New panic.
+//
+// [WithChargeIf]'s predicate gets the status the rest of the chain wrote
+// (c.Writer.Status(): 200 when it wrote none, 500 when it panicked); the
+// middleware settles just before gin sends the header, so the rate-limit
+// fields describe the bucket after a refund. [WithFinalCost]'s function
+// gets the request's *gin.Context once the rest of the chain has returned,
+// and the response's status and header fields (c.Writer's); the rate-limit
+// fields are then rewritten only when nothing was sent yet
+// (c.Writer.Written() is false).
 type Option = policy.Option[*gin.Context, handlers]
 
 // handlers holds the settings only this adapter has.
@@ -21,63 +30,6 @@ type handlers struct {
 	deny    func(*gin.Context, core.Result)
 	onError func(*gin.Context, error)
 }
-
-// The options every adapter shares, each documented in package policy.
-// Those that take a function pass it the request's *gin.Context.
-var (
-	// WithSkip is [policy.WithSkip].
-	WithSkip = policy.WithSkip[*gin.Context, handlers]
-	// WithCost is [policy.WithCost].
-	WithCost = policy.WithCost[*gin.Context, handlers]
-	// WithLimitFunc is [policy.WithLimitFunc].
-	WithLimitFunc = policy.WithLimitFunc[*gin.Context, handlers]
-	// WithLimits is [policy.WithLimits].
-	WithLimits = policy.WithLimits[*gin.Context, handlers]
-	// WithHeaders is [policy.WithHeaders].
-	WithHeaders = policy.WithHeaders[*gin.Context, handlers]
-	// WithDryRun is [policy.WithDryRun].
-	WithDryRun = policy.WithDryRun[*gin.Context, handlers]
-	// WithDryRunHandler is [policy.WithDryRunHandler].
-	WithDryRunHandler = policy.WithDryRunHandler[*gin.Context, handlers]
-	// WithWait is [policy.WithWait].
-	WithWait = policy.WithWait[*gin.Context, handlers]
-	// WithProblemJSON is [policy.WithProblemJSON].
-	WithProblemJSON = policy.WithProblemJSON[*gin.Context, handlers]
-	// WithScope is [policy.WithScope].
-	WithScope = policy.WithScope[*gin.Context, handlers]
-	// WithPenalty is [policy.WithPenalty].
-	WithPenalty = policy.WithPenalty[*gin.Context, handlers]
-	// WithConcurrency is [policy.WithConcurrency].
-	WithConcurrency = policy.WithConcurrency[*gin.Context, handlers]
-	// WithQuotaUnit is [policy.WithQuotaUnit].
-	WithQuotaUnit = policy.WithQuotaUnit[*gin.Context, handlers]
-	// WithRetryJitter is [policy.WithRetryJitter].
-	WithRetryJitter = policy.WithRetryJitter[*gin.Context, handlers]
-	// WithAllow is [policy.WithAllow].
-	WithAllow = policy.WithAllow[*gin.Context, handlers]
-	// WithDeny is [policy.WithDeny].
-	WithDeny = policy.WithDeny[*gin.Context, handlers]
-	// WithListClientIP is [policy.WithListClientIP].
-	WithListClientIP = policy.WithListClientIP[*gin.Context, handlers]
-	// WithOverrides is [policy.WithOverrides].
-	WithOverrides = policy.WithOverrides[*gin.Context, handlers]
-)
-
-// The options that charge a request by its response, each documented in
-// package policy. WithChargeIf's predicate gets the status the rest of the
-// chain wrote (c.Writer.Status(): 200 when it wrote none, 500 when it
-// panicked); the middleware settles just before gin sends the header, so
-// the rate-limit fields describe the bucket after a refund. WithFinalCost's
-// function gets the request's *gin.Context once the rest of the chain has
-// returned, and the response's status and header fields (c.Writer's); the
-// rate-limit fields are then rewritten only when nothing was sent yet
-// (c.Writer.Written() is false).
-var (
-	// WithChargeIf is [policy.WithChargeIf].
-	WithChargeIf = policy.WithChargeIf[*gin.Context, handlers]
-	// WithFinalCost is [policy.WithFinalCost].
-	WithFinalCost = policy.WithFinalCost[*gin.Context, handlers]
-)
 
 // SetCost records the final cost of the request whose context is ctx, for
 // a middleware with [WithFinalCost]: a handler passes

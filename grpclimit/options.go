@@ -16,6 +16,12 @@ import (
 // The options that take a function pass it the call's context, from which
 // grpc.Method gives the full method, metadata.FromIncomingContext the
 // metadata and peer.FromContext the peer.
+//
+// Of the options every adapter shares, gRPC has all but WithProblemJSON,
+// WithChargeIf and WithFinalCost: a gRPC answer has no body to shape and no
+// response status to charge by. Rate-limit fields are sent as response
+// header metadata, and WithRetryJitter's delay reaches the RetryInfo detail
+// too (see the package documentation).
 type Option = policy.Option[context.Context, handlers]
 
 // handlers holds the settings only this adapter has.
@@ -23,48 +29,6 @@ type handlers struct {
 	deny    func(context.Context, core.Result) error
 	onError func(context.Context, error) error
 }
-
-// The options every adapter shares, each documented in package policy,
-// less WithProblemJSON, which shapes HTTP bodies that gRPC does not have.
-// Rate-limit fields are sent as response header metadata, and
-// WithRetryJitter's delay reaches the RetryInfo detail too (see the
-// package documentation).
-var (
-	// WithSkip is [policy.WithSkip].
-	WithSkip = policy.WithSkip[context.Context, handlers]
-	// WithCost is [policy.WithCost].
-	WithCost = policy.WithCost[context.Context, handlers]
-	// WithLimitFunc is [policy.WithLimitFunc].
-	WithLimitFunc = policy.WithLimitFunc[context.Context, handlers]
-	// WithLimits is [policy.WithLimits].
-	WithLimits = policy.WithLimits[context.Context, handlers]
-	// WithHeaders is [policy.WithHeaders].
-	WithHeaders = policy.WithHeaders[context.Context, handlers]
-	// WithDryRun is [policy.WithDryRun].
-	WithDryRun = policy.WithDryRun[context.Context, handlers]
-	// WithDryRunHandler is [policy.WithDryRunHandler].
-	WithDryRunHandler = policy.WithDryRunHandler[context.Context, handlers]
-	// WithWait is [policy.WithWait].
-	WithWait = policy.WithWait[context.Context, handlers]
-	// WithScope is [policy.WithScope].
-	WithScope = policy.WithScope[context.Context, handlers]
-	// WithPenalty is [policy.WithPenalty].
-	WithPenalty = policy.WithPenalty[context.Context, handlers]
-	// WithConcurrency is [policy.WithConcurrency].
-	WithConcurrency = policy.WithConcurrency[context.Context, handlers]
-	// WithQuotaUnit is [policy.WithQuotaUnit].
-	WithQuotaUnit = policy.WithQuotaUnit[context.Context, handlers]
-	// WithRetryJitter is [policy.WithRetryJitter].
-	WithRetryJitter = policy.WithRetryJitter[context.Context, handlers]
-	// WithAllow is [policy.WithAllow].
-	WithAllow = policy.WithAllow[context.Context, handlers]
-	// WithDeny is [policy.WithDeny].
-	WithDeny = policy.WithDeny[context.Context, handlers]
-	// WithListClientIP is [policy.WithListClientIP].
-	WithListClientIP = policy.WithListClientIP[context.Context, handlers]
-	// WithOverrides is [policy.WithOverrides].
-	WithOverrides = policy.WithOverrides[context.Context, handlers]
-)
 
 // WithDenyHandler sets the handler that answers denied calls: the call
 // fails with the error f returns, which should be a status error

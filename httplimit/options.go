@@ -21,51 +21,6 @@ type handlers struct {
 	onError func(http.ResponseWriter, *http.Request, error)
 }
 
-// The options every adapter shares, each documented in package policy.
-// Those that take a function pass it the *http.Request.
-var (
-	// WithSkip is [policy.WithSkip].
-	WithSkip = policy.WithSkip[*http.Request, handlers]
-	// WithCost is [policy.WithCost].
-	WithCost = policy.WithCost[*http.Request, handlers]
-	// WithLimitFunc is [policy.WithLimitFunc].
-	WithLimitFunc = policy.WithLimitFunc[*http.Request, handlers]
-	// WithLimits is [policy.WithLimits].
-	WithLimits = policy.WithLimits[*http.Request, handlers]
-	// WithHeaders is [policy.WithHeaders].
-	WithHeaders = policy.WithHeaders[*http.Request, handlers]
-	// WithDryRun is [policy.WithDryRun].
-	WithDryRun = policy.WithDryRun[*http.Request, handlers]
-	// WithDryRunHandler is [policy.WithDryRunHandler].
-	WithDryRunHandler = policy.WithDryRunHandler[*http.Request, handlers]
-	// WithWait is [policy.WithWait].
-	WithWait = policy.WithWait[*http.Request, handlers]
-	// WithProblemJSON is [policy.WithProblemJSON].
-	WithProblemJSON = policy.WithProblemJSON[*http.Request, handlers]
-	// WithScope is [policy.WithScope].
-	WithScope = policy.WithScope[*http.Request, handlers]
-	// WithPenalty is [policy.WithPenalty].
-	WithPenalty = policy.WithPenalty[*http.Request, handlers]
-	// WithConcurrency is [policy.WithConcurrency].
-	WithConcurrency = policy.WithConcurrency[*http.Request, handlers]
-	// WithQuotaUnit is [policy.WithQuotaUnit].
-	WithQuotaUnit = policy.WithQuotaUnit[*http.Request, handlers]
-	// WithRetryJitter is [policy.WithRetryJitter].
-	WithRetryJitter = policy.WithRetryJitter[*http.Request, handlers]
-	// WithAllow is [policy.WithAllow].
-	WithAllow = policy.WithAllow[*http.Request, handlers]
-	// WithDeny is [policy.WithDeny].
-	WithDeny = policy.WithDeny[*http.Request, handlers]
-	// WithListClientIP is [policy.WithListClientIP].
-	WithListClientIP = policy.WithListClientIP[*http.Request, handlers]
-	// WithOverrides is [policy.WithOverrides].
-	WithOverrides = policy.WithOverrides[*http.Request, handlers]
-	// WithChargeIf is [policy.WithChargeIf].
-	WithChargeIf = policy.WithChargeIf[*http.Request, handlers]
-	// WithFinalCost is [policy.WithFinalCost].
-	WithFinalCost = policy.WithFinalCost[*http.Request, handlers]
-)
-
 // SetCost records the final cost of the request whose context is ctx, for
 // a middleware with [WithFinalCost]; see [policy.SetCost].
 func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }

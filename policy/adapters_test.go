@@ -25,10 +25,11 @@ var without = map[string][]string{"grpclimit": {"WithProblemJSON", "WithChargeIf
 var ownOptions = []string{"WithDenyHandler", "WithErrorHandler"}
 
 // TestAdaptersShareOptions fails when an adapter's options drift from this
-// package's: each adapter must offer every shared option, as a variable
-// bound to this package's generic function of the same name and documented
-// as that function, and no option of its own but the deny and error
-// handlers, which every adapter must document with a Default line.
+// package's: each adapter must offer every shared option, as a function of
+// its own (generated: see internal/adaptergen) that returns this package's
+// generic function of the same name and whose documentation is that
+// function's and names it, and no option of its own but the deny and error
+// handlers. Every option must document its default with a Default line.
 func TestAdaptersShareOptions(t *testing.T) {
 	shared := sharedOptions(t)
 	if len(shared) < 8 {
@@ -37,34 +38,33 @@ func TestAdaptersShareOptions(t *testing.T) {
 	for _, name := range adapters {
 		t.Run(name, func(t *testing.T) {
 			pkg := parseDir(t, filepath.Join("..", name))
-			var got []string
-			for _, v := range pkg.Vars {
-				for _, spec := range v.Decl.Specs {
-					vs := spec.(*ast.ValueSpec)
-					for i, id := range vs.Names {
-						if !strings.HasPrefix(id.Name, "With") {
-							continue
-						}
-						got = append(got, id.Name)
-						if want := "policy." + id.Name; i >= len(vs.Values) || !strings.HasPrefix(exprString(vs.Values[i]), want+"[") {
-							t.Errorf("%s.%s is not bound to %s", name, id.Name, want)
-						}
-						if want := id.Name + " is [policy." + id.Name + "]."; strings.TrimSpace(vs.Doc.Text()) != want {
-							t.Errorf("%s.%s's doc comment is %q, want %q", name, id.Name, vs.Doc.Text(), want)
-						}
-					}
-				}
-			}
-			var own []string
+			var got, own []string
 			funcs := pkg.Funcs
 			for _, ty := range pkg.Types {
 				funcs = append(funcs, ty.Funcs...)
 			}
 			for _, f := range funcs {
-				if strings.HasPrefix(f.Name, "With") {
+				if !strings.HasPrefix(f.Name, "With") {
+					continue
+				}
+				if !strings.Contains(f.Doc, "\nDefault: ") {
+					t.Errorf("%s.%s's doc comment has no Default line", name, f.Name)
+				}
+				if returned(f.Decl) != "policy."+f.Name+"[...]" {
 					own = append(own, f.Name)
-					if !strings.Contains(f.Doc, "\nDefault: ") {
-						t.Errorf("%s.%s's doc comment has no Default line", name, f.Name)
+					continue
+				}
+				got = append(got, f.Name)
+				if !strings.Contains(f.Doc, "[policy."+f.Name+"]") {
+					t.Errorf("%s.%s's doc comment does not name [policy.%s]", name, f.Name, f.Name)
+				}
+			}
+			for _, v := range pkg.Vars {
+				for _, spec := range v.Decl.Specs {
+					for _, id := range spec.(*ast.ValueSpec).Names {
+						if strings.HasPrefix(id.Name, "With") {
+							t.Errorf("%s.%s is a variable: options are functions (go generate ./policy)", name, id.Name)
+						}
 					}
 				}
 			}
@@ -72,7 +72,7 @@ func TestAdaptersShareOptions(t *testing.T) {
 			slices.Sort(own)
 			want := slices.DeleteFunc(slices.Clone(shared), func(o string) bool { return slices.Contains(without[name], o) })
 			if !slices.Equal(got, want) {
-				t.Errorf("%s's shared options are %v, want %v", name, got, want)
+				t.Errorf("%s's shared options are %v, want %v: run go generate ./policy", name, got, want)
 			}
 			if !slices.Equal(own, ownOptions) {
 				t.Errorf("%s's own options are %v, want %v", name, own, ownOptions)
@@ -84,6 +84,23 @@ func TestAdaptersShareOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// returned names the function that f's body calls in its one return
+// statement ("policy.WithSkip[...]"), or "".
+func returned(f *ast.FuncDecl) string {
+	if f.Body == nil || len(f.Body.List) != 1 {
+		return ""
+	}
+	ret, ok := f.Body.List[0].(*ast.ReturnStmt)
+	if !ok || len(ret.Results) != 1 {
+		return ""
+	}
+	call, ok := ret.Results[0].(*ast.CallExpr)
+	if !ok {
+		return ""
+	}
+	return exprString(call.Fun)
 }
 
 // sharedOptions lists this package's exported With functions.
@@ -125,7 +142,7 @@ func parseDir(t *testing.T, dir string) *doc.Package {
 		}
 		files = append(files, f)
 	}
-	pkg, err := doc.NewFromFiles(fset, files, "example.com/"+filepath.Base(dir))
+	pkg, err := doc.NewFromFiles(fset, files, "example.com/"+filepath.Base(dir), doc.PreserveAST)
 	if err != nil {
 		t.Fatal(err)
 	}

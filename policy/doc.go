@@ -12,11 +12,16 @@
 // as the status is written when [Verdict.AtStatus], else when the handlers
 // return, rewriting the header fields if they have not been sent.
 // Their options are this package's, instantiated for the framework's
-// request type, so the four cannot drift apart:
+// request type, so the adapters cannot drift apart. Each adapter's
+// options_gen.go, which go generate ./policy writes, has one documented
+// function per option of this package:
 //
 //	// in ginlimit:
 //	type Option = policy.Option[*gin.Context, handlers]
-//	var WithSkip = policy.WithSkip[*gin.Context, handlers]
+//
+//	func WithSkip(f func(*gin.Context) bool) Option {
+//		return policy.WithSkip[*gin.Context, handlers](f)
+//	}
 //
 // Users of an adapter never need this package, except to name a
 // [HeaderStyle]. Someone writing an adapter for another framework builds

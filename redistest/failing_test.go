@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 )
 
 const loading = "LOADING Redis is loading the dataset in memory"
@@ -133,7 +133,6 @@ func TestFailingGoRedis(t *testing.T) {
 // TestFailingCleanup: the cleanup closes open connections, stops
 // listening and leaves no goroutine behind.
 func TestFailingCleanup(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
 	tb := &fakeTB{TB: t}
 	addr := Failing(tb, loading)
 	var conns []net.Conn
@@ -167,7 +166,9 @@ func TestFailingCleanup(t *testing.T) {
 		c.Close()
 		t.Error("the server still accepts connections after its cleanup")
 	}
-	goleak.VerifyNone(t, ignore)
+	if err := leakcheck.Check(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestFailingBadReply: a reply that would break the protocol is refused.

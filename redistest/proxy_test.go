@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"go.uber.org/goleak"
+	"github.com/sluicehq/sluice/internal/leakcheck"
 )
 
 // newShortClient returns a client like NewClient's whose reads time out
@@ -34,7 +34,6 @@ func newShortClient(t *testing.T, addr string, readTimeout time.Duration) *redis
 }
 
 func TestProxyFaults(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
 	ctx := t.Context()
 	s := Start(t)
 	p := NewProxy(t, s.Addr())
@@ -47,7 +46,9 @@ func TestProxyFaults(t *testing.T) {
 			t.Errorf("Proxy.Close() = %v, want nil", err)
 		}
 		s.Kill()
-		goleak.VerifyNone(t, ignore)
+		if err := leakcheck.Check(); err != nil {
+			t.Error(err)
+		}
 	}()
 
 	t.Run("pass through", func(t *testing.T) {
@@ -114,7 +115,6 @@ func TestProxyTargetDown(t *testing.T) {
 }
 
 func TestProxyCloseInterruptsDelay(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
 	ctx := t.Context()
 	s := Start(t)
 	direct := newShortClient(t, s.Addr(), time.Second)
@@ -144,7 +144,9 @@ func TestProxyCloseInterruptsDelay(t *testing.T) {
 	c.Close()
 	direct.Close()
 	s.Kill()
-	goleak.VerifyNone(t, ignore)
+	if err := leakcheck.Check(); err != nil {
+		t.Error(err)
+	}
 }
 
 func isTimeout(err error) bool {
@@ -176,7 +178,6 @@ func waitForCalls(t *testing.T, ctx context.Context, c *redis.Client, cmd string
 }
 
 func TestProxySetDown(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
 	ctx := t.Context()
 	s := Start(t)
 	p, err := ListenProxy(s.Addr())
@@ -228,5 +229,7 @@ func TestProxySetDown(t *testing.T) {
 		t.Error("dial after Close succeeded: SetDown(false) listened again")
 	}
 	s.Kill()
-	goleak.VerifyNone(t, ignore)
+	if err := leakcheck.Check(); err != nil {
+		t.Error(err)
+	}
 }

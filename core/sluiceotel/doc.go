@@ -9,10 +9,10 @@
 //	}
 //	lim, err := core.New(rdb, core.WithObserver(obs))
 //
-// [WithMeterProvider] names another provider. The program in the example
-// directory wires an Observer to the stdout exporter; an OTLP exporter
-// (go.opentelemetry.io/otel/exporters/otlp/otlpmetric/...) is wired the
-// same way, through an sdkmetric.PeriodicReader.
+// [WithMeterProvider] names another provider. The program examples/otel in
+// sluice's repository wires an Observer to the stdout exporter; an OTLP
+// exporter (go.opentelemetry.io/otel/exporters/otlp/otlpmetric/...) is
+// wired the same way, through an sdkmetric.PeriodicReader.
 //
 // # Instruments
 //

@@ -1,11 +1,11 @@
-// Command example wires a sluice limiter's metrics to the OpenTelemetry
+// Command otel wires a sluice limiter's metrics to the OpenTelemetry
 // stdout exporter: it makes a few decisions and prints the metrics as JSON
 // when the meter provider shuts down. An OTLP exporter
 // (go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc or
 // otlpmetrichttp) takes the stdout exporter's place in production.
 //
-//	go run github.com/sluicehq/sluice/core/sluiceotel/example              # an in-memory limiter
-//	go run github.com/sluicehq/sluice/core/sluiceotel/example -redis localhost:6379
+//	go run ./examples/otel                         # an in-memory limiter
+//	go run ./examples/otel -redis localhost:6379
 package main
 
 import (

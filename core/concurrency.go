@@ -146,7 +146,7 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	if l.store == nil {
 		return c.acquireLocal(key, c.limit.Max, false), nil
 	}
-	rkey := redisKey(l.prefix, c.fp, key)
+	rkey := l.rkey(c.fp, key)
 	now := l.now()
 	nd := l.store.node(ctx, rkey)
 	id := newLeaseID()

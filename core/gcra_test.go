@@ -1,9 +1,12 @@
 package core
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // step is one request applied to a bucket in a model test.
@@ -168,5 +171,44 @@ func TestRedisKeyLayout(t *testing.T) {
 	digestForm := stored[strings.Index(stored, ":#")+1:]
 	if got := redisKey("p:", "f", digestForm); strings.HasSuffix(got, ":"+digestForm) {
 		t.Fatalf("the key %q is stored verbatim as %q, the name of a long key's digest", digestForm, got)
+	}
+}
+
+// TestSlotKey: with WithSlotKey the tag is a keyed hash, the same for the
+// same secret and another for another secret, and the rest of the name is
+// unchanged; a short secret is refused.
+func TestSlotKey(t *testing.T) {
+	secret := []byte("0123456789abcdef-fleet-secret")
+	a, err := New(redis.NewClient(&redis.Options{}), WithSlotKey(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(redis.NewClient(&redis.Options{}), WithSlotKey(append([]byte{}, secret...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(redis.NewClient(&redis.Options{}), WithSlotKey([]byte("another secret, 16+ bytes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	differ := 0
+	for i := range 64 {
+		k := fmt.Sprintf("ip:203.0.113.%d", i)
+		ka, kb, ko, plain := a.rkey("f", k), b.rkey("f", k), other.rkey("f", k), redisKey("sluice:", "f", k)
+		if ka != kb {
+			t.Fatalf("one secret, two names: %q and %q", ka, kb)
+		}
+		if ka[len("sluice:")+6:] != plain[len("sluice:")+6:] {
+			t.Fatalf("the keyed name %q differs from %q beyond the tag", ka, plain)
+		}
+		if ka != ko {
+			differ++
+		}
+	}
+	if differ < 60 {
+		t.Errorf("two secrets gave the same tag for %d of 64 keys", 64-differ)
+	}
+	if _, err := New(redis.NewClient(&redis.Options{}), WithSlotKey([]byte("short"))); err == nil || !strings.Contains(err.Error(), "WithSlotKey") {
+		t.Errorf("New with a 5-byte slot key = %v, want an error naming WithSlotKey", err)
 	}
 }

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -11,8 +13,9 @@ import (
 //
 //	<prefix>{<tag>}<fingerprint>:<key>
 //
-// tag is four hex digits of a hash of the user's key, so the library, never
-// the user's bytes, decides the Redis Cluster slot, and every piece of one
+// tag is four hex digits of a hash of the user's key (keyed, with
+// WithSlotKey), so the library, never the user's bytes, decides the Redis
+// Cluster slot, and every piece of one
 // bucket's state lives in one slot. fingerprint names the set of limits.
 // key is the user's key verbatim when it is at most maxVerbatimKey bytes
 // and does not start with "#", otherwise "#" and a SHA-256 digest of it,
@@ -36,12 +39,28 @@ func validatePrefix(p string) error {
 	return nil
 }
 
-// redisKey builds the stored name of key's bucket under plan fp.
-func redisKey(prefix, fp, key string) string {
-	sum := uint32(2166136261) // FNV-1a, inline so it stays off the heap
-	for i := 0; i < len(key); i++ {
-		sum ^= uint32(key[i])
-		sum *= 16777619
+// redisKey builds the stored name of key's bucket under plan fp, with the
+// unkeyed tag.
+func redisKey(prefix, fp, key string) string { return redisKeyTagged(prefix, fp, key, nil) }
+
+// rkey builds the stored name of key's bucket under plan fp, with the
+// limiter's tag (keyed, with WithSlotKey).
+func (l *Limiter) rkey(fp, key string) string { return redisKeyTagged(l.prefix, fp, key, l.slotKey) }
+
+// redisKeyTagged builds the stored name of key's bucket under plan fp;
+// with slotKey, its tag is a keyed hash (see WithSlotKey).
+func redisKeyTagged(prefix, fp, key string, slotKey []byte) string {
+	var sum uint32
+	if slotKey != nil {
+		m := hmac.New(sha256.New, slotKey)
+		m.Write([]byte(key))
+		sum = binary.BigEndian.Uint32(m.Sum(nil))
+	} else {
+		sum = 2166136261 // FNV-1a, inline so it stays off the heap
+		for i := 0; i < len(key); i++ {
+			sum ^= uint32(key[i])
+			sum *= 16777619
+		}
 	}
 	const digits = "0123456789abcdef"
 	var tag [4]byte

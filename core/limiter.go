@@ -28,7 +28,8 @@ import (
 type Limiter struct {
 	store        *redisStore // nil for an in-memory limiter
 	prefix       string
-	penalty      int64 // microseconds
+	slotKey      []byte // WithSlotKey; nil for the unkeyed tag
+	penalty      int64  // microseconds
 	timeout      time.Duration
 	policy       FailurePolicy
 	inflight     int // round trips before decisions are batched; 0 disables batching
@@ -144,6 +145,7 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 	}
 	l := &Limiter{
 		prefix:       o.prefix,
+		slotKey:      o.slotKey,
 		penalty:      micros(o.penalty),
 		timeout:      o.timeout,
 		policy:       o.policy,
@@ -334,7 +336,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	c := call{key: key, rkey: redisKey(l.prefix, p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
+	c := call{key: key, rkey: l.rkey(p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
 	nd := l.store.node(ctx, c.rkey)
 	d, routed, storeErr := l.decideOn(ctx, nd, now, OpDecide, &c)
 	if routed && storeErr == nil {
@@ -417,7 +419,7 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	if l.store == nil {
 		return nil
 	}
-	rkey := redisKey(l.prefix, p.fp, key)
+	rkey := l.rkey(p.fp, key)
 	nd := l.store.node(ctx, rkey)
 	routed, err := l.onNode(ctx, nd, l.now(), OpReset, rkey, func() (time.Duration, error) {
 		_, took, err := l.store.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, l.timeout)

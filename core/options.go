@@ -42,6 +42,7 @@ type Option func(*options)
 
 type options struct {
 	prefix      string
+	slotKey     []byte
 	penalty     time.Duration
 	policy      FailurePolicy
 	timeout     time.Duration
@@ -74,6 +75,9 @@ func defaultOptions() options {
 func (o *options) validate() error {
 	if err := validatePrefix(o.prefix); err != nil {
 		return err
+	}
+	if o.slotKey != nil && len(o.slotKey) < 16 {
+		return fmt.Errorf("core: WithSlotKey: the key is %d bytes, want at least 16", len(o.slotKey))
 	}
 	if err := o.ack.validate(o.timeout); err != nil {
 		return err
@@ -287,4 +291,21 @@ func (b Breaker) validate() error {
 		return fmt.Errorf("core: WithBreaker: Successes is %d, want 1 to 100", b.Successes)
 	}
 	return nil
+}
+
+// WithSlotKey makes the hash tag of every bucket's stored name, which
+// decides its Redis Cluster slot (and Ring shard), a keyed hash of the
+// caller's key (HMAC-SHA256 under secret) instead of an unkeyed one.
+// Clients choose many keys themselves (an address, a tenant header); with
+// the unkeyed tag a client can grind, in seconds, keys that all land on
+// one slot, and so on one master; without the secret it cannot tell where
+// a key lands. Every replica must be given
+// the same secret, by configuration (a Kubernetes secret), or they would
+// name every bucket differently; changing it renames every bucket (each
+// key starts on a full bucket). It costs one HMAC-SHA256 of the key per
+// decision. New returns an error for a secret shorter than 16 bytes.
+//
+// Default: no key (an unkeyed 16-bit FNV-1a hash of the key).
+func WithSlotKey(secret []byte) Option {
+	return func(o *options) { o.slotKey = append([]byte{}, secret...) }
 }

@@ -195,7 +195,7 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		return true, nil
 	}
 	delta := final - rv.n
-	rkey := redisKey(l.prefix, p.fp, rv.key)
+	rkey := l.rkey(p.fp, rv.key)
 	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
 	nd := l.store.node(ctx, rkey)
 	var applied bool

@@ -1,8 +1,11 @@
 package core
 
 import (
+	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -94,6 +97,9 @@ func (l *Limiter) stillDown(brk *breaker, now int64) {
 // logOutage logs the start of an outage; for one logged late, after how long.
 func (l *Limiter) logOutage(brk *breaker, err error, late time.Duration) {
 	attrs := []any{"node", brk.node, "policy", l.policy.String(), "error", err, "reason", ErrorReason(err)}
+	if cause := diagnose(brk.node, err); cause != "" {
+		attrs = append(attrs, "cause", cause)
+	}
 	if late > 0 {
 		attrs = append(attrs, "down_for", late)
 	}
@@ -139,4 +145,28 @@ func (l *Limiter) recovered(brk *breaker, now int64, movedTo string) {
 	if due {
 		l.logFlapping(brk, n, flapDegraded, err)
 	}
+}
+
+// diagnose says what a timeout opening an outage of node hides, when a
+// quick dial can tell: go-redis retries a refused dial within the budget,
+// so the calls end by the deadline, and the log would say "timeout" for a
+// port nobody listens on. It dials node's address once (at most 20 ms,
+// once per outage logged) and names the cause; "" when err is no timeout
+// or node is no address.
+func diagnose(node string, err error) string {
+	if ErrorReason(err) != ReasonTimeout {
+		return ""
+	}
+	if _, _, serr := net.SplitHostPort(node); serr != nil {
+		return ""
+	}
+	conn, derr := (&net.Dialer{Timeout: 20 * time.Millisecond}).Dial("tcp", node)
+	switch {
+	case derr == nil:
+		_ = conn.Close()
+		return "the address accepts connections: the server is slow or hung, or the client's pool is exhausted"
+	case errors.Is(derr, syscall.ECONNREFUSED):
+		return "connection refused: nothing listens at the address (the calls ran out of time while the client retried its dial)"
+	}
+	return "no connection within 20 ms: the address does not answer"
 }

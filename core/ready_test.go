@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,5 +120,26 @@ func TestReadyWarmsThePool(t *testing.T) {
 	t.Logf("Redis 20 ms away, 60 decisions from 12 callers: %d degraded on a cold pool, %d after Ready", cold, warm)
 	if warm != 0 {
 		t.Errorf("%d decisions degraded after Ready warmed the pool, want none", warm)
+	}
+}
+
+// TestOutageLogSaysRefused: with go-redis's default dialer, which retries
+// a refused dial, the calls to a port nobody listens on end by the budget;
+// the outage's log line still says the connection was refused.
+func TestOutageLogSaysRefused(t *testing.T) {
+	logs := &syncBuffer{}
+	rdb := redis.NewClient(&redis.Options{Addr: refusedAddr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := New(rdb, WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := lim.Allow(context.Background(), "k", PerSecond(10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(logs.String(), "connection refused: nothing listens at the address") {
+		t.Fatalf("the outage's log line does not say the connection was refused:\n%s", logs.String())
 	}
 }

@@ -100,10 +100,12 @@ func verify() error {
 	for _, m := range published {
 		get = append(get, m.Path+"@"+v)
 	}
+	// Every package first: the README's program then links what that
+	// build compiled.
 	for _, args := range [][]string{
 		get,
-		{"build", "-o", os.DevNull, "."},
 		{"build", rootPath + "/..."},
+		{"build", "-o", os.DevNull, "."},
 	} {
 		if err := goCmd(args...); err != nil {
 			return err

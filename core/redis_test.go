@@ -295,6 +295,10 @@ func newRedisLimiter(t *testing.T, addr string, opts ...Option) *Limiter {
 	opts = append([]Option{
 		WithPrefix(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())),
 		WithTimeout(10 * time.Second),
+		// A fixed fallback share: the implicit fleet's heartbeat, one
+		// script call a second, would be counted by the tests that count
+		// a decision's calls (TestImplicitFleetSizesTheFallback tests it).
+		WithFallbackReplicas(1),
 	}, opts...)
 	lim, err := New(rdb, opts...)
 	if err != nil {

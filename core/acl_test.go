@@ -26,7 +26,7 @@ var aclCommands = []string{
 	"del",                                                                    // Reset
 	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", "pttl", // Acquire/Release, renewals; WithFleet (no zscore, pttl)
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
-	"ping", "info", // Ready
+	"ping", "info", "script|load", // Ready
 }
 
 // warnings records the limiter's log lines at Warn and above.

@@ -18,10 +18,10 @@ import (
 // answer before ctx's deadline (timeout), authentication failed, the
 // Redis user may not run scripts, or the eviction policy can lose limits.
 //
-// Ready also warms each node's connection pool: it opens as many
-// connections as the limiter keeps calls in flight to a node (see
-// [WithBatching]), so that the first decisions after it do not pay
-// connection handshakes inside their budget. It asks every node (every
+// Ready also warms each node: it opens as many connections as the
+// limiter keeps calls in flight to a node (see [WithBatching]) and loads
+// the limiter's scripts, so that the first decisions after it pay neither
+// connection handshakes nor EVAL's second round trip inside their budget. It asks every node (every
 // master of a Cluster, every shard of a Ring); it is bounded by ctx alone,
 // not by the limiter's budget, and sends its calls whatever the breakers
 // say. For a limiter made by [NewMemory] it returns nil.
@@ -63,6 +63,15 @@ func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) erro
 	}
 	if c == nil {
 		return nil
+	}
+	// Load every script, in one round trip: a decision after Ready then
+	// pays one EVALSHA, never NOSCRIPT and EVAL.
+	pipe := c.Pipeline()
+	for _, src := range scriptSources() {
+		pipe.ScriptLoad(ctx, src)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
 	}
 	info, err := c.Info(ctx, "memory").Result()
 	if err != nil {

@@ -74,14 +74,14 @@ func TestReady(t *testing.T) {
 	}
 }
 
-// TestReadyWarmsThePool: with Redis 20 ms away, a decision on a fresh
+// TestReadyWarmsThePool: with Redis 30 ms away, a decision on a fresh
 // connection pays the connection's handshake too and outlives the 50 ms
 // budget; after Ready has warmed the pool, decisions from as many callers
 // as the limiter keeps in flight find connections ready and none fails.
 func TestReadyWarmsThePool(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
-	proxy.SetDelay(20 * time.Millisecond)
+	proxy.SetDelay(30 * time.Millisecond)
 	decide := func(lim *Limiter) (degraded int64) {
 		var n atomic.Int64
 		var wg sync.WaitGroup
@@ -117,7 +117,7 @@ func TestReadyWarmsThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	warm := decide(lim)
-	t.Logf("Redis 20 ms away, 60 decisions from 12 callers: %d degraded on a cold pool, %d after Ready", cold, warm)
+	t.Logf("Redis 30 ms away, 60 decisions from 12 callers: %d degraded on a cold pool, %d after Ready", cold, warm)
 	if warm != 0 {
 		t.Errorf("%d decisions degraded after Ready warmed the pool, want none", warm)
 	}

@@ -48,3 +48,12 @@ var (
 	overrideRemoveScript = redis.NewScript(overridesRemoveLua)
 	overrideLoadScript   = redis.NewScript(overridesLoadLua)
 )
+
+// scriptSources are the sources of every script the limiter runs, which
+// Ready loads on each node (SCRIPT LOAD) so that no decision after it pays
+// EVAL's second round trip. (Not redis.Script.Load: on a pipeline it would
+// record the empty reply of a command not yet sent as the script's hash.)
+func scriptSources() []string {
+	return []string{bucketLua, settleLua, clockLua + acquireLua, clockLua + renewLua, clockLua + releaseLua,
+		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua}
+}

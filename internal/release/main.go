@@ -99,12 +99,19 @@ func load() (repo, error) {
 	return repo{root, all, mods}, nil
 }
 
-func check() error {
+// loadVersion loads the repository and the one version its modules
+// require of each other.
+func loadVersion() (repo, string, error) {
 	r, err := load()
 	if err != nil {
-		return err
+		return repo{}, "", err
 	}
 	v, err := version(r.mods)
+	return r, v, err
+}
+
+func check() error {
+	_, v, err := loadVersion()
 	if err != nil {
 		return err
 	}
@@ -149,11 +156,7 @@ func set(v string) error {
 }
 
 func tags() error {
-	r, err := load()
-	if err != nil {
-		return err
-	}
-	v, err := version(r.mods)
+	r, v, err := loadVersion()
 	if err != nil {
 		return err
 	}
@@ -170,11 +173,7 @@ func printTags(mods []module, v string) {
 }
 
 func proxy(dir string) error {
-	r, err := load()
-	if err != nil {
-		return err
-	}
-	v, err := version(r.mods)
+	r, v, err := loadVersion()
 	if err != nil {
 		return err
 	}

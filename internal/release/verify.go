@@ -26,11 +26,7 @@ import (
 // are removed from it before each run.
 func verify() error {
 	start := time.Now()
-	r, err := load()
-	if err != nil {
-		return err
-	}
-	v, err := version(r.mods)
+	r, v, err := loadVersion()
 	if err != nil {
 		return err
 	}

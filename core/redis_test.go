@@ -261,6 +261,7 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 				penalty: s.penalty,
 			}
 			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.fp, c.key)
+			c.keys[0] = c.rkey
 			b := model[c.rkey]
 			if b == nil {
 				b = &bucket{}

@@ -334,7 +334,6 @@ func hashTag(rkey string) string {
 
 // evalOne runs one call alone, in its own script call.
 func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
-	c.keys[0] = c.rkey
 	vals, err := bucketScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64Slice()
 	if err != nil {
 		return decision{}, err

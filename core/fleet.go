@@ -256,7 +256,7 @@ func (l *Limiter) FleetSize() int {
 // caller's to close, after Close.
 func (l *Limiter) Close() error {
 	l.keeper().close()
-	l.warmer.stop()
+	l.bg.stop()
 	if l.fleet == nil {
 		return nil
 	}

@@ -50,7 +50,7 @@ type Limiter struct {
 	keepOnce     sync.Once    // makes keep
 	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
 	keyLog                    // keys whose own failures were logged (see keyFailed)
-	warmer       warmer       // background warm-ups of nodes' pools (see rewarm)
+	bg           background   // background tasks, stopped by Close (see rewarm)
 
 	epoch   time.Time
 	epochUS int64

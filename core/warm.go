@@ -25,15 +25,6 @@ import (
 // timeout and stopped by [Limiter.Close]. The breaker's next probe then
 // finds a connection ready.
 
-// warmer runs the background warm-ups of a limiter's nodes.
-type warmer struct {
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
 // warmState is a node's part of the warm-ups.
 type warmState struct {
 	warming  atomic.Bool
@@ -61,34 +52,16 @@ func (l *Limiter) rewarm(nd *node) {
 		return
 	}
 	nd.warm.warmedAt.Store(now)
-	w := &l.warmer
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		nd.warm.warming.Store(false)
-		return
-	}
-	if w.ctx == nil {
-		w.ctx, w.cancel = context.WithCancel(context.Background())
-	}
 	n := l.connsWanted()
-	w.wg.Go(func() {
+	started := l.bg.run(func(ctx context.Context) {
 		defer nd.warm.warming.Store(false)
-		ctx, cancel := context.WithTimeout(w.ctx, max(time.Second, 2*c.Options().DialTimeout))
+		ctx, cancel := context.WithTimeout(ctx, max(time.Second, 2*c.Options().DialTimeout))
 		defer cancel()
 		_ = warmPool(ctx, c, n) // a failure is the breaker's to judge, by the calls
 	})
-}
-
-// stop cancels the warm-ups in progress and waits for them.
-func (w *warmer) stop() {
-	w.mu.Lock()
-	w.closed = true
-	if w.cancel != nil {
-		w.cancel()
+	if !started {
+		nd.warm.warming.Store(false)
 	}
-	w.mu.Unlock()
-	w.wg.Wait()
 }
 
 // warmPool opens n connections of c's pool, and up to n of its pipeline

@@ -438,10 +438,10 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		d, granted, life, err = parseLease(vals, p)
 	}
 	hk.mu.Lock()
-	defer hk.mu.Unlock()
 	hk.inflight = false
 	if !routed || err != nil {
 		hk.spent += spent // reported with the next event
+		hk.mu.Unlock()
 		return d, nd, routed, err
 	}
 	hk.rtt = rtt
@@ -456,8 +456,10 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		// Nothing granted, nothing carried: the key is near exhaustion.
 		hk.noLease = now + lc.life/2
 	}
-	if hk.hand > 0 {
-		l.hot.hold(hk)
+	holding := hk.hand > 0
+	hk.mu.Unlock()
+	if holding {
+		l.hot.hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
 	}
 	l.observeLease(p, LeaseEvent{Taken: granted, Spent: spent})
 	return d, nd, true, nil

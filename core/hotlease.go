@@ -359,6 +359,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		hk.spent += cost
 		hk.lastUse = now
 		res = hk.result(p, now)
+		idx := hk.index
 		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
 		if more {
 			hk.inflight = true
@@ -370,7 +371,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		if more {
 			_, _, _, _ = l.leaseTake(ctx, hk, 0, now)
 		}
-		return res, decision{allowed: true, remaining: int64(res.Remaining), reset: micros(res.ResetAfter), index: hk.index}, true, nil
+		return res, decision{allowed: true, remaining: int64(res.Remaining), reset: micros(res.ResetAfter), index: idx}, true, nil
 	}
 	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
 		// Taking already, exhausted, or cold: as without leases.
@@ -594,12 +595,21 @@ func (h *hotLeases) round(all bool) bool {
 	now := l.now()
 	h.mu.Lock()
 	var due []*hotKey
+	type spentOf struct {
+		p     *plan
+		spent int64
+	}
+	var spent []spentOf
 	for hk := range h.held {
 		hk.mu.Lock()
 		life := hk.p.lease.life
 		switch {
 		case hk.hand == 0 && !hk.inflight:
 			delete(h.held, hk)
+			if hk.spent > 0 {
+				spent = append(spent, spentOf{hk.p, hk.spent})
+				hk.spent = 0
+			}
 		case all, hk.expires-now < life/4, now-hk.lastUse > life/4:
 			due = append(due, hk)
 		}
@@ -610,6 +620,9 @@ func (h *hotLeases) round(all bool) bool {
 		h.done = nil
 	}
 	h.mu.Unlock()
+	for _, sp := range spent {
+		l.observeLease(sp.p, LeaseEvent{Spent: sp.spent})
+	}
 	if len(due) == 0 {
 		return goOn
 	}

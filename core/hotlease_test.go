@@ -183,7 +183,11 @@ func TestTokenLeasesModel(t *testing.T) {
 		}
 		r := &replica{lim: lim, rdb: rdb, obs: obs, stop: make(chan struct{})}
 		callers := 1 + rng.IntN(4)
-		for range callers {
+		seeds := make([]uint64, callers)
+		for c := range seeds {
+			seeds[c] = rng.Uint64()
+		}
+		for c := range callers {
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
@@ -198,7 +202,7 @@ func TestTokenLeasesModel(t *testing.T) {
 				}()
 				// Callers pause now and then, so that the bucket refills
 				// while other replicas hold tokens.
-				pauses := rand.New(rand.NewPCG(rng.Uint64(), 1))
+				pauses := rand.New(rand.NewPCG(seeds[c], 1))
 				for {
 					select {
 					case <-r.stop:
@@ -402,7 +406,9 @@ func TestLeaseScript(t *testing.T) {
 	// A take on a full bucket: the request (1) and the grant (20) leave
 	// it, and the hold-back (rate*life = 30 tokens) keeps it from
 	// refilling under the 20 in hand.
+	began := time.Now() // the lease lives from Redis's clock at the take, after this
 	v := call(1, "a", 1, 20, 0)
+	taken := time.Now() // and it ends before this plus its life
 	if v[0]&1 != 1 || v[5] != 20 || v[6] != life {
 		t.Fatalf("take = %v, want admitted, 20 granted for %d µs", v, life)
 	}
@@ -411,13 +417,14 @@ func TestLeaseScript(t *testing.T) {
 	}
 	// However long the lease lives, the bucket's tokens and the hand stay
 	// within Burst.
-	for end := time.Now().Add(time.Duration(life) * time.Microsecond); time.Now().Before(end); {
+	for end := began.Add(time.Duration(life) * time.Microsecond); time.Now().Before(end); {
 		if got := remaining(); got+20 > 100 {
 			t.Fatalf("remaining %d with 20 in hand: above the Burst of 100", got)
 		}
 		time.Sleep(2 * time.Millisecond) // real time: the bucket refills on Redis's clock
 	}
 	// The lease has ended: its give back changes nothing.
+	time.Sleep(time.Until(taken.Add(time.Duration(life)*time.Microsecond + time.Millisecond))) // real time: Redis's clock
 	if v := call(2, "a", 0, 0, 20); v[0] != 0 {
 		t.Errorf("give back after the lease ended = %v, want 0", v)
 	}

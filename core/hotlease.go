@@ -245,6 +245,12 @@ func (h *hotLeases) noteLife(life int64) {
 	}
 }
 
+// keeperFloor bounds, in microseconds, how often the keeper looks for
+// hands to give back. A key that cools with a lease shorter than this may
+// lose its hand (counted as lost) rather than give it back; a hot key
+// carries its hand into its next lease and loses nothing.
+const keeperFloor = 2_000
+
 // hotKey is one key's lease on this replica; mu guards its fields.
 type hotKey struct {
 	mu       sync.Mutex
@@ -313,7 +319,10 @@ func fnv(s string, seed uint64) uint64 {
 // count adds a decision of cost to the rate estimate; hk.mu is held.
 func (hk *hotKey) count(now, cost, life int64) {
 	hk.winCount += cost
-	if el := now - hk.winStart; el >= life/2 {
+	// A window ends after half a lease's life, or sooner once it has
+	// counted enough to judge: a key that turns hot is found within a
+	// few milliseconds.
+	if el := now - hk.winStart; el >= life/2 || hk.winCount >= 64 && el >= 1000 {
 		inst := float64(hk.winCount) / float64(el)
 		if el > 4*life || hk.rate == 0 {
 			hk.rate = inst
@@ -453,9 +462,11 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		if granted == 0 && cost == 0 {
 			hk.noLease = now + life/2
 		}
-	} else if d.allowed {
-		// Nothing granted, nothing carried: the key is near exhaustion.
-		hk.noLease = now + lc.life/2
+	} else {
+		// Denied, or nothing granted and nothing carried: the key is at
+		// or near exhaustion. Redis decides it exactly for a while (with
+		// the deny cache), rather than a take per request.
+		hk.noLease = now + max(lc.life/2, d.retry)
 	}
 	holding := hk.hand > 0
 	hk.mu.Unlock()
@@ -573,7 +584,7 @@ func (h *hotLeases) hold(hk *hotKey) {
 // end, until none is held or the limiter closes.
 func (h *hotLeases) loop(done chan struct{}) {
 	defer close(done)
-	period := time.Duration(max(h.minLife.Load()/4, 1000)) * time.Microsecond
+	period := time.Duration(max(h.minLife.Load()/4, keeperFloor)) * time.Microsecond
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {

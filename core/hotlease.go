@@ -416,10 +416,12 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (decision, *node, bool, error) {
 	p, lc := hk.p, hk.p.lease
 	hk.mu.Lock()
-	if now >= hk.expires {
-		hk.lose(l, now)
-	}
 	carry, want, spent := hk.hand, hk.want(lc.life), hk.spent
+	if now >= hk.expires && carry > 0 {
+		// The lease ended here with tokens in hand: nothing of it is
+		// spent any more, and the take gives them back first.
+		carry, hk.hand = -carry, 0
+	}
 	hk.spent = 0
 	hk.mu.Unlock()
 	if spent > 0 {
@@ -443,15 +445,20 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	})
 	rtt := int64(time.Since(start) / time.Microsecond)
 	var d decision
-	var granted, life int64
+	var granted, life, refunded int64
 	if routed && err == nil {
-		d, granted, life, err = parseLease(vals, p)
+		d, granted, life, refunded, err = parseLease(vals, p)
+	}
+	var lost int64
+	if carry < 0 {
+		lost = -carry - refunded // what the take could not give back
 	}
 	hk.mu.Lock()
 	hk.inflight = false
 	if !routed || err != nil {
 		hk.spent += spent // reported with the next event
 		hk.mu.Unlock()
+		l.observeLease(p, LeaseEvent{Lost: lost})
 		return d, nd, routed, err
 	}
 	hk.rtt = rtt
@@ -473,35 +480,25 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	if holding {
 		l.hot.hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
 	}
-	l.observeLease(p, LeaseEvent{Taken: granted, Spent: spent})
+	l.observeLease(p, LeaseEvent{Taken: granted, Spent: spent, Returned: refunded, Lost: lost})
 	return d, nd, true, nil
 }
 
-// lose drops a hand whose lease has ended; hk.mu is held.
-func (hk *hotKey) lose(l *Limiter, now int64) {
-	if hk.hand == 0 {
-		return
+// parseLease decodes a take's reply: the request's decision, the tokens
+// granted, the lease's life and the tokens given back first.
+func parseLease(vals []int64, p *plan) (d decision, granted, life, refunded int64, err error) {
+	if len(vals) != replyWidth+3 {
+		return decision{}, 0, 0, 0, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), replyWidth+3)
 	}
-	lost := hk.hand
-	hk.hand = 0
-	l.observeLease(hk.p, LeaseEvent{Lost: lost, Spent: hk.spent})
-	hk.spent = 0
-}
-
-// parseLease decodes a take's reply.
-func parseLease(vals []int64, p *plan) (decision, int64, int64, error) {
-	if len(vals) != replyWidth+2 {
-		return decision{}, 0, 0, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), replyWidth+2)
-	}
-	d, err := parseReply(vals[:replyWidth], p)
+	d, err = parseReply(vals[:replyWidth], p)
 	if err != nil {
-		return d, 0, 0, err
+		return d, 0, 0, 0, err
 	}
-	granted, life := vals[replyWidth], vals[replyWidth+1]
-	if granted < 0 || life < 0 || life > maxLeaseLife {
-		return d, 0, 0, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, granted, life)
+	granted, life, refunded = vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
+	if granted < 0 || life < 0 || life > maxLeaseLife || refunded < 0 {
+		return d, 0, 0, 0, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, granted, life)
 	}
-	return d, granted, life, nil
+	return d, granted, life, refunded, nil
 }
 
 // giveBack gives hk's hand back to Redis.
@@ -513,11 +510,8 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 		hk.mu.Unlock()
 		return
 	}
-	if now >= hk.expires {
-		hk.lose(l, now)
-		hk.mu.Unlock()
-		return
-	}
+	// A lease that ended is given back too: Redis keeps its hold a while
+	// for it (see lease.lua).
 	u, spent := hk.hand, hk.spent
 	hk.hand, hk.spent, hk.inflight = 0, 0, true
 	hk.mu.Unlock()
@@ -542,7 +536,7 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 	hk.inflight = false
 	hk.mu.Unlock()
 	// What Redis did not take back is lost: the give back failed, or
-	// came after the lease ended there.
+	// came too long after the lease ended there.
 	l.observeLease(p, LeaseEvent{Returned: back, Lost: u - back, Spent: spent})
 }
 

@@ -20,8 +20,10 @@
 --   |           |              | first, as bucket.lua would; 0: none         |
 --   | 4         | want         | take: events of tokens asked for the lease  |
 --   | 5         | hand         | take: events still in hand from this lease, |
---   |           |              | carried into the new one; give back: the    |
---   |           |              | events not spent                            |
+--   |           |              | carried into the new one; negative: -hand   |
+--   |           |              | events of a lease that ended on the         |
+--   |           |              | replica's clock, given back first, nothing  |
+--   |           |              | carried; give back: the events not spent    |
 --   | 6         | life_us      | how long the lease lives                    |
 --   | 7         | bound        | events: the most tokens all replicas' holds |
 --   |           |              | and their hold-back (see below) may keep    |
@@ -32,13 +34,14 @@
 --   | limit     | ticks_per_ev,|                                             |
 --   |           | burst        |                                             |
 --
--- Reply, take: seven integers. The first five are bucket.lua's for the
+-- Reply, take: eight integers. The first five are bucket.lua's for the
 -- request of cost events (flags, remaining, delay_us, reset_us, next_us;
 -- cost 0: an admission taking nothing), after the lease; then
 --   | 6 | granted | events taken for the lease (0: none)                  |
 --   | 7 | life_us | how long the lease lives (0: not at all)              |
--- Reply, give back: one integer, the events given back (0: the lease had
--- ended, or was given back before: nothing changes).
+--   | 8 | refunded| events given back first (a negative hand)             |
+-- Reply, give back: one integer, the events given back (0: the hold was
+-- given back before, or ended more than its grace ago: nothing changes).
 --
 -- The guarantee. Tokens leave the bucket before a replica spends them. A
 -- bucket refills with time whatever replicas hold, so a token bucket with
@@ -60,8 +63,10 @@
 --
 -- A give back refunds the unspent events, once (the hold is deleted), but
 -- never below the floor of the holds that remain. A hold whose lease ended
--- is dropped: its tokens stay spent (a replica killed with tokens in hand
--- loses them; the bucket refills them at its rate). Writes keep
+-- leaves the floor, and stays 10 s more for its replica's give back (the
+-- replica spends nothing of a lease past its end); then it goes, and its
+-- tokens stay spent (a replica killed with tokens in hand loses them; the
+-- bucket refills them at its rate). Writes keep
 -- bucket.lua's expiry; the holds expire when the last lease ends.
 
 local call = redis.call
@@ -112,17 +117,20 @@ if stored then
   end
 end
 
--- The holds of other replicas that have not ended; ended ones go.
-local holds, own, own_until = {}, nil, 0
+-- The holds of other replicas that have not ended. A hold that ended is
+-- kept for grace_us more, outside the floor, so that its replica can still
+-- give back what it did not spend, once; then it goes.
+local grace_us = 10000000
+local holds, own, own_ended = {}, nil, nil
 local flat = call('HGETALL', hkey)
 for j = 1, #flat, 2 do
   local held, untl = string.match(flat[j + 1], '^(%d+) (%d+)$')
   held, untl = (held or 0) + 0, (untl or 0) + 0
-  if untl <= now then
+  if untl + grace_us <= now then
     call('HDEL', hkey, flat[j])
   elseif flat[j] == id then
-    own, own_until = held, untl
-  else
+    if untl > now then own = held else own_ended = held end
+  elseif untl > now then
     holds[#holds + 1] = { held, untl }
   end
 end
@@ -154,21 +162,24 @@ local function write()
   call('SET', bkey, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
 end
 
--- keep_holds sets the holds' expiry to when the last one ends.
+-- keep_holds sets the holds' expiry to when the last one's grace ends.
 local function keep_holds(hs)
   local last = 0
   for j = 1, #hs do
     if hs[j][2] > last then last = hs[j][2] end
   end
-  if last > now then call('PEXPIRE', hkey, ceildiv(last - now, 1000)) end
+  if last > now then call('PEXPIRE', hkey, ceildiv(last + grace_us - now, 1000)) end
 end
 
-if op == 2 then
-  -- Give back: once, and only while the lease lives.
-  if not own then return { 0 } end
+-- give_back refunds up to u unspent events of this replica's hold, live
+-- or ended within its grace, once (the hold goes), never below the floor
+-- of the other holds; it returns the events refunded.
+local function give_back(u)
+  local held = own or own_ended
+  if not held then return 0 end
   call('HDEL', hkey, id)
-  local u = hand
-  if u > own then u = own end
+  own, own_ended = nil, nil
+  if u > held then u = held end
   if u < 0 then u = 0 end
   if exists and u > 0 then
     local changed = false
@@ -183,8 +194,21 @@ if op == 2 then
     end
     if changed then write() end
   end
+  return u
+end
+
+if op == 2 then
+  local u = give_back(hand)
   keep_holds(holds)
   return { u }
+end
+
+-- A take with a negative hand first gives back -hand events of a lease
+-- that ended on the replica's clock: nothing is carried.
+local refunded = 0
+if hand < 0 then
+  refunded = give_back(-hand)
+  hand = 0
 end
 
 -- Take: first the request, decided as bucket.lua decides it.
@@ -227,7 +251,7 @@ if locked or denied then
     if penalty > nx then nx = penalty end
     write()
   end
-  return { flags + 4 * index, remaining, retry, ceildiv(debt[i], r[i]), nx, 0, 0 }
+  return { flags + 4 * index, remaining, retry, ceildiv(debt[i], r[i]), nx, 0, 0, refunded }
 end
 for i = 1, n do debt[i] = debt[i] + cost * p[i] end
 
@@ -273,4 +297,4 @@ for i = 1, n do
 end
 local granted_life = 0
 if g + hand > 0 then granted_life = life end
-return { 1 + 4 * index, remaining, 0, reset, unit_next(), g, granted_life }
+return { 1 + 4 * index, remaining, 0, reset, unit_next(), g, granted_life, refunded }

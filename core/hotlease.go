@@ -246,10 +246,10 @@ func (h *hotLeases) noteLife(life int64) {
 }
 
 // keeperFloor bounds, in microseconds, how often the keeper looks for
-// hands to give back. A key that cools with a lease shorter than this may
-// lose its hand (counted as lost) rather than give it back; a hot key
-// carries its hand into its next lease and loses nothing.
-const keeperFloor = 2_000
+// hands to give back. A key that cools with a lease shorter than this
+// gives its hand back after the lease ended, which Redis allows for 10 s
+// (see lease.lua); a hot key carries its hand into its next lease.
+const keeperFloor = 20_000
 
 // hotKey is one key's lease on this replica; mu guards its fields.
 type hotKey struct {

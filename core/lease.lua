@@ -56,8 +56,9 @@
 -- exceed Burst, and every window of t admits at most Burst + rate * t,
 -- exactly as without leases. The floor's second term is the hold-back: at
 -- most rate * life_us beyond the tokens held, which the bucket cannot
--- refill while a lease lives. Grants are capped so that the tokens held and
--- the hold-back stay within bound; a grant is at most half the tokens the
+-- refill while a lease lives. Grants are capped so that the tokens held
+-- (in live holds, and in ended ones not given back yet) and the hold-back
+-- stay within bound; a grant is at most half the tokens the
 -- bucket has left, so leases shrink to nothing near exhaustion and the last
 -- tokens are decided by bucket.lua, exactly.
 --
@@ -121,7 +122,7 @@ end
 -- kept for grace_us more, outside the floor, so that its replica can still
 -- give back what it did not spend, once; then it goes.
 local grace_us = 10000000
-local holds, own, own_ended = {}, nil, nil
+local holds, own, own_ended, ended = {}, nil, nil, 0
 local flat = call('HGETALL', hkey)
 for j = 1, #flat, 2 do
   local held, untl = string.match(flat[j + 1], '^(%d+) (%d+)$')
@@ -132,6 +133,8 @@ for j = 1, #flat, 2 do
     if untl > now then own = held else own_ended = held end
   elseif untl > now then
     holds[#holds + 1] = { held, untl }
+  else
+    ended = ended + held -- not yet given back: still kept from users
   end
 end
 
@@ -258,7 +261,7 @@ for i = 1, n do debt[i] = debt[i] + cost * p[i] end
 -- Then the lease: at most want, half of what is left, and what the bound
 -- leaves beside the other holds, the tokens carried and the hold-back.
 local g = want
-local held_others = 0
+local held_others = ended
 for j = 1, #holds do held_others = held_others + holds[j][1] end
 if hand < 0 then hand = 0 end
 if not own then hand = 0 end -- the lease ended here: nothing is carried

@@ -262,6 +262,7 @@ type hotKey struct {
 	expires  int64  // local microsecond the lease ends
 	inflight bool   // a take or give back is in flight
 	noLease  int64  // until this microsecond, decide without leases (exhausted)
+	fails    int    // takes in a row that were denied or granted nothing
 	spent    int64  // admitted from the hand since the last event
 	lastUse  int64
 
@@ -453,6 +454,9 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	if carry < 0 {
 		lost = -carry - refunded // what the take could not give back
 	}
+	if refunded > 0 && l.denies != nil {
+		l.denies.delete(p.id, hk.key)
+	}
 	hk.mu.Lock()
 	hk.inflight = false
 	if !routed || err != nil {
@@ -466,14 +470,16 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	if d.allowed && life > 0 {
 		hk.hand += granted
 		hk.expires = now + life
-		if granted == 0 && cost == 0 {
-			hk.noLease = now + life/2
-		}
+	}
+	if granted > 0 {
+		hk.fails = 0
 	} else {
-		// Denied, or nothing granted and nothing carried: the key is at
-		// or near exhaustion. Redis decides it exactly for a while (with
-		// the deny cache), rather than a take per request.
-		hk.noLease = now + max(lc.life/2, d.retry)
+		// Denied, or nothing granted: the key is at or near exhaustion.
+		// Redis decides it exactly (with the deny cache) for a while,
+		// twice as long after each such take in a row, up to a second,
+		// rather than a take per request.
+		hk.fails = min(hk.fails+1, 16)
+		hk.noLease = now + max(min(lc.life/2<<(hk.fails-1), 1_000_000), d.retry)
 	}
 	holding := hk.hand > 0
 	hk.mu.Unlock()
@@ -531,6 +537,9 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 	var back int64
 	if routed && err == nil && len(vals) == 1 && vals[0] >= 0 && vals[0] <= u {
 		back = vals[0]
+	}
+	if back > 0 && l.denies != nil {
+		l.denies.delete(p.id, hk.key) // tokens came back: as a refund does
 	}
 	hk.mu.Lock()
 	hk.inflight = false

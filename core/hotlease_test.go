@@ -467,3 +467,44 @@ func TestLeaseScript(t *testing.T) {
 		t.Errorf("a take with about %d tokens left granted %d, want at most %d", 2*most, v[5], most)
 	}
 }
+
+// TestTokenLeasesCloseGivesBack checks that Close gives back the tokens a
+// limiter holds: none is lost, and Redis keeps no hold of it.
+func TestTokenLeasesCloseGivesBack(t *testing.T) {
+	addr := redistest.Addr(t)
+	obs := &leaseCounter{}
+	lim := newRedisLimiter(t, addr, WithObserver(obs))
+	base, err := lim.Prepare(Limit{Rate: 100000, Period: time.Second, Burst: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Fraction: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for obs.events().Taken == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease taken in 5 s")
+		}
+		if _, err := rule.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ev := obs.events()
+	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
+		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
+	}
+	rkey := lim.rkey(rule.p.fp, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, lim.prefix, rule.p.fp)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d holds left in Redis after Close, want 0", n)
+	}
+}

@@ -13,9 +13,9 @@ import (
 // quota, a team's rate, a user's small burst, an API key's rate.
 var tenantLevels = []Level{
 	{Name: "org", Limits: []Limit{PerHour(100).WithName("org-hourly")}},
-	{Name: "team", Limits: []Limit{PerMinute(50).WithName("team-rate")}},
+	{Name: "team", Limits: []Limit{PerHour(50).WithName("team-rate")}},
 	{Name: "user", Limits: []Limit{PerMinute(2).WithName("user-burst")}},
-	{Name: "key", Limits: []Limit{PerMinute(30).WithName("key-rate")}},
+	{Name: "key", Limits: []Limit{PerHour(30).WithName("key-rate")}},
 }
 
 // pathLimiters are a Redis-backed limiter and a memory one, which the path

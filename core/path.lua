@@ -45,7 +45,7 @@
 --
 -- Numbers are doubles, every value an integer below 2^53, as in bucket.lua.
 
-local call, format = redis.call, string.format
+local call, format, match = redis.call, string.format, string.match
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
@@ -84,10 +84,17 @@ if nlevels ~= #KEYS then error('ERR sluice: path.lua wants one key per level') e
 local levels = {}
 local at = 2
 for lv = 1, nlevels do
-  local L = { cost = ARGV[at] + 0, max_wait_us = ARGV[at + 1] + 0, penalty_us = ARGV[at + 2] + 0, n = ARGV[at + 3] + 0,
-    r = {}, p = {}, b = {}, step = {} }
+  local L = { cost = ARGV[at] + 0, max_wait_us = ARGV[at + 1] + 0, penalty_us = ARGV[at + 2] + 0, n = ARGV[at + 3] + 0 }
   at = at + 4
-  for i = 1, L.n do
+  if L.n == 1 and ARGV[at] ~= '0' and ARGV[at] ~= '-1' then
+    -- One continuous limit, the usual level: scalars, no tables (see
+    -- judge_one).
+    L.one, L.r1, L.p1, L.b1 = true, ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+    at = at + 3
+  else
+    L.r, L.p, L.b, L.step = {}, {}, {}, {}
+  end
+  for i = 1, (L.one and 0 or L.n) do
     L.r[i], L.p[i], L.b[i] = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
     at = at + 3
     if L.r[i] < 1 then
@@ -113,6 +120,43 @@ for lv = 1, nlevels do
     end
   end
   levels[lv] = L
+end
+
+-- judge_one is judge for a level of one continuous limit, as bucket.lua's
+-- decide_one decides it, writing nothing.
+local function judge_one(key, L)
+  local r, p, b = L.r1, L.p1, L.b1
+  local stored = call('GET', key)
+  local exists, lock_until, debt = false, 0, 0
+  if stored then
+    local sl, su, sf = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+    if sl then
+      exists, lock_until, L.s_us, L.s_frac = true, sl + 0, su + 0, sf + 0
+      debt = (L.s_us - now) * r + L.s_frac
+      if debt < 0 then debt = 0 end
+    end
+  end
+  L.exists, L.lock_until, L.debt1 = exists, lock_until, debt
+  local capacity = b * p
+  local after = debt + L.cost * p
+  local excess = after - capacity
+  local wait_us = 0
+  if excess > 0 then wait_us = ceildiv(excess, r) end
+  local locked = exists and now < lock_until
+  if locked or excess > L.max_wait_us * r then
+    local remaining = floordiv(max(0, capacity - debt), p)
+    local next_us = until_us(debt + p - capacity, r, nil)
+    local lock_flag, retry_us = 0, wait_us
+    if locked then
+      lock_flag, remaining = 1, 0
+      retry_us = max(retry_us, lock_until - now)
+      next_us = max(next_us, lock_until - now)
+    end
+    return 0, lock_flag, 0, remaining, retry_us, until_us(debt, r, nil), next_us
+  end
+  local whole = floordiv(after, r)
+  L.new1_us, L.new1_frac, L.ttl = now + whole, after - whole * r, max(1, ceildiv(after, r))
+  return 1, 0, 0, floordiv(max(0, capacity - after), p), wait_us, until_us(after, r, nil), until_us(after + p - capacity, r, nil)
 end
 
 -- judge decides one level as bucket.lua's decide_many does, writing
@@ -220,7 +264,13 @@ local all_admit = true
 local dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next
 local max_wait, max_next = 0, 0
 for lv = 1, nlevels do
-  local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(KEYS[lv], levels[lv])
+  local L = levels[lv]
+  local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
+  if L.one then
+    allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(KEYS[lv], L)
+  else
+    allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(KEYS[lv], L)
+  end
   local take = false
   if allowed == 1 then
     max_wait = max(max_wait, delay_us)
@@ -238,7 +288,9 @@ end
 if all_admit then
   for lv = 1, nlevels do
     local L = levels[lv]
-    if L.cost > 0 then
+    if L.cost > 0 and L.one then
+      call('SET', KEYS[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
+    elseif L.cost > 0 then
       local parts = { '0' }
       for i = 1, L.n do
         parts[#parts + 1] = format('%d %d', L.new_us[i], L.new_frac[i])
@@ -259,6 +311,13 @@ if d_lock == 0 and L.penalty_us > 0 then
   d_next = max(d_next, penalty_us)
   local lock_until = now + penalty_us
   local ttl = lock_until - now
+  if L.one then
+    local us, frac = now, 0
+    if L.exists then us, frac = L.s_us, L.s_frac end
+    ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
+    call('SET', KEYS[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
+    return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+  end
   local parts = { format('%d', lock_until) }
   for i = 1, L.n do
     local us, frac = L.arrival_us[i], L.arrival_frac[i]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,14 +24,12 @@ var injectedPathScript = func() *redis.Script {
 		panic("path.lua no longer reads TIME as the test expects")
 	}
 	src := strings.Replace(pathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
-	for _, e := range []struct{ key, ttl string }{{"KEYS[lv]", "L.ttl"}, {"KEYS[dl]", "ttl"}} {
-		old := fmt.Sprintf("call('SET', %s, table.concat(parts, ' '), 'PX', ceildiv(%s, 1000))", e.key, e.ttl)
-		if !strings.Contains(src, old) {
-			panic("path.lua no longer sets PX as the test expects: " + old)
-		}
-		src = strings.Replace(src, old, fmt.Sprintf("call('SET', %s, table.concat(parts, ' '), 'PX', ceildiv(%s, 1000) + %d) call('SET', %[1]s .. '%[4]s', ceildiv(%[2]s, 1000), 'PX', %[3]d)",
-			e.key, e.ttl, expiryStretch.Milliseconds(), pxSuffix), 1)
+	sets := regexp.MustCompile(`call\('SET', (KEYS\[\w+\]), (.+?), 'PX', ceildiv\(([\w.]+), 1000\)\)`)
+	if n := len(sets.FindAllString(src, -1)); n != 4 {
+		panic(fmt.Sprintf("path.lua sets %d keys with an expiry, the test expects 4", n))
 	}
+	src = sets.ReplaceAllString(src, fmt.Sprintf("call('SET', $1, $2, 'PX', ceildiv($3, 1000) + %d) call('SET', $1 .. '%s', ceildiv($3, 1000), 'PX', %[1]d)",
+		expiryStretch.Milliseconds(), pxSuffix))
 	return redis.NewScript(src)
 }()
 

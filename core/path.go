@@ -284,24 +284,16 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		c := call{plan: p, cost: cost, penalty: penalty, now: now}
 		args = c.appendGroup(args)
 	}
-	o := &op{script: pathScript, keys: pd.rkeys, args: args}
+	pc := &pathCall{rkeys: pd.rkeys, args: args, plans: plans}
 	nd := l.store.node(ctx, pd.rkeys[0])
-	var vals []int64
+	var ans pathAnswer
 	routed, err := l.onNode(ctx, nd, now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = l.store.runOp(ctx, nd, o, l.timeout)
+		ans, took, err = l.store.submitPath(ctx, nd, pc, l.timeout)
 		return took, err
 	})
-	var d decision
-	var lv int
-	if routed && err == nil {
-		if d, lv, err = parsePathReply(vals, plans); err != nil {
-			// The node answered with what this library never writes:
-			// the key's fault, as keyFault judges errBadReply.
-			l.keyFailed(nd, pd.rkeys[0], OpPath, err)
-		}
-	}
+	d, lv := ans.d, ans.lv
 	if routed && err == nil {
 		l.maybeSweep(ctx, now)
 		if d.allowed {
@@ -516,4 +508,145 @@ func newReservationID() string {
 	var buf [16]byte
 	_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(buf[:])
+}
+
+// pathCall is one path decision asked of Redis: its stored names, root
+// first, and its arguments in path.lua's lone form.
+type pathCall struct {
+	rkeys []string
+	args  []any
+	plans []*plan // each level's, to decode the reply
+}
+
+// pathAnswer is a path's decision and its deciding level.
+type pathAnswer struct {
+	d  decision
+	lv int
+}
+
+// submitPath decides c on node n, as submit decides a key's call: batched
+// with the node's other paths when it has a batcher, else alone under ctx
+// bounded by budget, or apart from the caller for a client that ignores
+// deadlines.
+func (s *redisStore) submitPath(ctx context.Context, n *node, c *pathCall, budget time.Duration) (pathAnswer, time.Duration, error) {
+	if n.paths != nil {
+		return n.paths.Do(ctx, c)
+	}
+	start := time.Now()
+	if s.detached {
+		a, err := runApart(ctx, budget, func(rctx context.Context) (pathAnswer, error) { return evalPath(rctx, s.rdb, c) })
+		return a, time.Since(start), err
+	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
+			rctx, cancel = context.WithTimeout(ctx, budget)
+		}
+	}
+	a, err := evalPath(rctx, s.rdb, c)
+	cancel()
+	return a, time.Since(start), err
+}
+
+// evalPath decides c alone, in path.lua's lone form.
+func evalPath(ctx context.Context, rdb redis.Scripter, c *pathCall) (pathAnswer, error) {
+	vals, err := pathScript.Run(ctx, rdb, c.rkeys, c.args...).Int64Slice()
+	if err != nil {
+		return pathAnswer{}, err
+	}
+	d, lv, err := parsePathReply(vals, c.plans)
+	return pathAnswer{d, lv}, err
+}
+
+// pathBatchArgs returns the keys and arguments of path.lua's batch form
+// deciding members in order.
+func pathBatchArgs(members []*batch.Member[*pathCall, pathAnswer]) ([]string, []any) {
+	var keys []string
+	args := []any{"0", strconv.Itoa(len(members))}
+	for _, m := range members {
+		keys = append(keys, m.Req.rkeys...)
+		args = append(args, strconv.Itoa(len(m.Req.args)))
+		args = append(args, m.Req.args...)
+	}
+	return keys, args
+}
+
+// deliverPaths decodes a batch-form reply for members, or gives them its
+// error; each path's reply is checked on its own.
+func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, err error) {
+	if err == nil && len(vals) != pathReplyWidth*len(members) {
+		err = fmt.Errorf("%w of %d values for %d paths", errBadReply, len(vals), len(members))
+	}
+	for i, m := range members {
+		if err != nil {
+			m.Err = err
+			continue
+		}
+		v := vals[i*pathReplyWidth : (i+1)*pathReplyWidth]
+		if v[0] == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 && v[5] == 0 {
+			m.Err = errKeyFailed
+			continue
+		}
+		d, lv, perr := parsePathReply(v, m.Req.plans)
+		m.Res, m.Err = pathAnswer{d, lv}, perr
+	}
+}
+
+// runPaths decides members, on one server or all in one Cluster slot, in
+// one script call: the lone form for one path, the batch form for more.
+func (s *redisStore) runPaths(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
+	if len(members) == 1 {
+		m := members[0]
+		m.Res, m.Err = evalPath(ctx, s.rdb, m.Req)
+		return
+	}
+	keys, args := pathBatchArgs(members)
+	vals, err := pathScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	deliverPaths(members, vals, err)
+}
+
+// sendPaths returns the sender of a node's paths: one script call for the
+// batch, or, grouped (a Cluster master or Ring shard, where a script's
+// keys must share a slot), one per root's hash tag, pipelined.
+func (s *redisStore) sendPaths(grouped bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
+	return func(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
+		if !grouped {
+			s.runPaths(ctx, members)
+			return
+		}
+		groups := groupByTag(members, func(c *pathCall) string { return c.rkeys[0] })
+		if len(groups) == 1 {
+			s.runPaths(ctx, members)
+			return
+		}
+		pipe := pipeline()
+		cmds := make([]*redis.Cmd, len(groups))
+		for i, g := range groups {
+			if len(g) == 1 {
+				cmds[i] = pathScript.EvalSha(ctx, pipe, g[0].Req.rkeys, g[0].Req.args...)
+				continue
+			}
+			keys, args := pathBatchArgs(g)
+			cmds[i] = pathScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, g := range groups {
+			vals, err := cmds[i].Int64Slice()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				s.runPaths(ctx, g)
+				continue
+			}
+			if len(g) == 1 {
+				if err == nil {
+					var d decision
+					var lv int
+					d, lv, err = parsePathReply(vals, g[0].Req.plans)
+					g[0].Res = pathAnswer{d, lv}
+				}
+				g[0].Err = err
+				continue
+			}
+			deliverPaths(g, vals, err)
+		}
+	}
 }

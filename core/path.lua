@@ -10,9 +10,10 @@
 -- (parsePathReply). All keys share one Cluster slot: their hash tag is the
 -- root's (see pathKey).
 --
--- KEYS     one bucket per level, the root first; 1 to 8 levels.
+-- KEYS     lone form: one bucket per level, the root first; 1 to 8
+--          levels. Batch form: each path's keys in turn.
 --
--- ARGV
+-- ARGV, lone form (ARGV[1] ~= '0'): one path.
 --   | 1         | nlevels          | the number of levels (#KEYS)          |
 --   | then, per | cost             | events taken, the same at every level |
 --   | level     | max_wait_us      | how long a reservation may wait       |
@@ -24,6 +25,13 @@
 --   |           |                  | interval (0 and 3) or calendar (-1    |
 --   |           |                  | and 8)                                |
 --   Each level's group is exactly a group of bucket.lua's batch form.
+--
+-- ARGV, batch form (ARGV[1] == '0'): several paths, decided in order.
+--   | 1         | 0                | the marker                            |
+--   | 2         | npaths           | the number of paths                   |
+--   | then, per | span             | the number of the path's arguments    |
+--   | path      | nlevels, groups  | the path's arguments, as in the lone  |
+--   |           |                  | form                                  |
 --
 -- Reply: six integers.
 --   | 1 | flags     | as bucket.lua's, of the deciding level: 1 if admitted, |
@@ -40,8 +48,15 @@
 --   |   |           | when all admit, the one with the fewest requests left  |
 --   |   |           | (the first of equals)                                  |
 --
--- Errors fail the whole call, and nothing is written: a level's value of
--- another type (WRONGTYPE) is read before anything is written.
+-- Batch form reply: six integers per path, in order; flags -1 (and five
+-- zeros) for a path that raised an error of its own (WRONGTYPE, ERR): it
+-- wrote nothing, and the other paths are decided.
+--
+-- Errors: a path's error is raised before it writes anything (every level
+-- is read and judged first), so a failed path charges nothing. In the lone
+-- form it fails the call; in the batch form it fails its path alone, but
+-- an error of the server's state (READONLY, OOM, ...) fails the call, as
+-- does a failure of every path (with the first one's error).
 --
 -- Numbers are doubles, every value an integer below 2^53, as in bucket.lua.
 
@@ -76,50 +91,6 @@ local function until_us(x, ticks_per_us, step)
 end
 local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
   return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
-end
-
--- Parse the levels.
-local nlevels = ARGV[1] + 0
-if nlevels ~= #KEYS then error('ERR sluice: path.lua wants one key per level') end
-local levels = {}
-local at = 2
-for lv = 1, nlevels do
-  local L = { cost = ARGV[at] + 0, max_wait_us = ARGV[at + 1] + 0, penalty_us = ARGV[at + 2] + 0, n = ARGV[at + 3] + 0 }
-  at = at + 4
-  if L.n == 1 and ARGV[at] ~= '0' and ARGV[at] ~= '-1' then
-    -- One continuous limit, the usual level: scalars, no tables (see
-    -- judge_one).
-    L.one, L.r1, L.p1, L.b1 = true, ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
-    at = at + 3
-  else
-    L.r, L.p, L.b, L.step = {}, {}, {}, {}
-  end
-  for i = 1, (L.one and 0 or L.n) do
-    L.r[i], L.p[i], L.b[i] = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
-    at = at + 3
-    if L.r[i] < 1 then
-      local step = { refill = L.p[i] }
-      if L.r[i] == 0 then
-        step.every = ARGV[at] + 0
-        step.idx = floordiv(now, step.every)
-        at = at + 1
-      else
-        local first, starts = ARGV[at] + 0, {}
-        for j = 1, 5 do starts[j] = ARGV[at + j] + 0 end
-        at = at + 6
-        for j = 0, 2 do
-          if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
-        end
-        if not step.idx then
-          error('ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)')
-        end
-        step.starts = starts
-      end
-      L.r[i], L.p[i] = 1, 1
-      L.step[i] = step
-    end
-  end
-  levels[lv] = L
 end
 
 -- judge_one is judge for a level of one continuous limit, as bucket.lua's
@@ -259,79 +230,158 @@ local function judge(key, L)
   return 1, 0, index, remaining, wait_us, reset_us, next_us
 end
 
--- Judge every level; find the deciding one.
-local all_admit = true
-local dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next
-local max_wait, max_next = 0, 0
-for lv = 1, nlevels do
-  local L = levels[lv]
-  local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
-  if L.one then
-    allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(KEYS[lv], L)
-  else
-    allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(KEYS[lv], L)
+-- decide_path decides the path whose keys follow KEYS[k0] and whose
+-- arguments start at ARGV[at] (its nlevels), and returns its reply (see
+-- the layout table). It writes only once every level is judged, so a path
+-- that fails part way writes nothing.
+local function decide_path(k0, at)
+  -- Parse the levels.
+  local nlevels = ARGV[at] + 0
+  at = at + 1
+  local levels, keys = {}, {}
+  for lv = 1, nlevels do
+    keys[lv] = KEYS[k0 + lv]
+    local L = { cost = ARGV[at] + 0, max_wait_us = ARGV[at + 1] + 0, penalty_us = ARGV[at + 2] + 0, n = ARGV[at + 3] + 0 }
+    at = at + 4
+    if L.n == 1 and ARGV[at] ~= '0' and ARGV[at] ~= '-1' then
+      -- One continuous limit, the usual level: scalars, no tables (see
+      -- judge_one).
+      L.one, L.r1, L.p1, L.b1 = true, ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+      at = at + 3
+    else
+      L.r, L.p, L.b, L.step = {}, {}, {}, {}
+    end
+    for i = 1, (L.one and 0 or L.n) do
+      L.r[i], L.p[i], L.b[i] = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+      at = at + 3
+      if L.r[i] < 1 then
+        local step = { refill = L.p[i] }
+        if L.r[i] == 0 then
+          step.every = ARGV[at] + 0
+          step.idx = floordiv(now, step.every)
+          at = at + 1
+        else
+          local first, starts = ARGV[at] + 0, {}
+          for j = 1, 5 do starts[j] = ARGV[at + j] + 0 end
+          at = at + 6
+          for j = 0, 2 do
+            if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
+          end
+          if not step.idx then
+            error('ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)')
+          end
+          step.starts = starts
+        end
+        L.r[i], L.p[i] = 1, 1
+        L.step[i] = step
+      end
+    end
+    levels[lv] = L
   end
-  local take = false
-  if allowed == 1 then
-    max_wait = max(max_wait, delay_us)
-    max_next = max(max_next, next_us)
-    if all_admit and (dl == nil or remaining < d_remaining) then take = true end
-  else
-    if all_admit or delay_us > d_delay then take = true end
-    all_admit = false
-  end
-  if take then
-    dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next = lv, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
-  end
-end
 
-if all_admit then
+  -- Judge every level; find the deciding one.
+  local all_admit = true
+  local dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next
+  local max_wait, max_next = 0, 0
   for lv = 1, nlevels do
     local L = levels[lv]
-    if L.cost > 0 and L.one then
-      call('SET', KEYS[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
-    elseif L.cost > 0 then
-      local parts = { '0' }
-      for i = 1, L.n do
-        parts[#parts + 1] = format('%d %d', L.new_us[i], L.new_frac[i])
-      end
-      call('SET', KEYS[lv], table.concat(parts, ' '), 'PX', ceildiv(L.ttl, 1000))
+    local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
+    if L.one then
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(keys[lv], L)
+    else
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(keys[lv], L)
+    end
+    local take = false
+    if allowed == 1 then
+      max_wait = max(max_wait, delay_us)
+      max_next = max(max_next, next_us)
+      if all_admit and (dl == nil or remaining < d_remaining) then take = true end
+    else
+      if all_admit or delay_us > d_delay then take = true end
+      all_admit = false
+    end
+    if take then
+      dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next = lv, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
     end
   end
-  return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 }
+
+  if all_admit then
+    for lv = 1, nlevels do
+      local L = levels[lv]
+      if L.cost > 0 and L.one then
+        call('SET', keys[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
+      elseif L.cost > 0 then
+        local parts = { '0' }
+        for i = 1, L.n do
+          parts[#parts + 1] = format('%d %d', L.new_us[i], L.new_frac[i])
+        end
+        call('SET', keys[lv], table.concat(parts, ' '), 'PX', ceildiv(L.ttl, 1000))
+      end
+    end
+    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 }
+  end
+
+  -- Denied: nothing is charged. A penalty locks the deciding level's key
+  -- (unless it is locked already), its buckets written back unchanged.
+  local L = levels[dl]
+  if d_lock == 0 and L.penalty_us > 0 then
+    local penalty_us = L.penalty_us
+    d_lock, d_remaining = 1, 0
+    d_delay = max(d_delay, penalty_us)
+    d_next = max(d_next, penalty_us)
+    local lock_until = now + penalty_us
+    local ttl = lock_until - now
+    if L.one then
+      local us, frac = now, 0
+      if L.exists then us, frac = L.s_us, L.s_frac end
+      ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
+      call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
+      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+    end
+    local parts = { format('%d', lock_until) }
+    for i = 1, L.n do
+      local us, frac = L.arrival_us[i], L.arrival_frac[i]
+      if not L.exists then
+        if L.step[i] then us, frac = 0, L.step[i].idx else us, frac = now, 0 end
+      end
+      parts[#parts + 1] = format('%d %d', us, frac)
+      if L.step[i] then
+        ttl = max(ttl, until_us(L.debt[i], 1, L.step[i]))
+      else
+        ttl = max(ttl, ceildiv((us - now) * L.r[i] + frac, L.r[i]))
+      end
+    end
+    ttl = max(ttl, 1)
+    call('SET', keys[dl], table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
+  end
+  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
 end
 
--- Denied: nothing is charged. A penalty locks the deciding level's key
--- (unless it is locked already), its buckets written back unchanged.
-local L = levels[dl]
-if d_lock == 0 and L.penalty_us > 0 then
-  local penalty_us = L.penalty_us
-  d_lock, d_remaining = 1, 0
-  d_delay = max(d_delay, penalty_us)
-  d_next = max(d_next, penalty_us)
-  local lock_until = now + penalty_us
-  local ttl = lock_until - now
-  if L.one then
-    local us, frac = now, 0
-    if L.exists then us, frac = L.s_us, L.s_frac end
-    ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
-    call('SET', KEYS[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
-    return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
-  end
-  local parts = { format('%d', lock_until) }
-  for i = 1, L.n do
-    local us, frac = L.arrival_us[i], L.arrival_frac[i]
-    if not L.exists then
-      if L.step[i] then us, frac = 0, L.step[i].idx else us, frac = now, 0 end
-    end
-    parts[#parts + 1] = format('%d %d', us, frac)
-    if L.step[i] then
-      ttl = max(ttl, until_us(L.debt[i], 1, L.step[i]))
-    else
-      ttl = max(ttl, ceildiv((us - now) * L.r[i] + frac, L.r[i]))
-    end
-  end
-  ttl = max(ttl, 1)
-  call('SET', KEYS[dl], table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
+if ARGV[1] ~= '0' then -- the lone form
+  if ARGV[1] + 0 ~= #KEYS then error('ERR sluice: path.lua wants one key per level') end
+  return decide_path(0, 1)
 end
-return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+
+-- The batch form: each path decided in order under pcall, so that one
+-- failing path (WRONGTYPE, a calendar mismatch) fails alone.
+local npaths = ARGV[2] + 0
+local reply, k0, at, nfailed, first_error = {}, 0, 3, 0, nil
+for i = 1, npaths do
+  local span, nlevels = ARGV[at] + 0, ARGV[at + 1] + 0
+  local ok, res = pcall(decide_path, k0, at + 1)
+  if not ok then
+    -- As in bucket.lua: an error of the server's state fails the call.
+    if type(res) == 'string' and match(res, '^%u+ ') then res = { err = res } end
+    local code = type(res) == 'table' and type(res.err) == 'string' and match(res.err, '^%u+')
+    if code and code ~= 'WRONGTYPE' and code ~= 'ERR' then
+      error(res, 0)
+    end
+    nfailed = nfailed + 1
+    first_error = first_error or res
+    res = { -1, 0, 0, 0, 0, 0 }
+  end
+  for j = 1, 6 do reply[6 * i - 6 + j] = res[j] end
+  k0, at = k0 + nlevels, at + 1 + span
+end
+if nfailed == npaths then error(first_error, 0) end
+return reply

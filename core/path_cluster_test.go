@@ -100,6 +100,40 @@ func TestClusterPath(t *testing.T) {
 	if total != orgs*4 {
 		t.Errorf("%d buckets, want %d: four levels per organisation", total, orgs*4)
 	}
+	// Concurrent callers: paths of many roots batched per master, one
+	// script call per root's tag. Each organisation's user admits exactly
+	// 3, whatever the batches.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				org := fmt.Sprintf("busy-%d", (g*40+i)%20)
+				res, err := r.Allow(ctx, org, "team", "user", "key")
+				if err != nil || res.Degraded {
+					t.Errorf("%s: %+v, %v", org, res, err)
+					return
+				}
+				if res.Allowed {
+					mu.Lock()
+					admitted[org]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for org, n := range admitted {
+		if n != 3 {
+			t.Errorf("%s admitted %d, want its user's 3", org, n)
+		}
+	}
+	if len(admitted) != 20 {
+		t.Errorf("%d organisations admitted anything, want 20", len(admitted))
+	}
 	counts.mu.Lock()
 	defer counts.mu.Unlock()
 	if len(counts.n) != len(masters) {

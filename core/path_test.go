@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -24,7 +26,7 @@ var injectedPathScript = func() *redis.Script {
 		panic("path.lua no longer reads TIME as the test expects")
 	}
 	src := strings.Replace(pathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
-	sets := regexp.MustCompile(`call\('SET', (KEYS\[\w+\]), (.+?), 'PX', ceildiv\(([\w.]+), 1000\)\)`)
+	sets := regexp.MustCompile(`call\('SET', (keys\[\w+\]), (.+?), 'PX', ceildiv\(([\w.]+), 1000\)\)`)
 	if n := len(sets.FindAllString(src, -1)); n != 4 {
 		panic(fmt.Sprintf("path.lua sets %d keys with an expiry, the test expects 4", n))
 	}
@@ -53,11 +55,10 @@ var pathDiffRules = [][]Level{
 
 // pathRes is a reservation in TestPathDifferential.
 type pathRes struct {
-	rule    int
-	path    []string
-	id      string
-	n       int64
-	settled bool
+	rule int
+	path []string
+	id   string
+	n    int64
 }
 
 // TestPathDifferential runs random traffic on random paths of one to four
@@ -82,7 +83,7 @@ func TestPathDifferential(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, redistest.Addr(t))
 	const base = 1_800_000_000_000_000
-	decisions, denials, settled, upperDenials := 0, 0, 0, 0
+	decisions, denials, settled, upperDenials, batched := 0, 0, 0, 0, 0
 	for seq := range seqs {
 		r := rand.New(rand.NewPCG(uint64(seq)+1, 31))
 		prefix := fmt.Sprintf("%s%d:", uniquePrefix(), seq)
@@ -141,63 +142,104 @@ func TestPathDifferential(t *testing.T) {
 				}
 				settled++
 			} else {
-				ri := r.IntN(len(rules))
-				rule := rules[ri]
-				depth := 1 + r.IntN(len(rule.plans))
-				path := []string{fmt.Sprintf("org%d", r.IntN(2)), fmt.Sprintf("team%d", r.IntN(2)), fmt.Sprintf("user%d", r.IntN(2)), fmt.Sprintf("key%d", r.IntN(2))}[:depth]
-				cost := int64(1)
-				if r.IntN(4) == 0 {
-					cost = 1 + r.Int64N(2)
+				// 1 to 4 paths decided in one call at this instant: the
+				// lone form for one, the batch form for more.
+				type one struct {
+					ri, depth     int
+					path          []string
+					cost, penalty int64
+					rkeys         []string
+					bs            []*bucket
+					levels        [][]tickLimit
+					args          []any
+					want          decision
+					wantLv        int
+					wrote         []bool
 				}
-				var penalty int64
-				if r.IntN(12) == 0 {
-					penalty = 1 + r.Int64N(3_000_000)
+				var batch []*one
+				for range 1 + r.IntN(4) {
+					o := &one{ri: r.IntN(len(rules))}
+					rule := rules[o.ri]
+					o.depth = 1 + r.IntN(len(rule.plans))
+					o.path = []string{fmt.Sprintf("org%d", r.IntN(2)), fmt.Sprintf("team%d", r.IntN(2)), fmt.Sprintf("user%d", r.IntN(2)), fmt.Sprintf("key%d", r.IntN(2))}[:o.depth]
+					o.cost = 1
+					if r.IntN(4) == 0 {
+						o.cost = 1 + r.Int64N(2)
+					}
+					if r.IntN(12) == 0 {
+						o.penalty = 1 + r.Int64N(3_000_000)
+					}
+					o.args = []any{o.depth}
+					for lv := range o.depth {
+						p := rule.plans[lv]
+						o.rkeys = append(o.rkeys, redisKeyFrom(prefix, p.fp, o.path[0], pathKeyOf(o.path, lv), nil))
+						o.bs = append(o.bs, modelOf(o.rkeys[lv]))
+						o.levels = append(o.levels, p.ticks)
+						c := call{plan: p, cost: o.cost, penalty: o.penalty, now: now}
+						o.args = c.appendGroup(o.args)
+					}
+					o.want, o.wantLv, o.wrote = stepPath(o.bs, now, o.levels, o.cost, 0, o.penalty)
+					batch = append(batch, o)
 				}
-				rkeys := make([]string, depth)
-				bs := make([]*bucket, depth)
-				levels := make([][]tickLimit, depth)
-				args := []any{depth}
-				for lv := range depth {
-					p := rule.plans[lv]
-					rkeys[lv] = redisKeyFrom(prefix, p.fp, path[0], pathKeyOf(path, lv), nil)
-					bs[lv] = modelOf(rkeys[lv])
-					levels[lv] = p.ticks
-					c := call{plan: p, cost: cost, penalty: penalty, now: now}
-					args = c.appendGroup(args)
+				var keys []string
+				var args []any
+				if len(batch) == 1 {
+					keys, args = batch[0].rkeys, batch[0].args
+				} else {
+					args = []any{"0", len(batch)}
+					for _, o := range batch {
+						keys = append(keys, o.rkeys...)
+						args = append(append(args, len(o.args)), o.args...)
+					}
 				}
-				want, wantLv, wrote := stepPath(bs, now, levels, cost, 0, penalty)
-				vals, err := injectedPathScript.Run(ctx, rdb, rkeys, append(args, now)...).Int64Slice()
+				vals, err := injectedPathScript.Run(ctx, rdb, keys, append(args, now)...).Int64Slice()
 				if err != nil {
 					t.Fatalf("seq %d step %d: %v", seq, step, err)
 				}
-				got, gotLv, err := parsePathReply(vals, rule.plans[:depth])
-				if err != nil {
-					t.Fatalf("seq %d step %d: %v", seq, step, err)
+				if len(vals) != pathReplyWidth*len(batch) {
+					t.Fatalf("seq %d step %d: %d values for %d paths", seq, step, len(vals), len(batch))
 				}
-				if got != want || gotLv != wantLv {
-					t.Fatalf("seq %d step %d (rule %d, path %v, cost %d, penalty %d): script %+v level %d, model %+v level %d", seq, step, ri, path, cost, penalty, got, gotLv, want, wantLv)
-				}
-				decisions++
-				if !got.allowed {
-					denials++
-					if wantLv > 0 {
-						upperDenials++
+				for i, o := range batch {
+					got, gotLv, err := parsePathReply(vals[i*pathReplyWidth:(i+1)*pathReplyWidth], rules[o.ri].plans[:o.depth])
+					if err != nil {
+						t.Fatalf("seq %d step %d: %v", seq, step, err)
+					}
+					if got != o.want || gotLv != o.wantLv {
+						t.Fatalf("seq %d step %d path %d of %d (rule %d, path %v, cost %d, penalty %d): script %+v level %d, model %+v level %d", seq, step, i, len(batch), o.ri, o.path, o.cost, o.penalty, got, gotLv, o.want, o.wantLv)
+					}
+					decisions++
+					if len(batch) > 1 {
+						batched++
+					}
+					if !got.allowed {
+						denials++
+						if o.wantLv > 0 {
+							upperDenials++
+						}
+					}
+					if o.ri == 0 && got.allowed && r.IntN(2) == 0 {
+						open = append(open, &pathRes{rule: o.ri, path: o.path, id: fmt.Sprintf("r%d-%d", step, i), n: o.cost})
 					}
 				}
-				for lv, w := range wrote {
-					if !w {
-						continue
+				// The expiries the model wants, of the keys each path
+				// wrote (a later path of the batch may have written one
+				// again: the last write's).
+				last := map[string]int64{}
+				for _, o := range batch {
+					for lv, w := range o.wrote {
+						if w {
+							last[o.rkeys[lv]] = ceilDiv(o.bs[lv].ttl(now, o.levels[lv]), 1000)
+						}
 					}
-					px, err := rdb.Get(ctx, rkeys[lv]+pxSuffix).Int64()
+				}
+				for rkey, wantMS := range last {
+					px, err := rdb.Get(ctx, rkey+pxSuffix).Int64()
 					if err != nil {
 						t.Fatal(err)
 					}
-					if wantMS := ceilDiv(bs[lv].ttl(now, levels[lv]), 1000); px != wantMS {
-						t.Fatalf("seq %d step %d level %d: expiry %d ms, model %d ms", seq, step, lv, px, wantMS)
+					if px != wantMS {
+						t.Fatalf("seq %d step %d: %s expiry %d ms, model %d ms", seq, step, rkey, px, wantMS)
 					}
-				}
-				if got.allowed && ri == 0 && r.IntN(2) == 0 {
-					open = append(open, &pathRes{rule: ri, path: path, id: fmt.Sprintf("r%d", step), n: cost})
 				}
 			}
 			// Every level's stored value is the model's.
@@ -214,8 +256,57 @@ func TestPathDifferential(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d path decisions (%d denied, %d of them at a level below the root) and %d settlements identical to the model at every level", decisions, denials, upperDenials, settled)
-	if denials == 0 || upperDenials == 0 || settled == 0 {
+	t.Logf("%d path decisions (%d in batches, %d denied, %d of them at a level below the root) and %d settlements identical to the model at every level", decisions, batched, denials, upperDenials, settled)
+	if denials == 0 || upperDenials == 0 || settled == 0 || batched == 0 {
 		t.Fatal("the traffic never denied below the root, or never settled: the test proves nothing")
+	}
+}
+
+// TestPathBatchKeyFault: in a batch, a path whose level holds another
+// program's value (WRONGTYPE) fails alone, charging nothing, and the
+// other paths are decided; a batch whose every path fails fails.
+func TestPathBatchKeyFault(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, redistest.Addr(t))
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.PreparePath("fault", Level{Name: "org", Limits: []Limit{PerHour(10)}}, Level{Name: "user", Limits: []Limit{PerHour(5)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := uniquePrefix()
+	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
+		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
+		for lv, p := range c.plans {
+			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			cl := call{plan: p, cost: 1}
+			c.args = cl.appendGroup(c.args)
+		}
+		return &batch.Member[*pathCall, pathAnswer]{Req: c}
+	}
+	bad, good := mk("acme", "mallory"), mk("acme", "alice")
+	if err := rdb.HSet(ctx, bad.Req.rkeys[1], "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := &redisStore{rdb: rdb}
+	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
+	if !errors.Is(bad.Err, errKeyFailed) {
+		t.Fatalf("the path with a hash at its user level: %v, want errKeyFailed", bad.Err)
+	}
+	if good.Err != nil || !good.Res.d.allowed {
+		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
+	}
+	// The failed path charged nothing: the organisation holds one request.
+	org := mk("acme")
+	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
+	if org.Err != nil || org.Res.d.remaining != 8 {
+		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
+	}
+	both := []*batch.Member[*pathCall, pathAnswer]{mk("acme", "mallory"), mk("acme", "mallory")}
+	s.runPaths(ctx, both)
+	if both[0].Err == nil || !keyFault(both[0].Err) {
+		t.Fatalf("a batch whose every path fails: %v, want the WRONGTYPE error, a fault of the key", both[0].Err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
@@ -123,7 +122,6 @@ func checkPath[C, H any](cfg *Config[C, H]) (*pathSet, error) {
 type pathRules struct {
 	mu    sync.RWMutex
 	rules map[string]*rule
-	n     atomic.Int32
 }
 
 // pathOf finds the path of request r whose root key is key and whose root

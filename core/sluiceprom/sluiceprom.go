@@ -70,7 +70,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, labelOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpPath, labelOther}
 
 // capKey names one series of the acquisitions counter; limit is a label
 // value (see limitName).
@@ -159,7 +159,7 @@ func New(opts ...Option) (*Collector, error) {
 		}, []string{"limit", "dry_run"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        name("store_calls_total"),
-			Help:        "Per store node: store calls by op (decide, peek, settle, acquire, release, renew, reset, heartbeat) and result (ok, error).",
+			Help:        "Per store node: store calls by op (decide, peek, settle, acquire, release, renew, reset, heartbeat, path) and result (ok, error).",
 			ConstLabels: o.constLabels,
 		}, []string{"node", "op", "result"}),
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -119,6 +119,10 @@ type Middleware struct {
 	// Overrides, when not nil, returns the override set WithOverrides
 	// gets, made on the scenario's limiter (so called after it).
 	Overrides func() *core.Overrides
+	// PathRoot and Path map to WithPath; an empty PathRoot means "do not
+	// pass the option".
+	PathRoot string
+	Path     []policy.PathLevel
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -389,6 +393,9 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.Overrides != nil {
 		opts = append(opts, policy.WithOverrides[C, H](m.Overrides()))
+	}
+	if m.PathRoot != "" {
+		opts = append(opts, policy.WithPath[C, H](m.PathRoot, m.Path...))
 	}
 	return opts
 }

@@ -62,6 +62,7 @@ func Scenarios() []Scenario {
 		scopes(),
 		nativeKey(),
 		tenantPlans(),
+		paths(),
 		customKey(),
 		{
 			Name:    "skipped requests pass without headers",

@@ -50,15 +50,22 @@ func (l *Limiter) rkey(fp, key string) string { return redisKeyTagged(l.prefix, 
 // redisKeyTagged builds the stored name of key's bucket under plan fp;
 // with slotKey, its tag is a keyed hash (see WithSlotKey).
 func redisKeyTagged(prefix, fp, key string, slotKey []byte) string {
+	return redisKeyFrom(prefix, fp, key, key, slotKey)
+}
+
+// redisKeyFrom is redisKeyTagged with the tag taken from tagKey rather
+// than key: a path's levels all take their root's (see pathKeys), so they
+// share one Cluster slot.
+func redisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 	var sum uint32
 	if slotKey != nil {
 		m := hmac.New(sha256.New, slotKey)
-		m.Write([]byte(key))
+		m.Write([]byte(tagKey))
 		sum = binary.BigEndian.Uint32(m.Sum(nil))
 	} else {
 		sum = 2166136261 // FNV-1a, inline so it stays off the heap
-		for i := 0; i < len(key); i++ {
-			sum ^= uint32(key[i])
+		for i := 0; i < len(tagKey); i++ {
+			sum ^= uint32(tagKey[i])
 			sum *= 16777619
 		}
 	}

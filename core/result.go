@@ -37,6 +37,11 @@ type Result struct {
 	// DryRun marks a decision of a dry-run rule ([Rule.DryRun]): Allowed
 	// says what would have happened; the caller lets the request through.
 	DryRun bool
+	// Level is, for a decision of a path of keys ([PathRule]), the name
+	// of the level that decided, as the rule gives it (never request
+	// data); Limit is then one of that level's limits. Empty for a
+	// decision of one key.
+	Level string
 }
 
 func (d decision) result(p *plan) Result {

@@ -41,6 +41,7 @@ const (
 	OpRenew     = "renew"     // a concurrency lease renewed by the lease keeper
 	OpReset     = "reset"     // Reset: a key's state deleted
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
+	OpPath      = "path"      // a path of keys decided as one (PathRule)
 )
 
 // fault says whose failure a store error is.

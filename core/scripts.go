@@ -55,5 +55,5 @@ var (
 // record the empty reply of a command not yet sent as the script's hash.)
 func scriptSources() []string {
 	return []string{bucketLua, settleLua, clockLua + acquireLua, clockLua + renewLua, clockLua + releaseLua,
-		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, leaseLua}
+		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, leaseLua, pathLua}
 }

@@ -70,6 +70,7 @@ type Reservation struct {
 	held  int64       // settleLocal: the cost charged there (the fallback caps it at its share's Burst)
 	id    string      // settleRedis: names the marker
 	made  time.Time   // when it was made, on the monotonic clock
+	path  *pathSettle // a path's reservation (see PathRule.Reserve); nil: a key's
 	state atomic.Int32
 }
 
@@ -189,6 +190,9 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 	l, p := rv.lim, rv.p
 	if err := ctx.Err(); err != nil {
 		return false, err
+	}
+	if rv.path != nil {
+		return rv.settlePath(ctx, final, marker)
 	}
 	if rv.via == settleLocal {
 		delta := final - rv.held

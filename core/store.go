@@ -18,13 +18,14 @@ import (
 // to the node whose I/O produced it, and a batch never spans nodes.
 type node struct {
 	brk    *breaker
-	batch  *batch.Batcher[*call, decision]   // nil: one script call per decision
-	settle *batch.Batcher[*settleCall, bool] // nil: one script call per settlement (see Reservation.settle)
-	ops    *batch.Batcher[*op, []int64]      // nil: one script call per op (see runOp)
-	client *redis.Client                     // the node's own connection pool, for WAIT; nil if unknown
-	short  atomic.Bool                       // the last WAIT on this node fell short (see replicaAck)
-	probed atomic.Int64                      // unix nanoseconds of the last WAIT sent while short
-	warm   warmState                         // background warm-ups of client's pools (see rewarm)
+	batch  *batch.Batcher[*call, decision]       // nil: one script call per decision
+	settle *batch.Batcher[*settleCall, bool]     // nil: one script call per settlement (see Reservation.settle)
+	ops    *batch.Batcher[*op, []int64]          // nil: one script call per op (see runOp)
+	paths  *batch.Batcher[*pathCall, pathAnswer] // nil: one script call per path (see submitPath)
+	client *redis.Client                         // the node's own connection pool, for WAIT; nil if unknown
+	short  atomic.Bool                           // the last WAIT on this node fell short (see replicaAck)
+	probed atomic.Int64                          // unix nanoseconds of the last WAIT sent while short
+	warm   warmState                             // background warm-ups of client's pools (see rewarm)
 }
 
 // redisStore decides in Redis through the bucket script. On a single
@@ -97,8 +98,17 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		}
 		return batch.New(s.sendOps(pipeline), cfg)
 	}
+	// Paths of keys (see PathRule) have batchers of their own: path.lua
+	// decides many paths in one call.
+	pathsBatched := func(grouped bool, pipeline func() redis.Pipeliner) *batch.Batcher[*pathCall, pathAnswer] {
+		if !on {
+			return nil
+		}
+		return batch.New(s.sendPaths(grouped, pipeline), cfg)
+	}
 	switch c := rdb.(type) {
 	case *redis.Client:
+		s.whole.paths = pathsBatched(false, c.Pipeline)
 		s.whole.client = c
 		s.whole.batch = batched(s.sendOne)
 		s.whole.settle = settles(s.sendSettleOne)
@@ -113,6 +123,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
 			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
 			n.ops = opsBatched(c.Pipeline)
+			n.paths = pathsBatched(true, c.Pipeline)
 			return n
 		}
 	case *redis.Ring:
@@ -122,6 +133,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 			n.batch = batched(s.sendGrouped(n, c.Pipeline))
 			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
 			n.ops = opsBatched(c.Pipeline)
+			n.paths = pathsBatched(true, c.Pipeline)
 			return n
 		}
 	}

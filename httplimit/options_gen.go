@@ -282,6 +282,44 @@ func WithOverrides(ov *core.Overrides) Option {
 	return policy.WithOverrides[*http.Request, Handlers](ov)
 }
 
+// WithPath decides each request on a path of keys, root first, all or
+// nothing, in one script call (see [core.PathRule]): the middleware's key
+// and limit (with [policy.WithLimitFunc], [policy.WithLimits] and [policy.WithOverrides] as
+// usual) are the root level's, named root, and below are the levels
+// given, each with its key function and limits. A request is admitted
+// only if every level admits it, and then every level is charged; a
+// request any level denies charges no level. For example, an
+// organisation's monthly quota, its team's rate, the user's burst and the
+// API key's rate:
+//
+//	httplimit.New(lim, core.PerCalendarMonth(100_000, "Asia/Tokyo"), keyfunc.Header("X-Org"),
+//		httplimit.WithScope("api"),
+//		httplimit.WithPath("org",
+//			policy.PathLevel{Name: "team", Key: keyfunc.Header("X-Team"), Limits: []core.Limit{core.PerSecond(50)}},
+//			policy.PathLevel{Name: "user", Key: keyfunc.Header("X-User"), Limits: []core.Limit{core.PerMinute(600).WithBurst(60)}},
+//			policy.PathLevel{Name: "key", Key: keyfunc.Header("X-API-Key"), Limits: []core.Limit{core.PerSecond(5)}}))
+//
+// With [policy.WithOverrides], an override of a level's key (as its key function
+// returns it) replaces that level's limits, so a plan changes at run
+// time for a team or an API key as for the root. Allow and deny entries
+// apply to the root's key only.
+//
+// The rate-limit fields, the problem body's violated-policies and the
+// metrics name the deciding limit as "level.limit" ("user.60/m" for an
+// unnamed limit, "org.monthly" for one named monthly), and
+// [core.Result.Level] is the deciding level. Without [policy.WithScope] the
+// buckets are the route's, as every middleware's are: give the path a
+// scope to share an organisation's quota across routes. A
+// [policy.WithConcurrency] cap counts the requests in flight of the whole path
+// (the API key's, with one). WithPath cannot be used with [policy.WithWait].
+//
+// Default: none; the middleware decides one key.
+//
+// The same option as every adapter's: [policy.WithPath], for net/http.
+func WithPath(root string, below ...policy.PathLevel) Option {
+	return policy.WithPath[*http.Request, Handlers](root, below...)
+}
+
 // WithPenalty makes a denial by this middleware lock the request's key for
 // d, on every replica: until the lock ends every request on the key's
 // buckets is denied, with Retry-After set to the time left (see

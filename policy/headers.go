@@ -118,6 +118,7 @@ type decided struct {
 	cap       *capRule // the cap that refused the request; nil when a rate limit decided
 	idx       int      // the deciding limit's index in rule.limits; -1 for one not in it (the local fallback's share)
 	limit     core.Limit
+	level     string // the deciding level of a path (see WithPath); "" for a key
 	remaining int
 	reset     time.Duration // until the limit's bucket is full again
 	window    time.Duration // the draft's effective window: until the limit has more than remaining to give
@@ -137,9 +138,9 @@ func (v *Verdict) decide(d *decided) bool {
 		return true
 	}
 	res := &v.Result
-	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, remaining: res.Remaining, reset: res.ResetAfter}
+	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, level: res.Level, remaining: res.Remaining, reset: res.ResetAfter}
 	for i, l := range v.rule.limits {
-		if l == res.Limit {
+		if l == res.Limit && (v.rule.levels == nil || v.rule.levels[i] == res.Level) {
 			d.idx = i
 			break
 		}
@@ -166,6 +167,8 @@ func (d *decided) item() string {
 		return d.cap.item
 	case d.idx >= 0:
 		return d.rule.items[d.idx]
+	case d.level != "":
+		return sfString(d.level + "." + limitName(d.limit))
 	}
 	return limitItem(d.limit)
 }

@@ -290,6 +290,11 @@ func mulDivCeil(a, b, c uint64) uint64 {
 // limitItem is a limit's name as a structured-field string: its Name, or
 // its text form ("600/m", "100/s burst 20") when it has none.
 func limitItem(l core.Limit) string {
+	return sfString(limitName(l))
+}
+
+// limitName is l's Name, or its text form when it has none.
+func limitName(l core.Limit) string {
 	name := l.Name
 	if name == "" {
 		if text, err := l.MarshalText(); err == nil {
@@ -299,7 +304,7 @@ func limitItem(l core.Limit) string {
 		}
 		name = strings.ReplaceAll(name, "µ", "u") // "500µs": keep it ASCII
 	}
-	return sfString(name)
+	return name
 }
 
 // capItem is a concurrency cap's name as a structured-field string: its

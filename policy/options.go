@@ -44,6 +44,9 @@ type Config[C, H any] struct {
 	deny      []string           // WithDeny
 	listIP    []keyfunc.IPOption // WithListClientIP
 	ovr       *core.Overrides    // WithOverrides
+	pathRoot  string             // WithPath's root level
+	path      []PathLevel        // WithPath's levels below the root
+	pathSet   bool
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

@@ -36,6 +36,7 @@ type Policy struct {
 	settle  *settler      // WithChargeIf and WithFinalCost; nil: charge before the handler
 	lists   *lists        // WithAllow, WithDeny, WithOverrides' entries; nil: none
 	ovr     *overrides    // WithOverrides; nil: none
+	path    *pathSet      // WithPath; nil: one key
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -102,6 +103,11 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if err := initLists(p, &cfg); err != nil {
 		return nil, cfg.Adapter, err
 	}
+	ps, err := checkPath(&cfg)
+	if err != nil {
+		return nil, cfg.Adapter, err
+	}
+	p.path = ps
 	if f := cfg.report; f != nil {
 		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }
 	}
@@ -219,7 +225,18 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	}
 	var res core.Result
 	var st *settlement
+	capKey := key
+	if p.path != nil {
+		var keys []string
+		var at stage
+		if rl, keys, at, err = p.pathOf(r, key, rl); err != nil {
+			return p.fail(r, key, err, at)
+		}
+		capKey = pathKey(keys)
+		res, st, err = p.decidePath(ctx, rl, keys, n)
+	}
 	switch {
+	case p.path != nil:
 	case p.settle != nil:
 		res, st, err = p.reserve(ctx, rl, key, n)
 	case p.wait > 0 && !p.dryRun:
@@ -234,7 +251,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	inFlight := 0
 	if p.cap != nil && res.Allowed {
 		// Only a request the rate limits admit takes a slot.
-		ls, err := p.cap.acquire(ctx, rl.slots, key)
+		ls, err := p.cap.acquire(ctx, rl.slots, capKey)
 		if err != nil {
 			fv := p.fail(r, key, err, atDecide)
 			status := fv.Status

@@ -72,7 +72,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, labelOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, labelOther}
 
 // capKey names one series of the acquisitions counter; limit is a label
 // value (see limitName).
@@ -161,7 +161,7 @@ func New(opts ...Option) (*Collector, error) {
 		}, []string{"limit", "dry_run"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        name("store_calls_total"),
-			Help:        "Per store node: store calls by op (decide, peek, settle, acquire, release, renew, reset, heartbeat) and result (ok, error).",
+			Help:        "Per store node: store calls by op (decide, peek, settle, acquire, release, renew, reset, heartbeat, path) and result (ok, error).",
 			ConstLabels: o.constLabels,
 		}, []string{"node", "op", "result"}),
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -309,7 +309,7 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 	waited := res.Allowed && res.Wait > 0
 	var hist prometheus.Observer
 	c.mu.RLock()
-	k.limit = c.limitLabel(res.Limit)
+	k.limit = c.limitLabel(levelLimit(res))
 	ctr := c.series[k]
 	if waited {
 		hist = c.waitSeries[waitKey{dryRun: k.dryRun, limit: k.limit}]
@@ -326,6 +326,23 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 		hist = c.addWaitSeries(waitKey{dryRun: k.dryRun, limit: k.limit})
 	}
 	hist.Observe(res.Wait.Seconds())
+}
+
+// levelLimit is res's limit as the limit label names it: for a decision
+// of a path of keys (core.PathRule), its Name after the deciding level and
+// a dot ("user.burst", or "user.unnamed" for a limit without a Name), so
+// that the label says which level decided.
+func levelLimit(res core.Result) core.Limit {
+	l := res.Limit
+	if res.Level == "" {
+		return l
+	}
+	name := l.Name
+	if name == "" {
+		name = labelUnnamed
+	}
+	l.Name = res.Level + "." + name
+	return l
 }
 
 // limitLabel returns l's limit label: "" for no limit (a fail_closed

@@ -9,6 +9,7 @@
 //
 //	go run ./cmd/scriptcost             # Redis CPU µs per key, from INFO (noisy)
 //	go run ./cmd/scriptcost -callgrind  # instructions per key under valgrind (repeatable)
+//	go run ./cmd/scriptcost -paths -callgrind  # a path of 1-4 levels against one key with as many limits
 //
 // Every script decides the same limit, 1000 per second with a burst of a
 // million (nothing is denied), on keys that already hold a bucket: each
@@ -98,7 +99,15 @@ func main() {
 	calls := flag.Int("calls", 2000, "measured script calls per cell")
 	nkeys := flag.Int("keys", 1000, "distinct keys the calls cycle over")
 	useCallgrind := flag.Bool("callgrind", false, "count the server's instructions under valgrind instead of reading its CPU time")
+	paths := flag.Bool("paths", false, "measure a path of 1 to 4 levels (core.PathRule) against one key with as many limits, per decision")
 	flag.Parse()
+	if *paths {
+		if err := runPaths(*calls, *nkeys, *useCallgrind); err != nil {
+			fmt.Fprintln(os.Stderr, "scriptcost:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*script, *perCall, *calls, *nkeys, *useCallgrind); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)

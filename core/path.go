@@ -1,0 +1,652 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
+)
+
+//go:embed path.lua
+var pathLua string
+
+// pathScript decides a path of keys as one (see the layout table at the
+// top of core/path.lua).
+var pathScript = redis.NewScript(pathLua)
+
+// pathReplyWidth is the number of integers path.lua returns.
+const pathReplyWidth = 6
+
+// MaxLevels bounds the levels of a path (see [Limiter.PreparePath]).
+const MaxLevels = 8
+
+// maxLevelName bounds a level's name, which labels results and metrics.
+const maxLevelName = 64
+
+// Level is one level of a path of keys (see [Limiter.PreparePath]): a name
+// that says what the level's keys are ("org", "team", "user", "key"), and
+// the limits every key of the level is decided under, all of them together
+// as [Limiter.Prepare]'s are. The name is the rule's, never a request's: it
+// labels results, headers and metrics, so it must be one of a few.
+type Level struct {
+	Name   string
+	Limits []Limit
+}
+
+// PathRule decides a path of keys, such as an organisation, one of its
+// teams, a user of the team and one of the user's API keys, as one: every
+// level's limits are checked in one script call, atomically, and the
+// request is admitted only if every level admits it. Then every level is
+// charged; when any level denies, none is. (A limiter that counted each
+// level on its own would charge the organisation's quota for requests its
+// user's limit denied.) The [Result] names the level that decided
+// ([Result.Level]) and its limit.
+//
+// A path is given root first, one key per level; it may stop short of the
+// last levels (a request without an API key decides the organisation, team
+// and user levels only). A level's bucket is named by the path up to it,
+// so a team "eng" of one organisation and a team "eng" of another are
+// apart, and by the level's name and limits: paths that differ below a
+// level, or whose lower levels have other limits (other plans), share its
+// bucket. A level's bucket is not shared with a [Rule] of the same key and
+// limits.
+//
+// In Redis every level of a path lives in the root's Cluster slot (its
+// hash tag is the root key's), so one script call can decide them all.
+// The whole of one root's traffic, all its teams, users and keys, is then
+// decided by one master: a very large root is one master's load, as a
+// single hot key is. docs/engine.md has the figures.
+//
+// A PathRule is safe for concurrent use. Get one from
+// [Limiter.PreparePath]. The deny cache ([WithDenyCache]) does not answer
+// for paths; every decision asks Redis.
+type PathRule struct {
+	lim     *Limiter
+	scope   string
+	names   []string
+	plans   []*plan // one per level, in a scope of the path's scope and the level's name
+	minB    int64   // the smallest Burst of every level
+	stepped bool    // some level has a stepped limit: no Reserve
+	penalty int64   // microseconds; -1: the limiter's (see PathRule.WithPenalty)
+	dryRun  bool
+}
+
+// PreparePath validates and compiles a path's levels, root first, into a
+// [PathRule]. scope names the path's buckets as [Limiter.PrepareScoped]'s
+// scope does; the empty scope is a scope of its own. PreparePath returns an
+// error for no level or more than [MaxLevels], a level without a name,
+// with a name longer than 64 bytes or used twice, and (wrapping
+// [ErrInvalidLimit]) a level without limits, with more than eight, or with
+// an invalid one.
+func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) {
+	if len(levels) == 0 || len(levels) > MaxLevels {
+		return nil, fmt.Errorf("core: PreparePath: %d levels, want 1 to %d", len(levels), MaxLevels)
+	}
+	r := &PathRule{lim: l, scope: scope, penalty: -1}
+	for i, lv := range levels {
+		switch {
+		case lv.Name == "":
+			return nil, fmt.Errorf("core: PreparePath: level %d has no name", i)
+		case len(lv.Name) > maxLevelName:
+			return nil, fmt.Errorf("core: PreparePath: level %d's name is %d bytes, at most %d", i, len(lv.Name), maxLevelName)
+		case slices.Contains(r.names, lv.Name):
+			return nil, fmt.Errorf("core: PreparePath: two levels are named %q", lv.Name)
+		}
+		p, err := l.plans.compileScoped(levelScope(scope, lv.Name), lv.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("level %q: %w", lv.Name, err)
+		}
+		r.names = append(r.names, lv.Name)
+		r.plans = append(r.plans, p)
+		if i == 0 || p.minB < r.minB {
+			r.minB = p.minB
+		}
+		r.stepped = r.stepped || p.stepped
+	}
+	return r, nil
+}
+
+// levelScope is the scope of a path level's plan: a level's buckets are
+// apart from those of every other level, path scope and Rule.
+func levelScope(scope, name string) string {
+	return "path " + strconv.Quote(scope) + " level " + strconv.Quote(name)
+}
+
+// Levels returns the names of the rule's levels, root first.
+func (r *PathRule) Levels() []string { return slices.Clone(r.names) }
+
+// LevelLimits returns a copy of the limits of level i (0 is the root).
+func (r *PathRule) LevelLimits(i int) []Limit { return slices.Clone(r.plans[i].limits) }
+
+// WithPenalty returns a rule with the same levels and buckets whose
+// denials lock the deciding level's key for d, as [Rule.WithPenalty] does
+// for a key: the other levels are not locked. It returns an error for a
+// negative d or one above [MaxPenalty].
+func (r *PathRule) WithPenalty(d time.Duration) (*PathRule, error) {
+	if d < 0 || d > MaxPenalty {
+		return nil, fmt.Errorf("core: PathRule.WithPenalty: %s is not from 0 to %s", d, MaxPenalty)
+	}
+	c := *r
+	c.penalty = micros(d)
+	return &c, nil
+}
+
+// DryRun returns a rule with the same levels and buckets whose decisions
+// are marked [Result.DryRun], as [Rule.DryRun] does.
+func (r *PathRule) DryRun() *PathRule {
+	c := *r
+	c.dryRun = true
+	return &c
+}
+
+// Allow is shorthand for [PathRule.AllowN] with a cost of 1.
+func (r *PathRule) Allow(ctx context.Context, path ...string) (Result, error) {
+	res, _, err := r.lim.admitPath(ctx, r, path, 1)
+	return res, err
+}
+
+// AllowN decides whether an event of cost n on path (root first, one key
+// per level, at most as many keys as the rule has levels) is admitted by
+// every level, and charges n to every level if so, atomically. A denied
+// event charges nothing, at any level. Errors are those of
+// [Limiter.AllowN], and an error for a path with no key, more keys than
+// levels, or an empty key.
+func (r *PathRule) AllowN(ctx context.Context, path []string, n int) (Result, error) {
+	res, _, err := r.lim.admitPath(ctx, r, path, n)
+	return res, err
+}
+
+// Reserve decides a request of estimated cost n on path exactly as
+// [PathRule.AllowN] does, and returns a [Reservation] whose Settle charges
+// the final cost instead, at every level the request was charged, in one
+// script call (see [Rule.Reserve]). Each level keeps its own marker, so a
+// retried settlement changes nothing. A rule with an interval or calendar
+// refill at any level cannot be reserved: Reserve returns an error
+// wrapping [ErrInvalidLimit].
+func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservation, error) {
+	if r.stepped {
+		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; a level of this path has a stepped one", ErrInvalidLimit)
+	}
+	l := r.lim
+	res, pd, err := l.admitPath(ctx, r, path, n)
+	if err != nil {
+		return nil, err
+	}
+	rv := &Reservation{Result: res, lim: l, p: pd.minPlan, key: path[0], n: int64(n), made: time.Now()}
+	ps := &pathSettle{plans: r.plans[:len(path)], keys: pd.keys, rkeys: pd.rkeys}
+	rv.path = ps
+	switch {
+	case !res.Allowed:
+	case l.store == nil:
+		rv.via, rv.held = settleLocal, int64(n)
+		for _, p := range ps.plans {
+			ps.ticks = append(ps.ticks, p.ticks)
+		}
+	case res.Degraded && pd.failOpen:
+	case res.Degraded:
+		rv.via, rv.held = settleLocal, int64(n)
+		for _, p := range ps.plans {
+			sh := l.share(p)
+			ps.ticks = append(ps.ticks, sh.ticks)
+			rv.held = min(rv.held, sh.minB)
+		}
+	default:
+		rv.via, rv.id = settleRedis, newReservationID()
+	}
+	return rv, nil
+}
+
+// pathDecision is what admitPath found out beyond the Result.
+type pathDecision struct {
+	keys     []string // each level's key: the path up to it (see pathKeyOf)
+	rkeys    []string // each level's stored name; nil for NewMemory
+	minPlan  *plan    // the plan of the smallest Burst on the path
+	failOpen bool     // admitted under FailOpen: nothing was counted
+}
+
+// pathKeyOf returns the key of a path's level i: the keys up to it, each
+// with its length, so that no two paths give one level the same key.
+func pathKeyOf(path []string, i int) string {
+	if i == 0 {
+		return path[0]
+	}
+	var b strings.Builder
+	for j := 0; j <= i; j++ {
+		if j > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(strconv.Itoa(len(path[j])))
+		b.WriteByte(':')
+		b.WriteString(path[j])
+	}
+	return b.String()
+}
+
+// admitPath validates and decides a request of cost n on path.
+func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n int) (Result, pathDecision, error) {
+	var pd pathDecision
+	if len(path) == 0 || len(path) > len(r.plans) {
+		return Result{}, pd, fmt.Errorf("core: a path of %d keys for a rule of %d levels", len(path), len(r.plans))
+	}
+	plans := r.plans[:len(path)]
+	pd.minPlan = plans[0]
+	for i, k := range path {
+		if k == "" {
+			return Result{}, pd, fmt.Errorf("core: the key of level %q is empty", r.names[i])
+		}
+		if plans[i].minB < pd.minPlan.minB {
+			pd.minPlan = plans[i]
+		}
+	}
+	if n < 1 {
+		return Result{}, pd, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
+	}
+	if int64(n) > pd.minPlan.minB {
+		return Result{}, pd, fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, pd.minPlan.minB)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, pd, err
+	}
+	now := l.now()
+	cost := int64(n)
+	penalty := l.penalty
+	if r.penalty >= 0 {
+		penalty = r.penalty
+	}
+	pd.keys = make([]string, len(path))
+	ids := make([]uint64, len(path))
+	levels := make([][]tickLimit, len(path))
+	for i := range path {
+		pd.keys[i] = pathKeyOf(path, i)
+		ids[i] = plans[i].id
+		levels[i] = plans[i].ticks
+	}
+	if l.store == nil {
+		d, lv := l.local.takePath(ids, pd.keys, now, levels, cost, 0, penalty)
+		return l.donePath(d, r, lv, SourceStore, false), pd, nil
+	}
+
+	pd.rkeys = make([]string, len(path))
+	args := make([]any, 1, 1+len(path)*12)
+	args[0] = strconv.Itoa(len(path))
+	for i, p := range plans {
+		pd.rkeys[i] = redisKeyFrom(l.prefix, p.fp, path[0], pd.keys[i], l.slotKey)
+		c := call{plan: p, cost: cost, penalty: penalty, now: now}
+		args = c.appendGroup(args)
+	}
+	pc := &pathCall{rkeys: pd.rkeys, args: args, plans: plans}
+	nd := l.store.node(ctx, pd.rkeys[0])
+	var ans pathAnswer
+	routed, err := l.onNode(ctx, nd, now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		ans, took, err = l.store.submitPath(ctx, nd, pc, l.timeout)
+		return took, err
+	})
+	d, lv := ans.d, ans.lv
+	if routed && err == nil {
+		l.maybeSweep(ctx, now)
+		if d.allowed {
+			for i, p := range plans {
+				l.local.charge(p.id, pd.keys[i], now, l.share(p).ticks, cost, 2*d.remaining < int64(plans[lv].limits[d.index].Burst))
+			}
+		}
+		return l.donePath(d, r, lv, SourceStore, false), pd, nil
+	}
+	if cerr := callerGone(ctx); routed && cerr != nil {
+		return Result{}, pd, cerr
+	}
+	brk := nd.brk
+	brk.degraded.Add(1)
+	l.stillDown(brk, now)
+	switch l.policy {
+	case FailOpen:
+		pd.failOpen = true
+		res := l.donePath(decision{allowed: true, remaining: -1}, r, len(path)-1, SourceFailOpen, true)
+		return res, pd, nil
+	case FailClosed:
+		if l.obs != nil {
+			l.obs.ObserveDecision(Result{DryRun: r.dryRun}, SourceFailClosed)
+		}
+		if err == nil {
+			err = errors.New("circuit open after repeated store failures")
+		}
+		return Result{}, pd, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	shares := make([]*share, len(path))
+	minB := cost
+	for i, p := range plans {
+		shares[i] = l.share(p)
+		levels[i] = shares[i].ticks
+		minB = min(minB, shares[i].minB)
+	}
+	d, lv = l.local.takePath(ids, pd.keys, now, levels, minB, 0, penalty)
+	res := l.resultPath(d, r, lv, true)
+	res.Limit = shares[lv].limits[d.index] // the limit actually enforced
+	l.observe(res, SourceFallback)
+	return res, pd, nil
+}
+
+// parsePathReply checks and decodes path.lua's reply (see its layout
+// table) for a path under plans.
+func parsePathReply(v []int64, plans []*plan) (decision, int, error) {
+	if len(v) != pathReplyWidth {
+		return decision{}, 0, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), pathReplyWidth)
+	}
+	lv := int(v[5])
+	if lv < 0 || lv >= len(plans) {
+		return decision{}, 0, fmt.Errorf("%w %v", errBadReply, v)
+	}
+	d, err := parseReply(v[:replyWidth], plans[lv])
+	return d, lv, err
+}
+
+// resultPath turns a path's decision, made by level lv, into a Result.
+func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Result {
+	res := d.result(r.plans[lv])
+	res.Level = r.names[lv]
+	res.Degraded = degraded
+	res.DryRun = r.dryRun
+	if d.remaining < 0 { // fail-open: nothing was counted
+		res.Remaining = res.Limit.Burst
+	}
+	return res
+}
+
+// donePath is resultPath, reported to the observer.
+func (l *Limiter) donePath(d decision, r *PathRule, lv int, src Source, degraded bool) Result {
+	res := l.resultPath(d, r, lv, degraded)
+	l.observe(res, src)
+	return res
+}
+
+// observe reports a decision to the observer, if any.
+func (l *Limiter) observe(res Result, src Source) {
+	if l.obs != nil {
+		l.obs.ObserveDecision(res, src)
+	}
+}
+
+// takePath decides a request on a path in local memory, all or nothing
+// (see stepPath): every level's shard is locked, in shard order, for the
+// whole decision. Level i is keys[i] under the plan of id ids[i] and
+// limits levels[i].
+func (s *localStore) takePath(ids []uint64, keys []string, now int64, levels [][]tickLimit, cost, maxWait, penalty int64) (decision, int) {
+	n := len(keys)
+	lks := make([]localKey, n)
+	idx := make([]int, n)
+	for i := range keys {
+		lks[i] = makeLocalKey(ids[i], keys[i])
+		idx[i] = s.m.shardIndex(lks[i])
+	}
+	order := slices.Clone(idx)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.m.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			s.m.shards[i].mu.Unlock()
+		}
+	}()
+	bs := make([]*bucket, n)
+	for i := range keys {
+		b := &bucket{}
+		if e := s.m.entry(&s.m.shards[idx[i]], lks[i], now, false); e != nil {
+			*b = e.b
+			b.tats = slices.Clone(e.b.tats)
+		}
+		bs[i] = b
+	}
+	d, lv, wrote := stepPath(bs, now, levels, cost, maxWait, penalty)
+	for i := range keys {
+		if !wrote[i] {
+			continue
+		}
+		// Inserting one level may evict another's entry from a full
+		// shard: the fallback's memory is bounded, and an evicted
+		// bucket is a full one, as after any eviction.
+		e := s.m.entry(&s.m.shards[idx[i]], lks[i], now, true)
+		tats := bs[i].tats
+		e.b = *bs[i]
+		e.b.tats = append(e.buf[:0], tats...)
+	}
+	return d, lv
+}
+
+// shardIndex is the index of k's shard (see shard).
+func (s *shardedMap[V]) shardIndex(k localKey) int {
+	return int((maphash.String(shardSeed, k.key) ^ k.id ^ k.sum) % numShards)
+}
+
+// pathSettle is what a path's reservation needs to be settled.
+type pathSettle struct {
+	plans []*plan       // each level's
+	keys  []string      // each level's key (see pathKeyOf)
+	rkeys []string      // each level's stored name (settleRedis)
+	ticks [][]tickLimit // settleLocal: each level's limits as charged
+}
+
+// settlePath applies final at every level of a path's reservation, and
+// reports whether it was applied (see Reservation.settle).
+func (rv *Reservation) settlePath(ctx context.Context, final int64, marker time.Duration) (bool, error) {
+	l, ps := rv.lim, rv.path
+	if rv.via == settleLocal {
+		delta := final - rv.held
+		now := l.now()
+		for i, p := range ps.plans {
+			l.local.settle(p.id, ps.keys[i], now, ps.ticks[i], delta)
+		}
+		return true, nil
+	}
+	delta := final - rv.n
+	members := make([]*batch.Member[*settleCall, bool], len(ps.plans))
+	for i, p := range ps.plans {
+		rkey := ps.rkeys[i]
+		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}}
+	}
+	nd := l.store.node(ctx, ps.rkeys[0])
+	var vals []int64
+	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, ps.rkeys[0], func() (time.Duration, error) {
+		if len(members) == 1 {
+			// settle.lua's lone form replies with one integer.
+			start := time.Now()
+			rctx, cancel := ctx, context.CancelFunc(func() {})
+			if l.timeout > 0 {
+				rctx, cancel = context.WithTimeout(ctx, l.timeout)
+			}
+			defer cancel()
+			applied, err := settleOne(rctx, l.store.rdb, members[0].Req)
+			vals = []int64{0}
+			if applied {
+				vals[0] = 1
+			}
+			return time.Since(start), err
+		}
+		keys, args := settleArgs(members)
+		var took time.Duration
+		var err error
+		vals, took, err = l.store.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, l.timeout)
+		return took, err
+	})
+	switch {
+	case !routed:
+		return false, fmt.Errorf("%w: settle %q: the circuit breaker of node %s is open", ErrUnavailable, rv.key, nd.brk.node)
+	case err != nil:
+		if cerr := callerGone(ctx); cerr != nil {
+			return false, cerr
+		}
+		return false, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, err)
+	}
+	applied := false
+	for _, v := range vals {
+		switch v {
+		case 1:
+			applied = true
+		case 0:
+		default:
+			return applied, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, errKeyFailed)
+		}
+	}
+	return applied, nil
+}
+
+// newReservationID returns a fresh reservation id, which names its
+// markers (see markerKey).
+func newReservationID() string {
+	var buf [16]byte
+	_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(buf[:])
+}
+
+// pathCall is one path decision asked of Redis: its stored names, root
+// first, and its arguments in path.lua's lone form.
+type pathCall struct {
+	rkeys []string
+	args  []any
+	plans []*plan // each level's, to decode the reply
+}
+
+// pathAnswer is a path's decision and its deciding level.
+type pathAnswer struct {
+	d  decision
+	lv int
+}
+
+// submitPath decides c on node n, as submit decides a key's call: batched
+// with the node's other paths when it has a batcher, else alone under ctx
+// bounded by budget, or apart from the caller for a client that ignores
+// deadlines.
+func (s *redisStore) submitPath(ctx context.Context, n *node, c *pathCall, budget time.Duration) (pathAnswer, time.Duration, error) {
+	if n.paths != nil {
+		return n.paths.Do(ctx, c)
+	}
+	start := time.Now()
+	if s.detached {
+		a, err := runApart(ctx, budget, func(rctx context.Context) (pathAnswer, error) { return evalPath(rctx, s.rdb, c) })
+		return a, time.Since(start), err
+	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
+			rctx, cancel = context.WithTimeout(ctx, budget)
+		}
+	}
+	a, err := evalPath(rctx, s.rdb, c)
+	cancel()
+	return a, time.Since(start), err
+}
+
+// evalPath decides c alone, in path.lua's lone form.
+func evalPath(ctx context.Context, rdb redis.Scripter, c *pathCall) (pathAnswer, error) {
+	vals, err := pathScript.Run(ctx, rdb, c.rkeys, c.args...).Int64Slice()
+	if err != nil {
+		return pathAnswer{}, err
+	}
+	d, lv, err := parsePathReply(vals, c.plans)
+	return pathAnswer{d, lv}, err
+}
+
+// pathBatchArgs returns the keys and arguments of path.lua's batch form
+// deciding members in order.
+func pathBatchArgs(members []*batch.Member[*pathCall, pathAnswer]) ([]string, []any) {
+	var keys []string
+	args := []any{"0", strconv.Itoa(len(members))}
+	for _, m := range members {
+		keys = append(keys, m.Req.rkeys...)
+		args = append(args, strconv.Itoa(len(m.Req.args)))
+		args = append(args, m.Req.args...)
+	}
+	return keys, args
+}
+
+// deliverPaths decodes a batch-form reply for members, or gives them its
+// error; each path's reply is checked on its own.
+func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, err error) {
+	if err == nil && len(vals) != pathReplyWidth*len(members) {
+		err = fmt.Errorf("%w of %d values for %d paths", errBadReply, len(vals), len(members))
+	}
+	for i, m := range members {
+		if err != nil {
+			m.Err = err
+			continue
+		}
+		v := vals[i*pathReplyWidth : (i+1)*pathReplyWidth]
+		if v[0] == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 && v[5] == 0 {
+			m.Err = errKeyFailed
+			continue
+		}
+		d, lv, perr := parsePathReply(v, m.Req.plans)
+		m.Res, m.Err = pathAnswer{d, lv}, perr
+	}
+}
+
+// runPaths decides members, on one server or all in one Cluster slot, in
+// one script call: the lone form for one path, the batch form for more.
+func (s *redisStore) runPaths(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
+	if len(members) == 1 {
+		m := members[0]
+		m.Res, m.Err = evalPath(ctx, s.rdb, m.Req)
+		return
+	}
+	keys, args := pathBatchArgs(members)
+	vals, err := pathScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	deliverPaths(members, vals, err)
+}
+
+// sendPaths returns the sender of a node's paths: one script call for the
+// batch, or, grouped (a Cluster master or Ring shard, where a script's
+// keys must share a slot), one per root's hash tag, pipelined.
+func (s *redisStore) sendPaths(grouped bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
+	return func(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
+		if !grouped {
+			s.runPaths(ctx, members)
+			return
+		}
+		groups := groupByTag(members, func(c *pathCall) string { return c.rkeys[0] })
+		if len(groups) == 1 {
+			s.runPaths(ctx, members)
+			return
+		}
+		pipe := pipeline()
+		cmds := make([]*redis.Cmd, len(groups))
+		for i, g := range groups {
+			if len(g) == 1 {
+				cmds[i] = pathScript.EvalSha(ctx, pipe, g[0].Req.rkeys, g[0].Req.args...)
+				continue
+			}
+			keys, args := pathBatchArgs(g)
+			cmds[i] = pathScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		for i, g := range groups {
+			vals, err := cmds[i].Int64Slice()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				s.runPaths(ctx, g)
+				continue
+			}
+			if len(g) == 1 {
+				if err == nil {
+					var d decision
+					var lv int
+					d, lv, err = parsePathReply(vals, g[0].Req.plans)
+					g[0].Res = pathAnswer{d, lv}
+				}
+				g[0].Err = err
+				continue
+			}
+			deliverPaths(g, vals, err)
+		}
+	}
+}

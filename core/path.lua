@@ -1,0 +1,387 @@
+-- sluice: a path of keys (an organisation, its team, the team's user, the
+-- user's API key) decided as one, all or nothing. Each level is a key with
+-- its own limits, stored exactly as bucket.lua stores a key (see its layout
+-- table); this script reads every level, decides each as bucket.lua's
+-- batch form would, and only then writes: when every level admits, every
+-- level is charged; when any level denies (or is locked), no level is
+-- charged, and only the deciding level may be locked (a penalty).
+-- The model of the arithmetic is stepPath in core/path_model.go; in Go,
+-- core/path.go builds the arguments (pathCall.args) and decodes the reply
+-- (parsePathReply). All keys share one Cluster slot: their hash tag is the
+-- root's (see pathKey).
+--
+-- KEYS     lone form: one bucket per level, the root first; 1 to 8
+--          levels. Batch form: each path's keys in turn.
+--
+-- ARGV, lone form (ARGV[1] ~= '0'): one path.
+--   | 1         | nlevels          | the number of levels (#KEYS)          |
+--   | then, per | cost             | events taken, the same at every level |
+--   | level     | max_wait_us      | how long a reservation may wait       |
+--   |           | penalty_us       | how long a denial locks the deciding  |
+--   |           |                  | level's key; 0: none                  |
+--   |           | nlimits          | the level's number of limits, 1 to 8  |
+--   |           | limits           | nlimits times, as in bucket.lua's     |
+--   |           |                  | batch form: continuous (3 numbers),   |
+--   |           |                  | interval (0 and 3) or calendar (-1    |
+--   |           |                  | and 8)                                |
+--   Each level's group is exactly a group of bucket.lua's batch form.
+--
+-- ARGV, batch form (ARGV[1] == '0'): several paths, decided in order.
+--   | 1         | 0                | the marker                            |
+--   | 2         | npaths           | the number of paths                   |
+--   | then, per | span             | the number of the path's arguments    |
+--   | path      | nlevels, groups  | the path's arguments, as in the lone  |
+--   |           |                  | form                                  |
+--
+-- Reply: six integers.
+--   | 1 | flags     | as bucket.lua's, of the deciding level: 1 if admitted, |
+--   |   |           | +2 if locked, +4 times the index of the limit that     |
+--   |   |           | decided within it                                      |
+--   | 2 | remaining | as bucket.lua's, of the deciding level                 |
+--   | 3 | delay_us  | a denial's retry (the deciding level's); an admitted   |
+--   |   |           | reservation's wait (the longest of the levels')        |
+--   | 4 | reset_us  | as bucket.lua's, of the deciding level                 |
+--   | 5 | next_us   | admitted: the longest of the levels'; denied: the      |
+--   |   |           | deciding level's                                       |
+--   | 6 | level     | the deciding level, 0-based: of the levels that deny,  |
+--   |   |           | the one with the longest retry (the first of equals);  |
+--   |   |           | when all admit, the one with the fewest requests left  |
+--   |   |           | (the first of equals)                                  |
+--
+-- Batch form reply: six integers per path, in order; flags -1 (and five
+-- zeros) for a path that raised an error of its own (WRONGTYPE, ERR): it
+-- wrote nothing, and the other paths are decided.
+--
+-- Errors: a path's error is raised before it writes anything (every level
+-- is read and judged first), so a failed path charges nothing. In the lone
+-- form it fails the call; in the batch form it fails its path alone, but
+-- an error of the server's state (READONLY, OOM, ...) fails the call, as
+-- does a failure of every path (with the first one's error).
+--
+-- Numbers are doubles, every value an integer below 2^53, as in bucket.lua.
+
+local call, format, match = redis.call, string.format, string.match
+local t = call('TIME')
+local now = t[1] * 1000000 + t[2]
+
+local floor, max = math.floor, math.max
+local function floordiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+local function ceildiv(a, b)
+  return floordiv(a + b - 1, b)
+end
+
+-- until_us is how long until a limit's debt has fallen by x ticks (a
+-- stepped limit's: events, at the start of a window), 0 if x <= 0.
+local function until_us(x, ticks_per_us, step)
+  if x <= 0 then return 0 end
+  if not step then return ceildiv(x, ticks_per_us) end
+  local n = ceildiv(x, step.refill)
+  if step.every then return (step.idx + n) * step.every - now end
+  local start = step.starts[step.base + n + 1]
+  if not start then error('ERR sluice: a calendar wait beyond the windows passed') end
+  return start - now
+end
+local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
+  return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
+end
+
+-- judge_one is judge for a level of one continuous limit, as bucket.lua's
+-- decide_one decides it, writing nothing.
+local function judge_one(key, L)
+  local r, p, b = L.r1, L.p1, L.b1
+  local stored = call('GET', key)
+  local exists, lock_until, debt = false, 0, 0
+  if stored then
+    local sl, su, sf = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+    if sl then
+      exists, lock_until, L.s_us, L.s_frac = true, sl + 0, su + 0, sf + 0
+      debt = (L.s_us - now) * r + L.s_frac
+      if debt < 0 then debt = 0 end
+    end
+  end
+  L.exists, L.lock_until, L.debt1 = exists, lock_until, debt
+  local capacity = b * p
+  local after = debt + L.cost * p
+  local excess = after - capacity
+  local wait_us = 0
+  if excess > 0 then wait_us = ceildiv(excess, r) end
+  local locked = exists and now < lock_until
+  if locked or excess > L.max_wait_us * r then
+    local remaining = floordiv(max(0, capacity - debt), p)
+    local next_us = until_us(debt + p - capacity, r, nil)
+    local lock_flag, retry_us = 0, wait_us
+    if locked then
+      lock_flag, remaining = 1, 0
+      retry_us = max(retry_us, lock_until - now)
+      next_us = max(next_us, lock_until - now)
+    end
+    return 0, lock_flag, 0, remaining, retry_us, until_us(debt, r, nil), next_us
+  end
+  local whole = floordiv(after, r)
+  L.new1_us, L.new1_frac, L.ttl = now + whole, after - whole * r, max(1, ceildiv(after, r))
+  return 1, 0, 0, floordiv(max(0, capacity - after), p), wait_us, until_us(after, r, nil), until_us(after + p - capacity, r, nil)
+end
+
+-- judge decides one level as bucket.lua's decide_many does, writing
+-- nothing: it returns the decision (allowed, lock_flag, index, remaining,
+-- delay_us, reset_us, next_us) and, in the level's table, what an
+-- admission or a lock would write.
+local function judge(key, L)
+  local cost, nlimits, r, p, b, step = L.cost, L.n, L.r, L.p, L.b, L.step
+  local stored = call('GET', key)
+  local exists, lock_until = false, 0
+  local arrival_us, arrival_frac = {}, {}
+  if stored then
+    local fields = {}
+    for field in string.gmatch(stored, '%-?%d+') do
+      fields[#fields + 1] = field + 0
+    end
+    if #fields == 1 + 2 * nlimits then
+      exists = true
+      lock_until = fields[1]
+      for i = 1, nlimits do
+        arrival_us[i], arrival_frac[i] = fields[2 * i], fields[2 * i + 1]
+      end
+    end
+  end
+  local debt = {}
+  for i = 1, nlimits do
+    debt[i] = 0
+    if exists then
+      local d
+      if step[i] then
+        d = arrival_us[i]
+        local crossed = step[i].idx - arrival_frac[i]
+        if crossed > 0 then d = d - crossed * step[i].refill end
+      else
+        d = (arrival_us[i] - now) * r[i] + arrival_frac[i]
+      end
+      if d > 0 then debt[i] = d end
+    end
+  end
+
+  local denied = false
+  local retry_us, wait_us, retry_index = 0, 0, 0
+  for i = 1, nlimits do
+    local excess = debt[i] + cost * p[i] - b[i] * p[i]
+    if excess > 0 then
+      local w = until_us(excess, r[i], step[i])
+      if step[i] then
+        if excess > step[i].refill or w > L.max_wait_us then denied = true end
+      elseif excess > L.max_wait_us * r[i] then denied = true end
+      if w > retry_us then retry_us, retry_index = w, i - 1 end
+      if w > wait_us then wait_us = w end
+    end
+  end
+
+  local locked = exists and now < lock_until
+  local remaining, reset_us, index, next_us = -1, 0, 0, 0
+  L.exists, L.lock_until, L.arrival_us, L.arrival_frac, L.debt = exists, lock_until, arrival_us, arrival_frac, debt
+  if locked or denied then
+    for i = 1, nlimits do
+      if not denied then
+        local rem = floordiv(max(0, b[i] * p[i] - debt[i]), p[i])
+        if remaining < 0 or rem < remaining then remaining, index = rem, i - 1 end
+      end
+      next_us = max(next_us, unit_wait(debt[i], r[i], p[i], b[i], step[i]))
+    end
+    if denied then
+      index = retry_index
+      local i = retry_index + 1
+      remaining = floordiv(max(0, b[i] * p[i] - debt[i]), p[i])
+    end
+    reset_us = until_us(debt[index + 1], r[index + 1], step[index + 1])
+    local lock_flag = 0
+    if locked then
+      lock_flag, remaining = 1, 0
+      retry_us = max(retry_us, lock_until - now)
+      next_us = max(next_us, lock_until - now)
+    end
+    return 0, lock_flag, index, remaining, retry_us, reset_us, next_us
+  end
+  -- Admitted, were every level to admit: what it would write.
+  local new_us, new_frac = {}, {}
+  local ttl = 1
+  for i = 1, nlimits do
+    local after = debt[i] + cost * p[i]
+    if step[i] then
+      new_us[i], new_frac[i] = after, step[i].idx
+      ttl = max(ttl, until_us(after, 1, step[i]))
+    else
+      local whole = floordiv(after, r[i])
+      new_us[i], new_frac[i] = now + whole, after - whole * r[i]
+      ttl = max(ttl, ceildiv(after, r[i]))
+    end
+    local rem = floordiv(max(0, b[i] * p[i] - after), p[i])
+    if remaining < 0 or rem < remaining then
+      remaining, index, reset_us = rem, i - 1, until_us(after, r[i], step[i])
+    end
+    next_us = max(next_us, unit_wait(after, r[i], p[i], b[i], step[i]))
+  end
+  L.new_us, L.new_frac, L.ttl = new_us, new_frac, ttl
+  return 1, 0, index, remaining, wait_us, reset_us, next_us
+end
+
+-- decide_path decides the path whose keys follow KEYS[k0] and whose
+-- arguments start at ARGV[at] (its nlevels), and returns its reply (see
+-- the layout table). It writes only once every level is judged, so a path
+-- that fails part way writes nothing.
+local function decide_path(k0, at)
+  -- Parse the levels.
+  local nlevels = ARGV[at] + 0
+  at = at + 1
+  local levels, keys = {}, {}
+  for lv = 1, nlevels do
+    keys[lv] = KEYS[k0 + lv]
+    local L = { cost = ARGV[at] + 0, max_wait_us = ARGV[at + 1] + 0, penalty_us = ARGV[at + 2] + 0, n = ARGV[at + 3] + 0 }
+    at = at + 4
+    if L.n == 1 and ARGV[at] ~= '0' and ARGV[at] ~= '-1' then
+      -- One continuous limit, the usual level: scalars, no tables (see
+      -- judge_one).
+      L.one, L.r1, L.p1, L.b1 = true, ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+      at = at + 3
+    else
+      L.r, L.p, L.b, L.step = {}, {}, {}, {}
+    end
+    for i = 1, (L.one and 0 or L.n) do
+      L.r[i], L.p[i], L.b[i] = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
+      at = at + 3
+      if L.r[i] < 1 then
+        local step = { refill = L.p[i] }
+        if L.r[i] == 0 then
+          step.every = ARGV[at] + 0
+          step.idx = floordiv(now, step.every)
+          at = at + 1
+        else
+          local first, starts = ARGV[at] + 0, {}
+          for j = 1, 5 do starts[j] = ARGV[at + j] + 0 end
+          at = at + 6
+          for j = 0, 2 do
+            if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
+          end
+          if not step.idx then
+            error('ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)')
+          end
+          step.starts = starts
+        end
+        L.r[i], L.p[i] = 1, 1
+        L.step[i] = step
+      end
+    end
+    levels[lv] = L
+  end
+
+  -- Judge every level; find the deciding one.
+  local all_admit = true
+  local dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next
+  local max_wait, max_next = 0, 0
+  for lv = 1, nlevels do
+    local L = levels[lv]
+    local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
+    if L.one then
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(keys[lv], L)
+    else
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(keys[lv], L)
+    end
+    local take = false
+    if allowed == 1 then
+      max_wait = max(max_wait, delay_us)
+      max_next = max(max_next, next_us)
+      if all_admit and (dl == nil or remaining < d_remaining) then take = true end
+    else
+      if all_admit or delay_us > d_delay then take = true end
+      all_admit = false
+    end
+    if take then
+      dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next = lv, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
+    end
+  end
+
+  if all_admit then
+    for lv = 1, nlevels do
+      local L = levels[lv]
+      if L.cost > 0 and L.one then
+        call('SET', keys[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
+      elseif L.cost > 0 then
+        local parts = { '0' }
+        for i = 1, L.n do
+          parts[#parts + 1] = format('%d %d', L.new_us[i], L.new_frac[i])
+        end
+        call('SET', keys[lv], table.concat(parts, ' '), 'PX', ceildiv(L.ttl, 1000))
+      end
+    end
+    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 }
+  end
+
+  -- Denied: nothing is charged. A penalty locks the deciding level's key
+  -- (unless it is locked already), its buckets written back unchanged.
+  local L = levels[dl]
+  if d_lock == 0 and L.penalty_us > 0 then
+    local penalty_us = L.penalty_us
+    d_lock, d_remaining = 1, 0
+    d_delay = max(d_delay, penalty_us)
+    d_next = max(d_next, penalty_us)
+    local lock_until = now + penalty_us
+    local ttl = lock_until - now
+    if L.one then
+      local us, frac = now, 0
+      if L.exists then us, frac = L.s_us, L.s_frac end
+      ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
+      call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
+      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+    end
+    local parts = { format('%d', lock_until) }
+    for i = 1, L.n do
+      local us, frac = L.arrival_us[i], L.arrival_frac[i]
+      if not L.exists then
+        if L.step[i] then us, frac = 0, L.step[i].idx else us, frac = now, 0 end
+      end
+      parts[#parts + 1] = format('%d %d', us, frac)
+      if L.step[i] then
+        ttl = max(ttl, until_us(L.debt[i], 1, L.step[i]))
+      else
+        ttl = max(ttl, ceildiv((us - now) * L.r[i] + frac, L.r[i]))
+      end
+    end
+    ttl = max(ttl, 1)
+    call('SET', keys[dl], table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
+  end
+  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+end
+
+if ARGV[1] ~= '0' then -- the lone form
+  if ARGV[1] + 0 ~= #KEYS then error('ERR sluice: path.lua wants one key per level') end
+  return decide_path(0, 1)
+end
+
+-- The batch form: each path decided in order under pcall, so that one
+-- failing path (WRONGTYPE, a calendar mismatch) fails alone.
+local npaths = ARGV[2] + 0
+local reply, k0, at, nfailed, first_error = {}, 0, 3, 0, nil
+for i = 1, npaths do
+  local span, nlevels = ARGV[at] + 0, ARGV[at + 1] + 0
+  local ok, res = pcall(decide_path, k0, at + 1)
+  if not ok then
+    -- As in bucket.lua: an error of the server's state fails the call.
+    if type(res) == 'string' and match(res, '^%u+ ') then res = { err = res } end
+    local code = type(res) == 'table' and type(res.err) == 'string' and match(res.err, '^%u+')
+    if code and code ~= 'WRONGTYPE' and code ~= 'ERR' then
+      error(res, 0)
+    end
+    nfailed = nfailed + 1
+    first_error = first_error or res
+    res = { -1, 0, 0, 0, 0, 0 }
+  end
+  for j = 1, 6 do reply[6 * i - 6 + j] = res[j] end
+  k0, at = k0 + nlevels, at + 1 + span
+end
+if nfailed == npaths then error(first_error, 0) end
+return reply

@@ -1,0 +1,312 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// injectedPathScript is path.lua on the test's clock, as
+// injectedTimeScript is bucket.lua: the instant comes as an extra last
+// argument, every expiry is stretched by expiryStretch, and each is
+// recorded under the key's name plus pxSuffix.
+var injectedPathScript = func() *redis.Script {
+	if !strings.Contains(pathLua, timeLines) {
+		panic("path.lua no longer reads TIME as the test expects")
+	}
+	src := strings.Replace(pathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
+	sets := regexp.MustCompile(`call\('SET', (keys\[\w+\]), (.+?), 'PX', ceildiv\(([\w.]+), 1000\)\)`)
+	if n := len(sets.FindAllString(src, -1)); n != 4 {
+		panic(fmt.Sprintf("path.lua sets %d keys with an expiry, the test expects 4", n))
+	}
+	src = sets.ReplaceAllString(src, fmt.Sprintf("call('SET', $1, $2, 'PX', ceildiv($3, 1000) + %d) call('SET', $1 .. '%s', ceildiv($3, 1000), 'PX', %[1]d)",
+		expiryStretch.Milliseconds(), pxSuffix))
+	return redis.NewScript(src)
+}()
+
+// pathDiffRules are the paths the differential test draws from: four
+// continuous levels (so reservations can be settled), and a tree of
+// calendar, interval and continuous levels.
+var pathDiffRules = [][]Level{
+	{
+		{Name: "org", Limits: []Limit{{Rate: 400, Period: time.Hour, Burst: 40}}},
+		{Name: "team", Limits: []Limit{PerSecond(10).WithBurst(3), PerMinute(40)}},
+		{Name: "user", Limits: []Limit{{Rate: 7, Period: 1500 * time.Millisecond, Burst: 4}}},
+		{Name: "key", Limits: []Limit{PerSecond(5)}},
+	},
+	{
+		{Name: "org", Limits: []Limit{PerCalendarMonth(300, "Asia/Tokyo")}},
+		{Name: "team", Limits: []Limit{PerInterval(8, 2*time.Second), PerMinute(30)}},
+		{Name: "user", Limits: []Limit{{Rate: 3, Period: time.Second, Burst: 2}}},
+		{Name: "key", Limits: []Limit{PerCalendarDay(20, "America/New_York"), PerSecond(4)}},
+	},
+}
+
+// pathRes is a reservation in TestPathDifferential.
+type pathRes struct {
+	rule int
+	path []string
+	id   string
+	n    int64
+}
+
+// TestPathDifferential runs random traffic on random paths of one to four
+// levels, with penalties and, on the continuous rule, reservations settled
+// at random, through path.lua (and settle.lua) on a real Redis on a
+// virtual clock, and through the model (stepPath, settleBucket); it
+// requires identical decisions and deciding levels, identical stored
+// values at every level after every step, and the expiry the model wants
+// at every level written.
+func TestPathDifferential(t *testing.T) {
+	const seqs, perSeq = 6, 700
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := make([]*PathRule, len(pathDiffRules))
+	for i, lv := range pathDiffRules {
+		if rules[i], err = lim.PreparePath("diff", lv...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, redistest.Addr(t))
+	const base = 1_800_000_000_000_000
+	decisions, denials, settled, upperDenials, batched := 0, 0, 0, 0, 0
+	for seq := range seqs {
+		r := rand.New(rand.NewPCG(uint64(seq)+1, 31))
+		prefix := fmt.Sprintf("%s%d:", uniquePrefix(), seq)
+		model := map[string]*bucket{}
+		modelOf := func(rkey string) *bucket {
+			b := model[rkey]
+			if b == nil {
+				b = &bucket{}
+				model[rkey] = b
+			}
+			return b
+		}
+		var open []*pathRes
+		now := base + int64(seq)*40*86400_000_000
+		for step := range perSeq {
+			switch x := r.IntN(100); {
+			case x < 40:
+			case x < 80:
+				now += r.Int64N(100_000)
+			case x < 99:
+				now += r.Int64N(2_000_000)
+			default:
+				now += r.Int64N(3 * 3600_000_000)
+			}
+			if len(open) > 0 && r.IntN(4) == 0 {
+				// Settle an open reservation at random.
+				i := r.IntN(len(open))
+				rv := open[i]
+				open = slices.Delete(open, i, i+1)
+				rule := rules[rv.rule]
+				final := r.Int64N(rv.n + rule.minB + 1)
+				keys, args := []string{}, []any{}
+				if len(rv.path) > 1 {
+					args = append(args, "0") // ngroups, set below
+				}
+				var each []any
+				for lv := range rv.path {
+					p := rule.plans[lv]
+					rkey := redisKeyFrom(prefix, p.fp, rv.path[0], pathKeyOf(rv.path, lv), nil)
+					keys = append(keys, rkey, markerKey(rkey, prefix, p.fp, rv.id))
+					if len(rv.path) == 1 {
+						args = append(args, final-rv.n, 600000)
+						args = append(args, p.args...)
+					} else {
+						args = append(args, p.args...)
+						each = append(each, final-rv.n, 600000, lv+1)
+					}
+					settleBucket(modelOf(rkey), now, p.ticks, final-rv.n)
+				}
+				if len(rv.path) > 1 {
+					args[0] = len(rv.path)
+				}
+				args = append(append(args, each...), now)
+				if err := injectedSettleScript.Run(ctx, rdb, keys, args...).Err(); err != nil {
+					t.Fatalf("seq %d step %d: settle: %v", seq, step, err)
+				}
+				settled++
+			} else {
+				// 1 to 4 paths decided in one call at this instant: the
+				// lone form for one, the batch form for more.
+				type one struct {
+					ri, depth     int
+					path          []string
+					cost, penalty int64
+					rkeys         []string
+					bs            []*bucket
+					levels        [][]tickLimit
+					args          []any
+					want          decision
+					wantLv        int
+					wrote         []bool
+				}
+				var batch []*one
+				for range 1 + r.IntN(4) {
+					o := &one{ri: r.IntN(len(rules))}
+					rule := rules[o.ri]
+					o.depth = 1 + r.IntN(len(rule.plans))
+					o.path = []string{fmt.Sprintf("org%d", r.IntN(2)), fmt.Sprintf("team%d", r.IntN(2)), fmt.Sprintf("user%d", r.IntN(2)), fmt.Sprintf("key%d", r.IntN(2))}[:o.depth]
+					o.cost = 1
+					if r.IntN(4) == 0 {
+						o.cost = 1 + r.Int64N(2)
+					}
+					if r.IntN(12) == 0 {
+						o.penalty = 1 + r.Int64N(3_000_000)
+					}
+					o.args = []any{o.depth}
+					for lv := range o.depth {
+						p := rule.plans[lv]
+						o.rkeys = append(o.rkeys, redisKeyFrom(prefix, p.fp, o.path[0], pathKeyOf(o.path, lv), nil))
+						o.bs = append(o.bs, modelOf(o.rkeys[lv]))
+						o.levels = append(o.levels, p.ticks)
+						c := call{plan: p, cost: o.cost, penalty: o.penalty, now: now}
+						o.args = c.appendGroup(o.args)
+					}
+					o.want, o.wantLv, o.wrote = stepPath(o.bs, now, o.levels, o.cost, 0, o.penalty)
+					batch = append(batch, o)
+				}
+				var keys []string
+				var args []any
+				if len(batch) == 1 {
+					keys, args = batch[0].rkeys, batch[0].args
+				} else {
+					args = []any{"0", len(batch)}
+					for _, o := range batch {
+						keys = append(keys, o.rkeys...)
+						args = append(append(args, len(o.args)), o.args...)
+					}
+				}
+				vals, err := injectedPathScript.Run(ctx, rdb, keys, append(args, now)...).Int64Slice()
+				if err != nil {
+					t.Fatalf("seq %d step %d: %v", seq, step, err)
+				}
+				if len(vals) != pathReplyWidth*len(batch) {
+					t.Fatalf("seq %d step %d: %d values for %d paths", seq, step, len(vals), len(batch))
+				}
+				for i, o := range batch {
+					got, gotLv, err := parsePathReply(vals[i*pathReplyWidth:(i+1)*pathReplyWidth], rules[o.ri].plans[:o.depth])
+					if err != nil {
+						t.Fatalf("seq %d step %d: %v", seq, step, err)
+					}
+					if got != o.want || gotLv != o.wantLv {
+						t.Fatalf("seq %d step %d path %d of %d (rule %d, path %v, cost %d, penalty %d): script %+v level %d, model %+v level %d", seq, step, i, len(batch), o.ri, o.path, o.cost, o.penalty, got, gotLv, o.want, o.wantLv)
+					}
+					decisions++
+					if len(batch) > 1 {
+						batched++
+					}
+					if !got.allowed {
+						denials++
+						if o.wantLv > 0 {
+							upperDenials++
+						}
+					}
+					if o.ri == 0 && got.allowed && r.IntN(2) == 0 {
+						open = append(open, &pathRes{rule: o.ri, path: o.path, id: fmt.Sprintf("r%d-%d", step, i), n: o.cost})
+					}
+				}
+				// The expiries the model wants, of the keys each path
+				// wrote (a later path of the batch may have written one
+				// again: the last write's).
+				last := map[string]int64{}
+				for _, o := range batch {
+					for lv, w := range o.wrote {
+						if w {
+							last[o.rkeys[lv]] = ceilDiv(o.bs[lv].ttl(now, o.levels[lv]), 1000)
+						}
+					}
+				}
+				for rkey, wantMS := range last {
+					px, err := rdb.Get(ctx, rkey+pxSuffix).Int64()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if px != wantMS {
+						t.Fatalf("seq %d step %d: %s expiry %d ms, model %d ms", seq, step, rkey, px, wantMS)
+					}
+				}
+			}
+			// Every level's stored value is the model's.
+			rkeys := slices.Collect(maps.Keys(model))
+			vals, err := rdb.MGet(ctx, rkeys...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, rkey := range rkeys {
+				v, _ := vals[i].(string)
+				if b := model[rkey]; b.set && v != formatBucket(b) {
+					t.Fatalf("seq %d step %d: %s holds %q, model %q", seq, step, rkey, v, formatBucket(b))
+				}
+			}
+		}
+	}
+	t.Logf("%d path decisions (%d in batches, %d denied, %d of them at a level below the root) and %d settlements identical to the model at every level", decisions, batched, denials, upperDenials, settled)
+	if denials == 0 || upperDenials == 0 || settled == 0 || batched == 0 {
+		t.Fatal("the traffic never denied below the root, or never settled: the test proves nothing")
+	}
+}
+
+// TestPathBatchKeyFault: in a batch, a path whose level holds another
+// program's value (WRONGTYPE) fails alone, charging nothing, and the
+// other paths are decided; a batch whose every path fails fails.
+func TestPathBatchKeyFault(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, redistest.Addr(t))
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.PreparePath("fault", Level{Name: "org", Limits: []Limit{PerHour(10)}}, Level{Name: "user", Limits: []Limit{PerHour(5)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := uniquePrefix()
+	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
+		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
+		for lv, p := range c.plans {
+			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			cl := call{plan: p, cost: 1}
+			c.args = cl.appendGroup(c.args)
+		}
+		return &batch.Member[*pathCall, pathAnswer]{Req: c}
+	}
+	bad, good := mk("acme", "mallory"), mk("acme", "alice")
+	if err := rdb.HSet(ctx, bad.Req.rkeys[1], "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := &redisStore{rdb: rdb}
+	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
+	if !errors.Is(bad.Err, errKeyFailed) {
+		t.Fatalf("the path with a hash at its user level: %v, want errKeyFailed", bad.Err)
+	}
+	if good.Err != nil || !good.Res.d.allowed {
+		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
+	}
+	// The failed path charged nothing: the organisation holds one request.
+	org := mk("acme")
+	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
+	if org.Err != nil || org.Res.d.remaining != 8 {
+		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
+	}
+	both := []*batch.Member[*pathCall, pathAnswer]{mk("acme", "mallory"), mk("acme", "mallory")}
+	s.runPaths(ctx, both)
+	if both[0].Err == nil || !keyFault(both[0].Err) {
+		t.Fatalf("a batch whose every path fails: %v, want the WRONGTYPE error, a fault of the key", both[0].Err)
+	}
+}

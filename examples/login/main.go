@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -52,7 +53,11 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return demoserve.Run(ctx, "login", args, stdout, try, func(redisAddr string) (demoserve.Server, io.Closer, error) {
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
-		lim, err := core.New(rdb)
+		// A second's budget, not the default 50 ms: the settlement that
+		// refunds a request must not be lost to a busy machine, where
+		// the embedded Redis shares this process's CPU (a settlement
+		// that fails keeps the charge, which errs toward denying).
+		lim, err := core.New(rdb, core.WithTimeout(time.Second))
 		if err != nil {
 			return nil, rdb, err
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core/internal/batch"
@@ -151,13 +152,18 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	nd := l.store.node(ctx, rkey)
 	id := newLeaseID()
 	var vals []int64
-	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id}}
+	known, restarted := l.keeper().incarnations(nd)
+	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id, known, restarted}}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-		if err == nil && (len(vals) != 2 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+		if err == nil && (len(vals) != 4 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
+		}
+		if err == nil {
+			l.foreignLease(rkey, vals[2])
+			l.keeper().saw(nd, vals[3])
 		}
 		return took, err
 	}
@@ -241,12 +247,15 @@ func (ls *Lease) Release(ctx context.Context) error {
 		nd := l.store.node(ctx, ls.rkey)
 		var vals []int64
 		routed, cerr := l.onNode(ctx, nd, l.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
-			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{ls.id}}
+			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{c.lease.Milliseconds(), ls.id}}
 			var took time.Duration
 			var err error
 			vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-			if err == nil && len(vals) != 1 {
+			if err == nil && len(vals) != 2 {
 				err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
+			}
+			if err == nil {
+				l.foreignLease(ls.rkey, vals[1])
 			}
 			return took, err
 		})
@@ -266,6 +275,16 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return err
 }
 
+// foreignLease logs, once per limiter, that the lease set rkey held a
+// value of another type, which the script deleted (flag 1).
+func (l *Limiter) foreignLease(rkey string, flag int64) {
+	if flag != 1 || !l.keeper().foreignLogged.CompareAndSwap(false, true) {
+		return
+	}
+	l.log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
+		"key", rkey)
+}
+
 // newLeaseID returns 16 random hex digits: unique enough that two live
 // leases of one key never share an id.
 func newLeaseID() string {
@@ -276,8 +295,16 @@ func newLeaseID() string {
 
 // The slots of a key are a sorted set: each member a lease id, scored by
 // the millisecond (on Redis's clock) at which it expires unless renewed.
-// Every script first drops the expired ones. The set itself expires with
-// its last lease.
+// Every script first drops the expired ones and clamps any score beyond
+// one lease. The set has no expiry (so volatile-* eviction cannot take
+// it); it goes when its last member does. See leases.lua.
+//
+// What Redis forgets: a renewal re-asserts a lease Redis no longer holds,
+// if the key has a free slot, so a holder reclaims its slot after a
+// restart or a failover that lost writes; and a key whose set is missing
+// less than a lease after the server started is in its grace period, in
+// which only such re-assertions take slots, so newcomers cannot take the
+// slots of holders the restart forgot before those re-assert.
 
 // leaseKeeper renews the limiter's leases held in Redis, every third of
 // their lease, in one pipeline per round. It runs while leases are held:
@@ -289,6 +316,44 @@ type leaseKeeper struct {
 	stop   chan struct{} // closed by Close
 	done   chan struct{} // closed when the loop has returned; nil: not running
 	closed bool
+
+	foreignLogged atomic.Bool // a lease set of another type was logged
+
+	incMu sync.Mutex
+	inc   map[*node]incarnation // the server process last seen on each node
+}
+
+// incarnation is what a limiter knows of the server processes behind a
+// node: the last one it saw, and one it knows replaced another (a
+// restart, or a failover to another server), whose keys' missing lease
+// sets may hide holders the restart forgot (see acquire.lua).
+type incarnation struct{ known, restarted int64 }
+
+// incarnations returns what the keeper knows of nd's server processes.
+func (k *leaseKeeper) incarnations(nd *node) (known, restarted int64) {
+	k.incMu.Lock()
+	defer k.incMu.Unlock()
+	in := k.inc[nd]
+	return in.known, in.restarted
+}
+
+// saw records that a lease script found server process inc behind nd (0:
+// the script did not look).
+func (k *leaseKeeper) saw(nd *node, inc int64) {
+	if inc == 0 {
+		return
+	}
+	k.incMu.Lock()
+	defer k.incMu.Unlock()
+	if k.inc == nil {
+		k.inc = make(map[*node]incarnation)
+	}
+	in := k.inc[nd]
+	if in.known != 0 && in.known != inc {
+		in.restarted = inc
+	}
+	in.known = inc
+	k.inc[nd] = in
 }
 
 // keeper returns the limiter's lease keeper, made on first use.
@@ -383,7 +448,7 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		group := byNode[nd]
 		ops := make([]*op, len(group))
 		for i, ls := range group {
-			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.lease.Milliseconds(), ls.id}}
+			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.limit.Max, ls.c.lease.Milliseconds(), ls.id}}
 		}
 		var replies []*batch.Member[*op, []int64]
 		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, group[0].rkey, func() (time.Duration, error) {
@@ -398,11 +463,26 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		})
 		k.mu.Lock()
 		for i, m := range replies {
-			if m.Err == nil && len(m.Res) == 1 && m.Res[0] == 1 {
-				group[i].expiry = now.Add(group[i].c.lease)
+			if m.Err != nil || len(m.Res) != 3 {
+				continue // tried again next round
+			}
+			ls := group[i]
+			switch m.Res[0] {
+			case 1:
+				ls.expiry = now.Add(ls.c.lease)
+			case 0:
+				// Missing, and the key at its cap: re-asserting would
+				// exceed it, so the lease is lost (its Release says so).
+				delete(k.leases, ls)
 			}
 		}
 		k.mu.Unlock()
+		for i, m := range replies {
+			if m.Err == nil && len(m.Res) == 3 {
+				l.foreignLease(group[i].rkey, m.Res[1])
+				k.saw(nd, m.Res[2])
+			}
+		}
 	}
 }
 

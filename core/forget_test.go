@@ -2,12 +2,16 @@ package core
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -115,5 +119,154 @@ func TestCapAcrossRestart(t *testing.T) {
 	}
 	if got.reheld != 10 || got.releaseOK != 10 {
 		t.Errorf("the holder's leases: %d of 10 held again in Redis, %d released without error; want all", got.reheld, got.releaseOK)
+	}
+}
+
+// TestReassertWithinCap: the lease set of a key is deleted (as an
+// eviction under allkeys-* would), a newcomer takes two of the three
+// slots, and then the holder of all three renews: one lease is re-asserted,
+// the two that would exceed the cap are refused, and their releases say
+// the leases were lost. Redis never holds more than the cap.
+func TestReassertWithinCap(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	prefix := uniquePrefix()
+	mk := func() *Concurrency {
+		lim := newRedisLimiter(t, addr, WithPrefix(prefix))
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 3, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := mk(), mk()
+	ctx := context.Background()
+	var held []*Lease
+	for range 3 {
+		ls, err := a.Acquire(ctx, "k")
+		if err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	rdb := redistest.NewClient(t, addr)
+	rkey := held[0].rkey
+	if err := rdb.Del(ctx, rkey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if ls, err := b.Acquire(ctx, "k"); err != nil || !ls.Acquired {
+			t.Fatalf("newcomer after the deletion: %+v, %v", ls, err)
+		}
+	}
+	// Within two renewal rounds (a third of the lease each) every lease of
+	// a has been renewed or found lost.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		k := a.lim.keeper()
+		k.mu.Lock()
+		left := len(k.leases)
+		k.mu.Unlock()
+		n, err := rdb.ZCard(ctx, rkey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 3 {
+			t.Fatalf("the set holds %d leases for a cap of 3", n)
+		}
+		if left == 1 && n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: a renews %d leases, the set holds %d; want 1 re-asserted, 3 in all", 2*time.Second, left, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var lost, ok int
+	for _, ls := range held {
+		switch err := ls.Release(ctx); {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrLeaseLost):
+			lost++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if ok != 1 || lost != 2 {
+		t.Errorf("releases: %d fine, %d lost; want 1 and 2", ok, lost)
+	}
+}
+
+// TestPoisonedLeases: members scored far in the future or +inf, and a set
+// written without an expiry, hold a slot for one lease at most: the
+// scripts clamp every score to now + lease.
+func TestPoisonedLeases(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	lim := newRedisLimiter(t, addr)
+	t.Cleanup(func() { _ = lim.Close() })
+	const lease = 300 * time.Millisecond
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 2, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	rkey := lim.rkey(c.fp, "k")
+	if err := rdb.ZAdd(ctx, rkey, redis.Z{Score: math.Inf(1), Member: "forever"}, redis.Z{Score: 9e15, Member: "year-285000"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ls, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Acquired {
+		t.Fatalf("the poisoned members held no slot at all: %+v", ls)
+	}
+	for !ls.Acquired {
+		if time.Since(start) > 3*lease {
+			t.Fatalf("the key still locked %v after the poisoned members were found (lease %v)", time.Since(start), lease)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if ls, err = c.Acquire(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("a slot was free %v after the poisoned members were found (lease %v)", time.Since(start).Round(time.Millisecond), lease)
+	if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl != -1 {
+		t.Errorf("PTTL of the lease set = %v, %v; want -1 (no expiry: volatile-* cannot evict it)", ttl, err)
+	}
+	_ = ls.Release(ctx)
+}
+
+// TestForeignLeaseSet: a value of another type in a cap's key is deleted,
+// the cap counts from zero, and the limiter logs it once, naming the key.
+func TestForeignLeaseSet(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	var logs syncBuffer
+	lim := newRedisLimiter(t, addr, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	t.Cleanup(func() { _ = lim.Close() })
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 1, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for _, key := range []string{"a", "b"} {
+		if err := rdb.Set(ctx, lim.rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := c.Acquire(ctx, key)
+		if err != nil || !ls.Acquired || ls.Degraded {
+			t.Fatalf("Acquire(%q) over a string = %+v, %v; want a slot from Redis", key, ls, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, lim.rkey(c.fp, "a")) {
+		t.Errorf("log = %q; want one line naming the key", out)
 	}
 }

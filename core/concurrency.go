@@ -152,18 +152,18 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	nd := l.store.node(ctx, rkey)
 	id := newLeaseID()
 	var vals []int64
-	known, restarted := l.keeper().incarnations(nd)
-	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id, known, restarted}}
+	seen := l.keeper().server(nd)
+	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart}}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-		if err == nil && (len(vals) != 4 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+		if err == nil && (len(vals) != 6 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
 		if err == nil {
 			l.foreignLease(rkey, vals[2])
-			l.keeper().saw(nd, vals[3])
+			l.keeper().saw(nd, vals[3], vals[4], vals[5])
 		}
 		return took, err
 	}
@@ -319,41 +319,47 @@ type leaseKeeper struct {
 
 	foreignLogged atomic.Bool // a lease set of another type was logged
 
-	incMu sync.Mutex
-	inc   map[*node]incarnation // the server process last seen on each node
+	srvMu   sync.Mutex
+	servers map[*node]serverSeen // what the lease scripts saw of each node's server
 }
 
-// incarnation is what a limiter knows of the server processes behind a
-// node: the last one it saw, and one it knows replaced another (a
-// restart, or a failover to another server), whose keys' missing lease
-// sets may hide holders the restart forgot (see acquire.lua).
-type incarnation struct{ known, restarted int64 }
+// serverSeen is what a limiter knows of the server process behind a node:
+// its LASTSAVE when last read (the second it started, or its last save),
+// which process it is (from its run_id), and, if the limiter saw it
+// replace another (a restart, or a failover to another server), when it
+// started (ms on its clock). A key's missing lease set within a lease of
+// such a start may hide holders the restart forgot (see acquire.lua).
+type serverSeen struct{ lastsave, run, restart int64 }
 
-// incarnations returns what the keeper knows of nd's server processes.
-func (k *leaseKeeper) incarnations(nd *node) (known, restarted int64) {
-	k.incMu.Lock()
-	defer k.incMu.Unlock()
-	in := k.inc[nd]
-	return in.known, in.restarted
+// server returns what the keeper knows of nd's server.
+func (k *leaseKeeper) server(nd *node) serverSeen {
+	k.srvMu.Lock()
+	defer k.srvMu.Unlock()
+	return k.servers[nd]
 }
 
-// saw records that a lease script found server process inc behind nd (0:
-// the script did not look).
-func (k *leaseKeeper) saw(nd *node, inc int64) {
-	if inc == 0 {
+// saw records what the acquire script read of nd's server: its LASTSAVE
+// (0: not read), and its process and start (0: INFO not read).
+func (k *leaseKeeper) saw(nd *node, lastsave, run, start int64) {
+	if lastsave == 0 && run == 0 {
 		return
 	}
-	k.incMu.Lock()
-	defer k.incMu.Unlock()
-	if k.inc == nil {
-		k.inc = make(map[*node]incarnation)
+	k.srvMu.Lock()
+	defer k.srvMu.Unlock()
+	if k.servers == nil {
+		k.servers = make(map[*node]serverSeen)
 	}
-	in := k.inc[nd]
-	if in.known != 0 && in.known != inc {
-		in.restarted = inc
+	s := k.servers[nd]
+	if lastsave != 0 {
+		s.lastsave = lastsave
 	}
-	in.known = inc
-	k.inc[nd] = in
+	if run != 0 {
+		if s.run != 0 && run != s.run {
+			s.restart = start
+		}
+		s.run = run
+	}
+	k.servers[nd] = s
 }
 
 // keeper returns the limiter's lease keeper, made on first use.
@@ -463,7 +469,7 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		})
 		k.mu.Lock()
 		for i, m := range replies {
-			if m.Err != nil || len(m.Res) != 3 {
+			if m.Err != nil || len(m.Res) != 2 {
 				continue // tried again next round
 			}
 			ls := group[i]
@@ -478,9 +484,8 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		}
 		k.mu.Unlock()
 		for i, m := range replies {
-			if m.Err == nil && len(m.Res) == 3 {
+			if m.Err == nil && len(m.Res) == 2 {
 				l.foreignLease(group[i].rkey, m.Res[1])
-				k.saw(nd, m.Res[2])
 			}
 		}
 	}

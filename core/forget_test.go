@@ -270,3 +270,80 @@ func TestForeignLeaseSet(t *testing.T) {
 		t.Errorf("log = %q; want one line naming the key", out)
 	}
 }
+
+// TestCapOutageBound measures a cap through an outage under FallbackLocal:
+// three replicas (WithFallbackReplicas(3), so a local share of 3 of 10);
+// the first holds all 10 slots in Redis; Redis is killed, stays down for
+// 1.2s (longer than the 1s lease) and comes back empty; all three keep
+// trying for slots, holding what they get. In flight: the 10 held, plus at
+// most each replica's local share while Redis is down (3 × 3), and nothing
+// Redis admits after it is back, while the holder re-asserts its 10:
+// Max + replicas × share, here 19, never more.
+func TestCapOutageBound(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	prefix := uniquePrefix()
+	const most = 10
+	var caps []*Concurrency
+	for range 3 {
+		lim := newRedisLimiter(t, addr, WithPrefix(prefix), WithTimeout(100*time.Millisecond),
+			WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: most, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps = append(caps, c)
+	}
+	ctx := context.Background()
+	var held []*Lease
+	for range most {
+		ls, err := caps[0].Acquire(ctx, "stream")
+		if err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	for _, c := range caps[1:] {
+		if ls, err := c.Acquire(ctx, "stream"); err != nil || ls.Acquired {
+			t.Fatalf("before the outage: %+v, %v; want refused", ls, err)
+		}
+	}
+	var mu sync.Mutex
+	var extra []*Lease
+	var local, byRedis int
+	try := func(until time.Time) {
+		var wg sync.WaitGroup
+		for _, c := range caps {
+			wg.Go(func() {
+				for time.Now().Before(until) {
+					if ls, err := c.Acquire(ctx, "stream"); err == nil && ls.Acquired {
+						mu.Lock()
+						extra = append(extra, ls)
+						if ls.Degraded {
+							local++
+						} else {
+							byRedis++
+						}
+						mu.Unlock()
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	srv.Kill()
+	try(time.Now().Add(1200 * time.Millisecond))
+	srv.Restart()
+	try(time.Now().Add(1500 * time.Millisecond))
+	peak := most + local + byRedis
+	t.Logf("in flight at most %d for a cap of %d: %d held in Redis before the outage, %d taken by the local fallback, %d by Redis after it",
+		peak, most, most, local, byRedis)
+	if bound := most + 3*max(1, most/3); peak > bound || byRedis > 0 {
+		t.Errorf("in flight reached %d (%d by Redis after the outage); want at most %d, none by Redis", peak, byRedis, bound)
+	}
+	for _, ls := range append(held, extra...) {
+		_ = ls.Release(ctx)
+	}
+}

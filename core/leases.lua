@@ -50,13 +50,13 @@ local function held()
   return n
 end
 
--- incarnation reads, for a key whose set is missing, when the server
--- started (in ms on its clock, rounded toward earlier: INFO counts whole
--- seconds) and which server process it is: the first 13 hex digits of its
--- run_id, a number, new at every start.
-local function incarnation()
+-- server reads INFO: when the server started, in ms on its clock,
+-- rounded toward earlier (INFO counts whole seconds), and which process
+-- it is: the first 13 hex digits of its run_id (new at every start), as a
+-- number.
+local function server()
   local info = redis.call('INFO', 'server')
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
-  local id = tonumber(string.sub(string.match(info, 'run_id:(%x+)') or '0', 1, 13), 16) or 0
+  local id = tonumber(string.sub(string.match(info, 'run_id:(%x+)') or '1', 1, 13), 16) or 1
   return now - up * 1000, id
 end

@@ -3,26 +3,24 @@
 -- may have forgotten it (a restart, a failover that lost writes), and a
 -- holder reclaims it, also in the key's grace period, when newcomers are
 -- refused; a re-assertion into a missing set less than a lease after the
--- server started begins that grace period. Replies {renewed, foreign,
--- inc}: renewed 1 when the lease is held, 0 when it was missing and the
--- key is at its cap (the holder has lost it); foreign and inc as in
--- acquire.lua. Runs after clock.lua and leases.lua.
+-- server started begins that grace period. Replies {renewed, foreign}:
+-- renewed 1 when the lease is held, 0 when it was missing and the key is
+-- at its cap (the holder has lost it); foreign as in acquire.lua. Runs
+-- after clock.lua and leases.lua.
 local lease = tonumber(ARGV[2])
 local foreign = tidy(lease)
 if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
   hold(ARGV[3], lease)
-  return {1, foreign, 0}
+  return {1, foreign}
 end
 if held() >= tonumber(ARGV[1]) then
-  return {0, foreign, 0}
+  return {0, foreign}
 end
-local inc = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local start
-  start, inc = incarnation()
+  local start = server()
   if start + lease > now then
     redis.call('ZADD', KEYS[1], start + lease, GRACE)
   end
 end
 hold(ARGV[3], lease)
-return {1, foreign, inc}
+return {1, foreign}

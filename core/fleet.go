@@ -255,6 +255,7 @@ func (l *Limiter) FleetSize() int {
 // caller's to close, after Close.
 func (l *Limiter) Close() error {
 	l.keeper().close()
+	l.evictPolicy.close()
 	if l.fleet == nil {
 		return nil
 	}

@@ -50,6 +50,7 @@ type Limiter struct {
 	keepOnce     sync.Once    // makes keep
 	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
 	keyLog                    // keys whose own failures were logged (see keyFailed)
+	evictPolicy  policyReader // reads each node's eviction policy once (see readPolicy)
 
 	epoch   time.Time
 	epochUS int64

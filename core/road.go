@@ -122,6 +122,9 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		if brk.success(r, now) {
 			l.recovered(brk, now, "")
 		}
+		if !nd.policy.Load() {
+			l.readPolicy(nd)
+		}
 		return true, nil
 	}
 	if cerr := callerGone(ctx); cerr != nil {

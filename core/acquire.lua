@@ -43,7 +43,7 @@ if missing or knownRun == 0 then
   if missing and knownRun ~= 0 and since ~= 0 and since + lease > now then
     g = since + lease
     redis.call('ZADD', KEYS[1], g, GRACE)
-    redis.call('PEXPIREAT', KEYS[1], g)
+    redis.call('PEXPIRE', KEYS[1], g - now)
   end
 end
 if now < g then

@@ -16,7 +16,7 @@ end
 if held() >= tonumber(ARGV[1]) then
   return {0, foreign}
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('ZCARD', KEYS[1]) == 0 then
   local start = server()
   if start + lease > now then
     redis.call('ZADD', KEYS[1], start + lease, GRACE)

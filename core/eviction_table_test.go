@@ -193,7 +193,8 @@ func TestEvictionKeepsHotKey(t *testing.T) {
 //
 //	SLUICE_EVICTION_TABLE=1 go test ./core -run TestEvictionTable -v -count=1
 //
-// SLUICE_EVICTION_REPS sets the runs per row (default 3).
+// SLUICE_EVICTION_REPS sets the runs per row (default 3), and
+// SLUICE_EVICTION_POLICIES the policies (separated by spaces).
 func TestEvictionTable(t *testing.T) {
 	if os.Getenv("SLUICE_EVICTION_TABLE") != "1" {
 		t.Skip("a measurement of about two minutes; run it with SLUICE_EVICTION_TABLE=1")
@@ -206,7 +207,11 @@ func TestEvictionTable(t *testing.T) {
 	}
 	var b strings.Builder
 	b.WriteString("| policy | other data with expiries | hot key admitted / ideal (min–max) | hot key decisions made without Redis | keys evicted in the window | lease set kept | overrides kept |\n|---|---|---|---|---|---|---|\n")
-	for _, policy := range []string{"volatile-ttl", "volatile-lru", "volatile-lfu", "allkeys-lru", "noeviction"} {
+	policies := []string{"volatile-ttl", "volatile-lru", "volatile-lfu", "allkeys-lru", "noeviction"}
+	if s := os.Getenv("SLUICE_EVICTION_POLICIES"); s != "" {
+		policies = strings.Fields(s)
+	}
+	for _, policy := range policies {
 		for _, others := range []bool{false, true} {
 			var rs []evictResult
 			for rep := range reps {

@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,5 +347,154 @@ func TestCapOutageBound(t *testing.T) {
 	}
 	for _, ls := range append(held, extra...) {
 		_ = ls.Release(ctx)
+	}
+}
+
+// TestPoisonedBucketLock: a bucket value with a lock in the far future and
+// no expiry (no script writes one) locks the key for one penalty at most,
+// in the lone form and in the batch form (two limits), with a penalty and
+// without; the value is then written with an expiry.
+func TestPoisonedBucketLock(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	const penalty = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		limits  []Limit
+		penalty time.Duration
+	}{
+		{"one limit, no penalty", []Limit{PerSecond(5)}, 0},
+		{"one limit, a penalty", []Limit{PerSecond(5)}, penalty},
+		{"two limits, no penalty", []Limit{PerSecond(5), PerHour(1000)}, 0},
+		{"two limits, a penalty", []Limit{PerSecond(5), PerHour(1000)}, penalty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()), WithPenalty(tc.penalty))
+			p, err := lim.plans.get(tc.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "k")
+			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
+			fields := []string{strconv.FormatInt(far, 10)}
+			for range tc.limits {
+				fields = append(fields, "0", "0")
+			}
+			if err := rdb.Set(ctx, rkey, strings.Join(fields, " "), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			var r Result
+			for {
+				if r, err = lim.Allow(ctx, "k", tc.limits...); err != nil {
+					t.Fatal(err)
+				}
+				if r.Allowed || time.Since(start) > tc.penalty+time.Second {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			took := time.Since(start)
+			if !r.Allowed || r.Degraded {
+				t.Fatalf("still locked %v after the poisoned lock was found (penalty %v): %+v", took, tc.penalty, r)
+			}
+			if tc.penalty == 0 && took > 100*time.Millisecond {
+				t.Errorf("without a penalty the first decision should admit; it took %v", took)
+			}
+			if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl <= 0 {
+				t.Errorf("PTTL after the decisions = %v, %v; want an expiry", ttl, err)
+			}
+			t.Logf("admitted %v after the poisoned lock was found", took.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestForeignBucket: a value of another type where a bucket belongs is
+// replaced at the first decision (decided by the fallback), logged once
+// naming the key; the key's next decisions are Redis's again.
+func TestForeignBucket(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for _, batched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			var logs syncBuffer
+			opts := []Option{WithPrefix(uniquePrefix()), WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
+			if !batched {
+				opts = append(opts, WithBatching(0))
+			}
+			lim := newRedisLimiter(t, addr, opts...)
+			p, err := lim.plans.get([]Limit{PerSecond(5)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "k")
+			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var degraded []bool
+			for range 4 {
+				r, err := lim.Allow(ctx, "k", PerSecond(5))
+				if err != nil {
+					t.Fatal(err)
+				}
+				degraded = append(degraded, r.Degraded)
+			}
+			if fmt.Sprint(degraded) != "[true false false false]" {
+				t.Errorf("degraded: %v; want the first decision only", degraded)
+			}
+			if typ, _ := rdb.Type(ctx, rkey).Result(); typ != "string" {
+				t.Errorf("the key's type after: %q, want a bucket (string)", typ)
+			}
+			out := logs.String()
+			if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, rkey) {
+				t.Errorf("log = %q; want one line naming %s", out, rkey)
+			}
+		})
+	}
+}
+
+// TestHugeBucketValue: a 10 MB value where a bucket belongs, one that
+// parses (a 10 MB number) and one that does not, is read once and
+// overwritten by the first decision: the key is then decided from a
+// normal bucket, and the other keys of the node are not slowed.
+func TestHugeBucketValue(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for _, tc := range []struct{ name, value string }{
+		{"digits", "0 " + strings.Repeat("9", 10<<20) + " 0"},
+		{"bytes", strings.Repeat("x", 10<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()))
+			p, err := lim.plans.get([]Limit{PerSecond(5)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "huge")
+			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, "huge", PerSecond(5))
+			if err != nil || !r.Allowed {
+				t.Fatalf("the first decision on the huge value: %+v, %v; want admitted (read as a full bucket)", r, err)
+			}
+			if n, err := rdb.StrLen(ctx, rkey).Result(); err != nil || n > 64 {
+				t.Fatalf("the value is %d bytes after a decision (%v); want a bucket's few", n, err)
+			}
+			start := time.Now()
+			for i := range 200 {
+				key := "huge"
+				if i%2 == 1 {
+					key = "other:" + strconv.Itoa(i)
+				}
+				if _, err := lim.Allow(ctx, key, PerSecond(5)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("200 decisions after the huge value was replaced: %v", time.Since(start).Round(time.Millisecond))
+		})
 	}
 }

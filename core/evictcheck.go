@@ -11,7 +11,8 @@ import (
 // policyReader reads each node's eviction policy once, at the limiter's
 // first answer from that node, in a goroutine of its own that Close stops
 // and waits for, and logs one warning per node whose policy can evict what
-// the limiter must keep (see evicts). Its zero value is ready to use.
+// the limiter must keep (see evicts), or busy buckets (volatile-lru, see
+// lruAdvice). Its zero value is ready to use.
 type policyReader struct {
 	mu     sync.Mutex
 	wg     sync.WaitGroup
@@ -59,9 +60,13 @@ func (l *Limiter) readPolicy(nd *node) {
 			nd.policy.Store(false) // read at a later answer
 			return
 		}
-		if evicts(policy) {
-			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set noeviction (a dedicated instance) or volatile-lru (docs/production.md)",
+		switch {
+		case evicts(policy):
+			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",
 				"node", nd.brk.node, "maxmemory_policy", policy, "risk", evictionRisk(policy))
+		case policy == "volatile-lru":
+			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict busy buckets; set maxmemory-policy volatile-lfu (docs/production.md)",
+				"node", nd.brk.node, "maxmemory_policy", policy, "risk", lruAdvice)
 		}
 	}()
 }

@@ -20,7 +20,8 @@ func TestEvictionPolicyWarning(t *testing.T) {
 		{"volatile-ttl", true},
 		{"allkeys-lru", true},
 		{"volatile-random", true},
-		{"volatile-lru", false},
+		{"volatile-lru", true},
+		{"volatile-lfu", false},
 		{"noeviction", false},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
@@ -40,7 +41,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 			out := logs.String()
 			n := strings.Count(out, "maxmemory-policy can evict")
 			switch {
-			case tc.warn && (n != 1 || !strings.Contains(out, "maxmemory_policy="+tc.policy) || !strings.Contains(out, "volatile-lru")):
+			case tc.warn && (n != 1 || !strings.Contains(out, "maxmemory_policy="+tc.policy) || !strings.Contains(out, "set maxmemory-policy volatile-lfu")):
 				t.Errorf("log = %q; want one warning naming %s and the fix", out, tc.policy)
 			case !tc.warn && n != 0:
 				t.Errorf("log = %q; want no warning for %s", out, tc.policy)

@@ -165,13 +165,15 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 	return out
 }
 
-// TestEvictionKeepsHotKey: under a key flood filling maxmemory, the
-// recommended policy, volatile-lru, keeps a hot key within 10% of an exact
-// bucket, and keeps the lease sets and the overrides, which have no
-// expiry. (noeviction keeps them too, but every decision then fails with
-// OOM and is made by the fallback: see TestEvictionTable.)
+// TestEvictionKeepsHotKey: under a key flood filling maxmemory, with
+// other data with expiries sharing the instance, the recommended policy,
+// volatile-lfu, keeps a hot key within 5% of an exact bucket, and keeps the
+// lease sets and the overrides, which have no expiry. (noeviction keeps
+// them too, but every decision then fails with OOM and is made by the
+// fallback; volatile-lru evicts busy buckets now and then: see
+// TestEvictionTable.)
 func TestEvictionKeepsHotKey(t *testing.T) {
-	for _, policy := range []string{"volatile-lru"} {
+	for _, policy := range []string{"volatile-lfu"} {
 		t.Run(policy, func(t *testing.T) {
 			if evicts(policy) {
 				t.Fatalf("the limiter warns about %s", policy)
@@ -179,8 +181,8 @@ func TestEvictionKeepsHotKey(t *testing.T) {
 			r := runEviction(t, policy, true, 1500*time.Millisecond)
 			t.Logf("%s: hot key admitted %d of an ideal %d (%.2f×), %d degraded, %d keys evicted; lease set kept %v, overrides kept %v",
 				policy, r.admitted, r.ideal, r.ratio(), r.degraded, r.evicted, r.leases, r.ovr)
-			if r.ratio() > 1.1 || !r.leases || !r.ovr {
-				t.Errorf("%s: hot key at %.2f× its limit, lease set kept %v, overrides kept %v; want at most 1.1×, both kept", policy, r.ratio(), r.leases, r.ovr)
+			if r.ratio() > 1.05 || !r.leases || !r.ovr {
+				t.Errorf("%s: hot key at %.2f× its limit, lease set kept %v, overrides kept %v; want at most 1.05×, both kept", policy, r.ratio(), r.leases, r.ovr)
 			}
 		})
 	}

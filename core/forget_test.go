@@ -462,7 +462,10 @@ func TestForeignBucket(t *testing.T) {
 func TestHugeBucketValue(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	ctx := context.Background()
-	rdb := redistest.NewClient(t, addr)
+	// Writing 10 MB may outlast redistest.NewClient's 1s timeouts on a
+	// loaded machine.
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
 	for _, tc := range []struct{ name, value string }{
 		{"digits", "0 " + strings.Repeat("9", 10<<20) + " 0"},
 		{"bytes", strings.Repeat("x", 10<<20)},

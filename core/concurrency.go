@@ -32,10 +32,12 @@ type ConcurrencyLimit struct {
 	Lease time.Duration
 }
 
-// ErrLeaseLost is returned by [Lease.Release] when the lease's slot
-// expired before it was released: its renewals failed for longer than
-// the lease (Redis was unreachable), so another request may have taken
-// the slot meanwhile and the cap may have been exceeded.
+// ErrLeaseLost is returned by [Lease.Release] when the lease's slot was
+// gone before it was released: its renewals failed for longer than the
+// lease (Redis was unreachable), or Redis forgot it (a restart, a failover
+// that lost writes) and other requests had taken its slot by the time a
+// renewal re-asserted it. Another request may have held the slot meanwhile,
+// so the cap may have been exceeded.
 var ErrLeaseLost = errors.New("core: the slot's lease expired before it was released")
 
 const defaultLease = 10 * time.Second

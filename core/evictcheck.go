@@ -46,20 +46,22 @@ func (l *Limiter) readPolicy(nd *node) {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(p.ctx, max(l.timeout, time.Second))
 		defer cancel()
-		var policy string
-		_, err := l.onNode(ctx, nd, l.now(), opPolicy, "", func() (time.Duration, error) {
-			start := time.Now()
-			info, err := nd.client.Info(ctx, "memory").Result()
-			if redis.HasErrorPrefix(err, "NOPERM") {
-				return time.Since(start), nil // cannot be read; the ACL in docs/production.md allows INFO
-			}
-			policy = infoField(info, "maxmemory_policy")
-			return time.Since(start), err
-		})
+		// Like the fleet heartbeat (see sendOp), the read is governed by
+		// no failure policy and feeds no breaker: a slow answer must not
+		// close a breaker that decisions opened, nor a failure open one.
+		start := time.Now()
+		info, err := nd.client.Info(ctx, "memory").Result()
+		if l.obs != nil {
+			l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
+		}
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return // cannot be read; the ACL in docs/production.md allows INFO
+		}
 		if err != nil {
 			nd.policy.Store(false) // read at a later answer
 			return
 		}
+		policy := infoField(info, "maxmemory_policy")
 		switch {
 		case evicts(policy):
 			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,6 +363,20 @@ func (k *leaseKeeper) saw(nd *node, lastsave, run, start int64) {
 		s.run = run
 	}
 	k.servers[nd] = s
+}
+
+// seed records what an INFO reply of nd's server says of it, as the
+// acquire script would have (see saw): its LASTSAVE (rdb_last_save_time)
+// and which process it is (run_id).
+func (k *leaseKeeper) seed(nd *node, info string) {
+	save, _ := strconv.ParseInt(infoField(info, "rdb_last_save_time"), 10, 64)
+	id := infoField(info, "run_id")
+	run, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
+	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	if run == 0 {
+		return
+	}
+	k.saw(nd, save, run, time.Now().UnixMilli()-up*1000)
 }
 
 // keeper returns the limiter's lease keeper, made on first use.

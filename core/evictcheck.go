@@ -49,8 +49,12 @@ func (l *Limiter) readPolicy(nd *node) {
 		// Like the fleet heartbeat (see sendOp), the read is governed by
 		// no failure policy and feeds no breaker: a slow answer must not
 		// close a breaker that decisions opened, nor a failure open one.
+		// The default sections: the policy (memory), and the server's
+		// identity (server, persistence), which tells the lease scripts
+		// of a restart (see serverSeen) even before this limiter's first
+		// slot.
 		start := time.Now()
-		info, err := nd.client.Info(ctx, "memory").Result()
+		info, err := nd.client.Info(ctx).Result()
 		if l.obs != nil {
 			l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
 		}
@@ -61,6 +65,7 @@ func (l *Limiter) readPolicy(nd *node) {
 			nd.policy.Store(false) // read at a later answer
 			return
 		}
+		l.keeper().seed(nd, info)
 		policy := infoField(info, "maxmemory_policy")
 		switch {
 		case evicts(policy):

@@ -501,3 +501,43 @@ func TestHugeBucketValue(t *testing.T) {
 		})
 	}
 }
+
+// TestCapAcrossRestartDecisionsFirst: a replica that had only made rate
+// decisions on the node before the restart (no slot taken: its first
+// answer's INFO told it which server that was) is held back by the grace
+// period too.
+func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := uniquePrefix()
+	mk := func(opts ...Option) (*Limiter, *Concurrency) {
+		lim := newRedisLimiter(t, srv.Addr(), append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond),
+			WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 3, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim, c
+	}
+	_, a := mk()
+	blim, b := mk(WithFailurePolicy(FailClosed))
+	ctx := context.Background()
+	if _, err := blim.Allow(ctx, "x", PerSecond(10)); err != nil {
+		t.Fatal(err)
+	}
+	blim.evictPolicy.wg.Wait()
+	for range 3 {
+		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+	}
+	srv.Kill()
+	srv.Restart()
+	restarted := time.Now()
+	for time.Since(restarted) < time.Second {
+		if ls, err := b.Acquire(ctx, "k"); err == nil && ls.Acquired {
+			t.Fatalf("a newcomer took a slot %v after the restart, while the holder of all 3 could still re-assert", time.Since(restarted))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

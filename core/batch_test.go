@@ -64,6 +64,7 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
 			c := &call{key: key, rkey: redisKey(prefix, p.fp, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
+			c.keys[0] = c.rkey
 			if r.IntN(8) == 0 {
 				c.penalty = 500_000
 			}
@@ -100,7 +101,7 @@ func TestScriptArgsGroups(t *testing.T) {
 	a, _ := newPlan([]Limit{PerSecond(5)}, nil)
 	b, _ := newPlan([]Limit{PerSecond(10).WithBurst(3), PerMinute(40)}, nil)
 	c := func(key string, p *plan, cost int64) *call {
-		return &call{rkey: key, plan: p, cost: cost}
+		return &call{rkey: key, keys: [1]string{key}, plan: p, cost: cost}
 	}
 	tests := []struct {
 		name  string

@@ -117,6 +117,7 @@ func BenchmarkLoneDecision(b *testing.B) {
 		for b.Loop() {
 			i++
 			c := call{key: keys[i&1023], rkey: redisKey("bare:", p.fp, keys[i&1023]), plan: p, cost: 1}
+			c.keys[0] = c.rkey
 			if _, err := evalOne(ctx, rdb, &c); err != nil {
 				b.Fatal(err)
 			}

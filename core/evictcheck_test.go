@@ -10,7 +10,7 @@ import (
 )
 
 // TestEvictionPolicyWarning: at its first answer from a node the limiter
-// reads the node's eviction policy (INFO memory) and logs one warning, with
+// reads the node's eviction policy (INFO) and logs one warning, with
 // the fix, when the policy can evict what it must keep; none otherwise.
 func TestEvictionPolicyWarning(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,7 +34,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			lim.evictPolicy.wg.Wait() // the read runs beside the decisions
+			lim.bg.wg.Wait() // the read runs beside the decisions
 			if err := lim.Close(); err != nil {
 				t.Fatal(err)
 			}

@@ -250,12 +250,13 @@ func (l *Limiter) FleetSize() int {
 // this instance from its fleet, so that the others count it out at once.
 // The limiter still decides after Close, with the fleet's size as last
 // counted; leases still held are no longer renewed, so their slots expire
-// within their lease. Close is safe to call more
+// within their lease, and background warm-ups of connection pools stop
+// (see [Limiter.Ready]). Close is safe to call more
 // than once and on a limiter without a fleet; the Redis client stays the
 // caller's to close, after Close.
 func (l *Limiter) Close() error {
 	l.keeper().close()
-	l.evictPolicy.close()
+	l.bg.stop()
 	if l.fleet == nil {
 		return nil
 	}

@@ -525,7 +525,7 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	if _, err := blim.Allow(ctx, "x", PerSecond(10)); err != nil {
 		t.Fatal(err)
 	}
-	blim.evictPolicy.wg.Wait()
+	blim.bg.wg.Wait()
 	for range 3 {
 		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
 			t.Fatalf("%+v, %v", ls, err)

@@ -50,7 +50,7 @@ type Limiter struct {
 	keepOnce     sync.Once    // makes keep
 	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
 	keyLog                    // keys whose own failures were logged (see keyFailed)
-	evictPolicy  policyReader // reads each node's eviction policy once (see readPolicy)
+	bg           background   // background tasks, stopped by Close (see rewarm)
 
 	epoch   time.Time
 	epochUS int64
@@ -337,7 +337,8 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	c := call{key: key, rkey: l.rkey(p.fp, key), plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
+	rkey := l.rkey(p.fp, key)
+	c := call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
 	nd := l.store.node(ctx, c.rkey)
 	d, routed, storeErr := l.decideOn(ctx, nd, now, OpDecide, &c)
 	if routed && storeErr == nil {

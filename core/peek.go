@@ -42,7 +42,8 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 	if l.store == nil {
 		return peekResult(l.local.peek(p.id, key, now, p.ticks), p), nil
 	}
-	c := call{key: key, rkey: l.rkey(p.fp, key), plan: p, now: now}
+	rkey := l.rkey(p.fp, key)
+	c := call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, now: now}
 	nd := l.store.node(ctx, c.rkey)
 	d, routed, err := l.decideOn(ctx, nd, now, OpPeek, &c)
 	switch {

@@ -36,7 +36,7 @@ func (l *Limiter) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, readyCause(err), err)
 	}
-	warm := max(1, 3*l.inflight+1)
+	warm := l.connsWanted()
 	var wg sync.WaitGroup
 	errs := make([]error, len(clients))
 	for i, c := range clients {
@@ -54,7 +54,7 @@ func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) erro
 	var rdb redis.Scripter = l.store.rdb
 	if c != nil {
 		name, rdb = c.Options().Addr, c
-		if err := warmPool(ctx, c, min(warm, c.Options().PoolSize)); err != nil {
+		if err := warmPool(ctx, c, warm); err != nil {
 			return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
 		}
 	}
@@ -83,25 +83,6 @@ func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) erro
 	if policy := infoField(info, "maxmemory_policy"); evicts(policy) {
 		return fmt.Errorf("%w: node %s: maxmemory-policy %s can evict what the limiter must keep (%s); use volatile-lfu (docs/production.md)",
 			ErrUnavailable, name, policy, evictionRisk(policy))
-	}
-	return nil
-}
-
-// warmPool opens n connections of c at once and puts them back in its
-// pool, so that n calls at once find a connection ready.
-func warmPool(ctx context.Context, c *redis.Client, n int) error {
-	conns := make([]*redis.Conn, 0, n)
-	defer func() {
-		for _, cn := range conns {
-			_ = cn.Close() // back to the pool
-		}
-	}()
-	for range n {
-		cn := c.Conn()
-		conns = append(conns, cn)
-		if err := cn.Ping(ctx).Err(); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -141,5 +142,68 @@ func TestOutageLogSaysRefused(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "connection refused: nothing listens at the address") {
 		t.Fatalf("the outage's log line does not say the connection was refused:\n%s", logs.String())
+	}
+}
+
+// TestFarRedisRecoversFromABlip: with Redis 30 ms away, a connection's
+// handshake (dial and HELLO, two round trips) and a decision (one more)
+// do not fit the 50 ms budget. Once a blip has reset every connection
+// Ready warmed, the limiter must not stay degraded because each new
+// connection pays its handshake inside a decision's budget.
+func TestFarRedisRecoversFromABlip(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	proxy.SetDelay(30 * time.Millisecond)
+	lim, err := New(outageClient(t, proxy.Addr()), WithPrefix(uniquePrefix()), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lim.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decide := func(rounds int) (degraded int64) {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				for j := range rounds {
+					res, err := lim.Allow(context.Background(), fmt.Sprintf("k%d-%d", i, j), PerSecond(100))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Degraded {
+						n.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return n.Load()
+	}
+	if d := decide(5); d != 0 {
+		t.Fatalf("%d decisions degraded after Ready, before the blip", d)
+	}
+	proxy.SetRefuse(true) // every connection reset
+	decide(2)
+	proxy.SetRefuse(false)
+	// Let the breaker probe and the pool recover: decisions for up to 5 s,
+	// until a round of 12 decisions has none degraded.
+	deadline := time.Now().Add(5 * time.Second)
+	var last int64 = -1
+	for time.Now().Before(deadline) {
+		if last = decide(1); last == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != 0 {
+		t.Fatalf("5 s after the blip, %d of 12 decisions still degraded: new connections pay their handshake inside the budget", last)
+	}
+	if d := decide(5); d != 0 {
+		t.Errorf("%d of 60 decisions degraded after the recovery", d)
 	}
 }

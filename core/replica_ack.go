@@ -191,7 +191,6 @@ type scriptCall struct {
 
 // evalAcked runs c alone on n, followed by WAIT.
 func (s *redisStore) evalAcked(ctx context.Context, n *node, c *call) (decision, error) {
-	c.keys[0] = c.rkey
 	sc := []scriptCall{{keys: c.keys[:], args: c.loneArgs()}}
 	s.runAcked(ctx, n, sc)
 	if sc[0].err != nil {
@@ -210,7 +209,6 @@ func (s *redisStore) sendAcked(ctx context.Context, n *node, groups [][]*batch.M
 	for i, g := range groups {
 		if len(g) == 1 {
 			c := g[0].Req
-			c.keys[0] = c.rkey
 			calls[i] = scriptCall{keys: c.keys[:], args: c.loneArgs()}
 			continue
 		}

@@ -179,6 +179,7 @@ func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error
 	if end := l.now(); brk.failure(r, now, end) {
 		l.degrade(brk, end, err)
 	}
+	l.rewarm(nd)
 }
 
 // faultOf judges err, an error of a call whose I/O took took and has just

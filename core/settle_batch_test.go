@@ -73,7 +73,8 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			members[i] = &batch.Member[*call, decision]{Req: &call{key: key, rkey: redisKey(prefix, p.fp, key), plan: p, cost: 1 + r.Int64N(p.minB)}}
+			rkey := redisKey(prefix, p.fp, key)
+			members[i] = &batch.Member[*call, decision]{Req: &call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, cost: 1 + r.Int64N(p.minB)}}
 		}
 		decide(ctx, members)
 		for i, m := range members {

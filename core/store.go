@@ -25,6 +25,7 @@ type node struct {
 	short  atomic.Bool                       // the last WAIT on this node fell short (see replicaAck)
 	probed atomic.Int64                      // unix nanoseconds of the last WAIT sent while short
 	policy atomic.Bool                       // its eviction policy was read, or is being read (see readPolicy)
+	warm   warmState                         // background warm-ups of client's pools (see rewarm)
 }
 
 // redisStore decides in Redis through the bucket script. On a single
@@ -334,7 +335,6 @@ func hashTag(rkey string) string {
 
 // evalOne runs one call alone, in its own script call.
 func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
-	c.keys[0] = c.rkey
 	vals, err := bucketScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64Slice()
 	if err != nil {
 		return decision{}, err

@@ -36,7 +36,7 @@ type call struct {
 	maxWait int64     // microseconds; 0 unless reserving
 	penalty int64     // microseconds; 0 for none
 	now     int64     // the limiter's clock, microseconds: a calendar limit's windows are those around it
-	keys    [1]string // rkey, as a lone call's KEYS without an allocation
+	keys    [1]string // rkey, as a lone call's KEYS without an allocation; set once, as a call may be sent twice at once (see runApart)
 }
 
 // appendGroup appends c's script arguments as one group of the batch form

@@ -89,7 +89,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) echo.MiddlewareFun
 	reply := func(c *echo.Context, rep adaptertest.Reply) error {
 		return c.Blob(rep.Status, rep.ContentType, []byte(rep.Body))
 	}
-	opts := adaptertest.Options[*echo.Context, handlers](m, call)
+	opts := adaptertest.Options[*echo.Context, Handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c *echo.Context, res core.Result) error { return reply(c, m.Deny(res)) }))
 	}

@@ -27,10 +27,13 @@ import (
 // and header fields; the rate-limit fields are then rewritten only when the
 // response is not committed yet, as when next returned an error for the
 // app's HTTPErrorHandler to answer.
-type Option = policy.Option[*echo.Context, handlers]
+type Option = policy.Option[*echo.Context, Handlers]
 
-// handlers holds the settings only this adapter has.
-type handlers struct {
+// Handlers holds the settings only this adapter has: the deny and error
+// handlers, set with [WithDenyHandler] and [WithErrorHandler]. It is the
+// second type parameter of [Option]; its fields are not for use outside
+// the package.
+type Handlers struct {
 	deny    func(*echo.Context, core.Result) error
 	onError func(*echo.Context, error) error
 }
@@ -50,7 +53,7 @@ func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 // Default: an *echo.HTTPError with status 429, for the app's
 // HTTPErrorHandler.
 func WithDenyHandler(f func(c *echo.Context, res core.Result) error) Option {
-	return func(c *policy.Config[*echo.Context, handlers]) { c.Adapter.deny = f }
+	return func(c *policy.Config[*echo.Context, Handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -65,7 +68,7 @@ func WithDenyHandler(f func(c *echo.Context, res core.Result) error) Option {
 // the store is unavailable or the client gave up, 500 otherwise, the status
 // text as its message, wrapping err (see the package documentation).
 func WithErrorHandler(f func(c *echo.Context, err error) error) Option {
-	return func(c *policy.Config[*echo.Context, handlers]) { c.Adapter.onError = f }
+	return func(c *policy.Config[*echo.Context, Handlers]) { c.Adapter.onError = f }
 }
 
 // Key returns a key function over the request's *echo.Context, for keys

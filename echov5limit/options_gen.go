@@ -29,7 +29,7 @@ import (
 //
 // The same option as every adapter's: [policy.WithAllow], for echo v5.
 func WithAllow(entries ...string) Option {
-	return policy.WithAllow[*echo.Context, handlers](entries...)
+	return policy.WithAllow[*echo.Context, Handlers](entries...)
 }
 
 // WithChargeIf charges a request only when its response's status matches:
@@ -59,7 +59,7 @@ func WithAllow(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithChargeIf], for echo v5.
 func WithChargeIf(pred func(status int) bool) Option {
-	return policy.WithChargeIf[*echo.Context, handlers](pred)
+	return policy.WithChargeIf[*echo.Context, Handlers](pred)
 }
 
 // WithConcurrency caps the requests in flight per key: at most c.Max
@@ -98,7 +98,7 @@ func WithChargeIf(pred func(status int) bool) Option {
 //
 // The same option as every adapter's: [policy.WithConcurrency], for echo v5.
 func WithConcurrency(c core.ConcurrencyLimit) Option {
-	return policy.WithConcurrency[*echo.Context, handlers](c)
+	return policy.WithConcurrency[*echo.Context, Handlers](c)
 }
 
 // WithCost sets each request's cost in tokens. A cost below 1 or above the
@@ -109,7 +109,7 @@ func WithConcurrency(c core.ConcurrencyLimit) Option {
 //
 // The same option as every adapter's: [policy.WithCost], for echo v5.
 func WithCost(f func(*echo.Context) int) Option {
-	return policy.WithCost[*echo.Context, handlers](f)
+	return policy.WithCost[*echo.Context, Handlers](f)
 }
 
 // WithDeny refuses the requests whose key, or client address, is one of
@@ -127,7 +127,7 @@ func WithCost(f func(*echo.Context) int) Option {
 //
 // The same option as every adapter's: [policy.WithDeny], for echo v5.
 func WithDeny(entries ...string) Option {
-	return policy.WithDeny[*echo.Context, handlers](entries...)
+	return policy.WithDeny[*echo.Context, Handlers](entries...)
 }
 
 // WithDryRun makes the middleware transparent, to try a limit on live
@@ -143,7 +143,7 @@ func WithDeny(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithDryRun], for echo v5.
 func WithDryRun(on bool) Option {
-	return policy.WithDryRun[*echo.Context, handlers](on)
+	return policy.WithDryRun[*echo.Context, Handlers](on)
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -158,7 +158,7 @@ func WithDryRun(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for echo v5.
 func WithDryRunHandler(f func(*echo.Context, policy.DryRunReport)) Option {
-	return policy.WithDryRunHandler[*echo.Context, handlers](f)
+	return policy.WithDryRunHandler[*echo.Context, Handlers](f)
 }
 
 // WithFinalCost computes each request's final cost once its handlers have
@@ -189,7 +189,7 @@ func WithDryRunHandler(f func(*echo.Context, policy.DryRunReport)) Option {
 //
 // The same option as every adapter's: [policy.WithFinalCost], for echo v5.
 func WithFinalCost(f func(c *echo.Context, resp policy.Response) int) Option {
-	return policy.WithFinalCost[*echo.Context, handlers](f)
+	return policy.WithFinalCost[*echo.Context, Handlers](f)
 }
 
 // WithHeaders selects the rate-limit fields written on responses (see
@@ -200,7 +200,7 @@ func WithFinalCost(f func(c *echo.Context, resp policy.Response) int) Option {
 //
 // The same option as every adapter's: [policy.WithHeaders], for echo v5.
 func WithHeaders(style policy.HeaderStyle) Option {
-	return policy.WithHeaders[*echo.Context, handlers](style)
+	return policy.WithHeaders[*echo.Context, Handlers](style)
 }
 
 // WithLimitFunc chooses the limit per request, replacing the one given to
@@ -214,7 +214,7 @@ func WithHeaders(style policy.HeaderStyle) Option {
 //
 // The same option as every adapter's: [policy.WithLimitFunc], for echo v5.
 func WithLimitFunc(f func(*echo.Context) (core.Limit, error)) Option {
-	return policy.WithLimitFunc[*echo.Context, handlers](f)
+	return policy.WithLimitFunc[*echo.Context, Handlers](f)
 }
 
 // WithLimits adds limits checked and consumed together with the main one on
@@ -225,7 +225,7 @@ func WithLimitFunc(f func(*echo.Context) (core.Limit, error)) Option {
 //
 // The same option as every adapter's: [policy.WithLimits], for echo v5.
 func WithLimits(more ...core.Limit) Option {
-	return policy.WithLimits[*echo.Context, handlers](more...)
+	return policy.WithLimits[*echo.Context, Handlers](more...)
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
@@ -255,7 +255,7 @@ func WithLimits(more ...core.Limit) Option {
 //
 // The same option as every adapter's: [policy.WithListClientIP], for echo v5.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
-	return policy.WithListClientIP[*echo.Context, handlers](opts...)
+	return policy.WithListClientIP[*echo.Context, Handlers](opts...)
 }
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -279,7 +279,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 //
 // The same option as every adapter's: [policy.WithOverrides], for echo v5.
 func WithOverrides(ov *core.Overrides) Option {
-	return policy.WithOverrides[*echo.Context, handlers](ov)
+	return policy.WithOverrides[*echo.Context, Handlers](ov)
 }
 
 // WithPenalty makes a denial by this middleware lock the request's key for
@@ -296,7 +296,7 @@ func WithOverrides(ov *core.Overrides) Option {
 //
 // The same option as every adapter's: [policy.WithPenalty], for echo v5.
 func WithPenalty(d time.Duration) Option {
-	return policy.WithPenalty[*echo.Context, handlers](d)
+	return policy.WithPenalty[*echo.Context, Handlers](d)
 }
 
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
@@ -309,7 +309,7 @@ func WithPenalty(d time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithProblemJSON], for echo v5.
 func WithProblemJSON(on bool) Option {
-	return policy.WithProblemJSON[*echo.Context, handlers](on)
+	return policy.WithProblemJSON[*echo.Context, Handlers](on)
 }
 
 // WithQuotaUnit names what the limits count in RateLimit-Policy's qu
@@ -322,7 +322,7 @@ func WithProblemJSON(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithQuotaUnit], for echo v5.
 func WithQuotaUnit(unit string) Option {
-	return policy.WithQuotaUnit[*echo.Context, handlers](unit)
+	return policy.WithQuotaUnit[*echo.Context, Handlers](unit)
 }
 
 // WithRetryJitter adds a random delay from 0 to max to each denial's
@@ -338,7 +338,7 @@ func WithQuotaUnit(unit string) Option {
 //
 // The same option as every adapter's: [policy.WithRetryJitter], for echo v5.
 func WithRetryJitter(max time.Duration) Option {
-	return policy.WithRetryJitter[*echo.Context, handlers](max)
+	return policy.WithRetryJitter[*echo.Context, Handlers](max)
 }
 
 // WithScope names the middleware's buckets by name, in place of each request's
@@ -362,7 +362,7 @@ func WithRetryJitter(max time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithScope], for echo v5.
 func WithScope(name string) Option {
-	return policy.WithScope[*echo.Context, handlers](name)
+	return policy.WithScope[*echo.Context, Handlers](name)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -373,7 +373,7 @@ func WithScope(name string) Option {
 //
 // The same option as every adapter's: [policy.WithSkip], for echo v5.
 func WithSkip(f func(*echo.Context) bool) Option {
-	return policy.WithSkip[*echo.Context, handlers](f)
+	return policy.WithSkip[*echo.Context, Handlers](f)
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -387,5 +387,5 @@ func WithSkip(f func(*echo.Context) bool) Option {
 //
 // The same option as every adapter's: [policy.WithWait], for echo v5.
 func WithWait(max time.Duration) Option {
-	return policy.WithWait[*echo.Context, handlers](max)
+	return policy.WithWait[*echo.Context, Handlers](max)
 }

@@ -29,7 +29,7 @@ import (
 //
 // The same option as every adapter's: [policy.WithAllow], for fiber v2.
 func WithAllow(entries ...string) Option {
-	return policy.WithAllow[*fiber.Ctx, handlers](entries...)
+	return policy.WithAllow[*fiber.Ctx, Handlers](entries...)
 }
 
 // WithChargeIf charges a request only when its response's status matches:
@@ -59,7 +59,7 @@ func WithAllow(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithChargeIf], for fiber v2.
 func WithChargeIf(pred func(status int) bool) Option {
-	return policy.WithChargeIf[*fiber.Ctx, handlers](pred)
+	return policy.WithChargeIf[*fiber.Ctx, Handlers](pred)
 }
 
 // WithConcurrency caps the requests in flight per key: at most c.Max
@@ -98,7 +98,7 @@ func WithChargeIf(pred func(status int) bool) Option {
 //
 // The same option as every adapter's: [policy.WithConcurrency], for fiber v2.
 func WithConcurrency(c core.ConcurrencyLimit) Option {
-	return policy.WithConcurrency[*fiber.Ctx, handlers](c)
+	return policy.WithConcurrency[*fiber.Ctx, Handlers](c)
 }
 
 // WithCost sets each request's cost in tokens. A cost below 1 or above the
@@ -109,7 +109,7 @@ func WithConcurrency(c core.ConcurrencyLimit) Option {
 //
 // The same option as every adapter's: [policy.WithCost], for fiber v2.
 func WithCost(f func(*fiber.Ctx) int) Option {
-	return policy.WithCost[*fiber.Ctx, handlers](f)
+	return policy.WithCost[*fiber.Ctx, Handlers](f)
 }
 
 // WithDeny refuses the requests whose key, or client address, is one of
@@ -127,7 +127,7 @@ func WithCost(f func(*fiber.Ctx) int) Option {
 //
 // The same option as every adapter's: [policy.WithDeny], for fiber v2.
 func WithDeny(entries ...string) Option {
-	return policy.WithDeny[*fiber.Ctx, handlers](entries...)
+	return policy.WithDeny[*fiber.Ctx, Handlers](entries...)
 }
 
 // WithDryRun makes the middleware transparent, to try a limit on live
@@ -143,7 +143,7 @@ func WithDeny(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithDryRun], for fiber v2.
 func WithDryRun(on bool) Option {
-	return policy.WithDryRun[*fiber.Ctx, handlers](on)
+	return policy.WithDryRun[*fiber.Ctx, Handlers](on)
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -158,7 +158,7 @@ func WithDryRun(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for fiber v2.
 func WithDryRunHandler(f func(*fiber.Ctx, policy.DryRunReport)) Option {
-	return policy.WithDryRunHandler[*fiber.Ctx, handlers](f)
+	return policy.WithDryRunHandler[*fiber.Ctx, Handlers](f)
 }
 
 // WithFinalCost computes each request's final cost once its handlers have
@@ -189,7 +189,7 @@ func WithDryRunHandler(f func(*fiber.Ctx, policy.DryRunReport)) Option {
 //
 // The same option as every adapter's: [policy.WithFinalCost], for fiber v2.
 func WithFinalCost(f func(c *fiber.Ctx, resp policy.Response) int) Option {
-	return policy.WithFinalCost[*fiber.Ctx, handlers](f)
+	return policy.WithFinalCost[*fiber.Ctx, Handlers](f)
 }
 
 // WithHeaders selects the rate-limit fields written on responses (see
@@ -200,7 +200,7 @@ func WithFinalCost(f func(c *fiber.Ctx, resp policy.Response) int) Option {
 //
 // The same option as every adapter's: [policy.WithHeaders], for fiber v2.
 func WithHeaders(style policy.HeaderStyle) Option {
-	return policy.WithHeaders[*fiber.Ctx, handlers](style)
+	return policy.WithHeaders[*fiber.Ctx, Handlers](style)
 }
 
 // WithLimitFunc chooses the limit per request, replacing the one given to
@@ -214,7 +214,7 @@ func WithHeaders(style policy.HeaderStyle) Option {
 //
 // The same option as every adapter's: [policy.WithLimitFunc], for fiber v2.
 func WithLimitFunc(f func(*fiber.Ctx) (core.Limit, error)) Option {
-	return policy.WithLimitFunc[*fiber.Ctx, handlers](f)
+	return policy.WithLimitFunc[*fiber.Ctx, Handlers](f)
 }
 
 // WithLimits adds limits checked and consumed together with the main one on
@@ -225,7 +225,7 @@ func WithLimitFunc(f func(*fiber.Ctx) (core.Limit, error)) Option {
 //
 // The same option as every adapter's: [policy.WithLimits], for fiber v2.
 func WithLimits(more ...core.Limit) Option {
-	return policy.WithLimits[*fiber.Ctx, handlers](more...)
+	return policy.WithLimits[*fiber.Ctx, Handlers](more...)
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
@@ -255,7 +255,7 @@ func WithLimits(more ...core.Limit) Option {
 //
 // The same option as every adapter's: [policy.WithListClientIP], for fiber v2.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
-	return policy.WithListClientIP[*fiber.Ctx, handlers](opts...)
+	return policy.WithListClientIP[*fiber.Ctx, Handlers](opts...)
 }
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -279,7 +279,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 //
 // The same option as every adapter's: [policy.WithOverrides], for fiber v2.
 func WithOverrides(ov *core.Overrides) Option {
-	return policy.WithOverrides[*fiber.Ctx, handlers](ov)
+	return policy.WithOverrides[*fiber.Ctx, Handlers](ov)
 }
 
 // WithPenalty makes a denial by this middleware lock the request's key for
@@ -296,7 +296,7 @@ func WithOverrides(ov *core.Overrides) Option {
 //
 // The same option as every adapter's: [policy.WithPenalty], for fiber v2.
 func WithPenalty(d time.Duration) Option {
-	return policy.WithPenalty[*fiber.Ctx, handlers](d)
+	return policy.WithPenalty[*fiber.Ctx, Handlers](d)
 }
 
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
@@ -309,7 +309,7 @@ func WithPenalty(d time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithProblemJSON], for fiber v2.
 func WithProblemJSON(on bool) Option {
-	return policy.WithProblemJSON[*fiber.Ctx, handlers](on)
+	return policy.WithProblemJSON[*fiber.Ctx, Handlers](on)
 }
 
 // WithQuotaUnit names what the limits count in RateLimit-Policy's qu
@@ -322,7 +322,7 @@ func WithProblemJSON(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithQuotaUnit], for fiber v2.
 func WithQuotaUnit(unit string) Option {
-	return policy.WithQuotaUnit[*fiber.Ctx, handlers](unit)
+	return policy.WithQuotaUnit[*fiber.Ctx, Handlers](unit)
 }
 
 // WithRetryJitter adds a random delay from 0 to max to each denial's
@@ -338,7 +338,7 @@ func WithQuotaUnit(unit string) Option {
 //
 // The same option as every adapter's: [policy.WithRetryJitter], for fiber v2.
 func WithRetryJitter(max time.Duration) Option {
-	return policy.WithRetryJitter[*fiber.Ctx, handlers](max)
+	return policy.WithRetryJitter[*fiber.Ctx, Handlers](max)
 }
 
 // WithScope names the middleware's buckets by name, in place of each request's
@@ -362,7 +362,7 @@ func WithRetryJitter(max time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithScope], for fiber v2.
 func WithScope(name string) Option {
-	return policy.WithScope[*fiber.Ctx, handlers](name)
+	return policy.WithScope[*fiber.Ctx, Handlers](name)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -373,7 +373,7 @@ func WithScope(name string) Option {
 //
 // The same option as every adapter's: [policy.WithSkip], for fiber v2.
 func WithSkip(f func(*fiber.Ctx) bool) Option {
-	return policy.WithSkip[*fiber.Ctx, handlers](f)
+	return policy.WithSkip[*fiber.Ctx, Handlers](f)
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -387,5 +387,5 @@ func WithSkip(f func(*fiber.Ctx) bool) Option {
 //
 // The same option as every adapter's: [policy.WithWait], for fiber v2.
 func WithWait(max time.Duration) Option {
-	return policy.WithWait[*fiber.Ctx, handlers](max)
+	return policy.WithWait[*fiber.Ctx, Handlers](max)
 }

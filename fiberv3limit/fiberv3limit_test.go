@@ -149,7 +149,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) fiber.Handler {
 		c.Set(fiber.HeaderContentType, rep.ContentType)
 		return c.Status(rep.Status).SendString(rep.Body)
 	}
-	opts := adaptertest.Options[fiber.Ctx, handlers](m, call)
+	opts := adaptertest.Options[fiber.Ctx, Handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c fiber.Ctx, res core.Result) error { return reply(c, m.Deny(res)) }))
 	}

@@ -25,10 +25,13 @@ import (
 // always rewritten to describe the bucket after the settlement; a body
 // streamed by SendStreamWriter is sent after it, so its size cannot be the
 // final cost.
-type Option = policy.Option[fiber.Ctx, handlers]
+type Option = policy.Option[fiber.Ctx, Handlers]
 
-// handlers holds the settings only this adapter has.
-type handlers struct {
+// Handlers holds the settings only this adapter has: the deny and error
+// handlers, set with [WithDenyHandler] and [WithErrorHandler]. It is the
+// second type parameter of [Option]; its fields are not for use outside
+// the package.
+type Handlers struct {
 	deny    func(fiber.Ctx, core.Result) error
 	onError func(fiber.Ctx, error) error
 }
@@ -47,7 +50,7 @@ func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 //
 // Default: a *fiber.Error with status 429, for the app's ErrorHandler.
 func WithDenyHandler(f func(c fiber.Ctx, res core.Result) error) Option {
-	return func(c *policy.Config[fiber.Ctx, handlers]) { c.Adapter.deny = f }
+	return func(c *policy.Config[fiber.Ctx, Handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -62,7 +65,7 @@ func WithDenyHandler(f func(c fiber.Ctx, res core.Result) error) Option {
 // store is unavailable or the request's context ended, 500 otherwise, and
 // the status text as its message (see the package documentation).
 func WithErrorHandler(f func(c fiber.Ctx, err error) error) Option {
-	return func(c *policy.Config[fiber.Ctx, handlers]) { c.Adapter.onError = f }
+	return func(c *policy.Config[fiber.Ctx, Handlers]) { c.Adapter.onError = f }
 }
 
 // Key returns a key function over the request's fiber.Ctx, for keys

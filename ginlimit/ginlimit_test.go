@@ -59,7 +59,7 @@ func call(c *gin.Context) adaptertest.Call {
 // middleware translates a neutral middleware into New and its options.
 func middleware(lim *core.Limiter, m *adaptertest.Middleware) gin.HandlerFunc {
 	reply := func(c *gin.Context, rep adaptertest.Reply) { c.Data(rep.Status, rep.ContentType, []byte(rep.Body)) }
-	opts := adaptertest.Options[*gin.Context, handlers](m, call)
+	opts := adaptertest.Options[*gin.Context, Handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(c *gin.Context, res core.Result) { reply(c, m.Deny(res)) }))
 	}

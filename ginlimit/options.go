@@ -23,10 +23,13 @@ import (
 // and the response's status and header fields (c.Writer's); the rate-limit
 // fields are then rewritten only when nothing was sent yet
 // (c.Writer.Written() is false).
-type Option = policy.Option[*gin.Context, handlers]
+type Option = policy.Option[*gin.Context, Handlers]
 
-// handlers holds the settings only this adapter has.
-type handlers struct {
+// Handlers holds the settings only this adapter has: the deny and error
+// handlers, set with [WithDenyHandler] and [WithErrorHandler]. It is the
+// second type parameter of [Option]; its fields are not for use outside
+// the package.
+type Handlers struct {
 	deny    func(*gin.Context, core.Result)
 	onError func(*gin.Context, error)
 }
@@ -44,7 +47,7 @@ func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 //
 // Default: 429 with the status text as a plain-text body.
 func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
-	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.deny = f }
+	return func(c *policy.Config[*gin.Context, Handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -59,7 +62,7 @@ func WithDenyHandler(f func(c *gin.Context, res core.Result)) Option {
 // missing key, 403 for a deny-listed request, 503 when the store is unavailable or the client gave up, and
 // 500 otherwise, with the status text as the body.
 func WithErrorHandler(f func(c *gin.Context, err error)) Option {
-	return func(c *policy.Config[*gin.Context, handlers]) { c.Adapter.onError = f }
+	return func(c *policy.Config[*gin.Context, Handlers]) { c.Adapter.onError = f }
 }
 
 // Key returns a key function over the request's *gin.Context, for keys

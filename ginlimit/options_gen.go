@@ -29,7 +29,7 @@ import (
 //
 // The same option as every adapter's: [policy.WithAllow], for gin.
 func WithAllow(entries ...string) Option {
-	return policy.WithAllow[*gin.Context, handlers](entries...)
+	return policy.WithAllow[*gin.Context, Handlers](entries...)
 }
 
 // WithChargeIf charges a request only when its response's status matches:
@@ -59,7 +59,7 @@ func WithAllow(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithChargeIf], for gin.
 func WithChargeIf(pred func(status int) bool) Option {
-	return policy.WithChargeIf[*gin.Context, handlers](pred)
+	return policy.WithChargeIf[*gin.Context, Handlers](pred)
 }
 
 // WithConcurrency caps the requests in flight per key: at most c.Max
@@ -98,7 +98,7 @@ func WithChargeIf(pred func(status int) bool) Option {
 //
 // The same option as every adapter's: [policy.WithConcurrency], for gin.
 func WithConcurrency(c core.ConcurrencyLimit) Option {
-	return policy.WithConcurrency[*gin.Context, handlers](c)
+	return policy.WithConcurrency[*gin.Context, Handlers](c)
 }
 
 // WithCost sets each request's cost in tokens. A cost below 1 or above the
@@ -109,7 +109,7 @@ func WithConcurrency(c core.ConcurrencyLimit) Option {
 //
 // The same option as every adapter's: [policy.WithCost], for gin.
 func WithCost(f func(*gin.Context) int) Option {
-	return policy.WithCost[*gin.Context, handlers](f)
+	return policy.WithCost[*gin.Context, Handlers](f)
 }
 
 // WithDeny refuses the requests whose key, or client address, is one of
@@ -127,7 +127,7 @@ func WithCost(f func(*gin.Context) int) Option {
 //
 // The same option as every adapter's: [policy.WithDeny], for gin.
 func WithDeny(entries ...string) Option {
-	return policy.WithDeny[*gin.Context, handlers](entries...)
+	return policy.WithDeny[*gin.Context, Handlers](entries...)
 }
 
 // WithDryRun makes the middleware transparent, to try a limit on live
@@ -143,7 +143,7 @@ func WithDeny(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithDryRun], for gin.
 func WithDryRun(on bool) Option {
-	return policy.WithDryRun[*gin.Context, handlers](on)
+	return policy.WithDryRun[*gin.Context, Handlers](on)
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -158,7 +158,7 @@ func WithDryRun(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for gin.
 func WithDryRunHandler(f func(*gin.Context, policy.DryRunReport)) Option {
-	return policy.WithDryRunHandler[*gin.Context, handlers](f)
+	return policy.WithDryRunHandler[*gin.Context, Handlers](f)
 }
 
 // WithFinalCost computes each request's final cost once its handlers have
@@ -189,7 +189,7 @@ func WithDryRunHandler(f func(*gin.Context, policy.DryRunReport)) Option {
 //
 // The same option as every adapter's: [policy.WithFinalCost], for gin.
 func WithFinalCost(f func(c *gin.Context, resp policy.Response) int) Option {
-	return policy.WithFinalCost[*gin.Context, handlers](f)
+	return policy.WithFinalCost[*gin.Context, Handlers](f)
 }
 
 // WithHeaders selects the rate-limit fields written on responses (see
@@ -200,7 +200,7 @@ func WithFinalCost(f func(c *gin.Context, resp policy.Response) int) Option {
 //
 // The same option as every adapter's: [policy.WithHeaders], for gin.
 func WithHeaders(style policy.HeaderStyle) Option {
-	return policy.WithHeaders[*gin.Context, handlers](style)
+	return policy.WithHeaders[*gin.Context, Handlers](style)
 }
 
 // WithLimitFunc chooses the limit per request, replacing the one given to
@@ -214,7 +214,7 @@ func WithHeaders(style policy.HeaderStyle) Option {
 //
 // The same option as every adapter's: [policy.WithLimitFunc], for gin.
 func WithLimitFunc(f func(*gin.Context) (core.Limit, error)) Option {
-	return policy.WithLimitFunc[*gin.Context, handlers](f)
+	return policy.WithLimitFunc[*gin.Context, Handlers](f)
 }
 
 // WithLimits adds limits checked and consumed together with the main one on
@@ -225,7 +225,7 @@ func WithLimitFunc(f func(*gin.Context) (core.Limit, error)) Option {
 //
 // The same option as every adapter's: [policy.WithLimits], for gin.
 func WithLimits(more ...core.Limit) Option {
-	return policy.WithLimits[*gin.Context, handlers](more...)
+	return policy.WithLimits[*gin.Context, Handlers](more...)
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
@@ -255,7 +255,7 @@ func WithLimits(more ...core.Limit) Option {
 //
 // The same option as every adapter's: [policy.WithListClientIP], for gin.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
-	return policy.WithListClientIP[*gin.Context, handlers](opts...)
+	return policy.WithListClientIP[*gin.Context, Handlers](opts...)
 }
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -279,7 +279,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 //
 // The same option as every adapter's: [policy.WithOverrides], for gin.
 func WithOverrides(ov *core.Overrides) Option {
-	return policy.WithOverrides[*gin.Context, handlers](ov)
+	return policy.WithOverrides[*gin.Context, Handlers](ov)
 }
 
 // WithPenalty makes a denial by this middleware lock the request's key for
@@ -296,7 +296,7 @@ func WithOverrides(ov *core.Overrides) Option {
 //
 // The same option as every adapter's: [policy.WithPenalty], for gin.
 func WithPenalty(d time.Duration) Option {
-	return policy.WithPenalty[*gin.Context, handlers](d)
+	return policy.WithPenalty[*gin.Context, Handlers](d)
 }
 
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
@@ -309,7 +309,7 @@ func WithPenalty(d time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithProblemJSON], for gin.
 func WithProblemJSON(on bool) Option {
-	return policy.WithProblemJSON[*gin.Context, handlers](on)
+	return policy.WithProblemJSON[*gin.Context, Handlers](on)
 }
 
 // WithQuotaUnit names what the limits count in RateLimit-Policy's qu
@@ -322,7 +322,7 @@ func WithProblemJSON(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithQuotaUnit], for gin.
 func WithQuotaUnit(unit string) Option {
-	return policy.WithQuotaUnit[*gin.Context, handlers](unit)
+	return policy.WithQuotaUnit[*gin.Context, Handlers](unit)
 }
 
 // WithRetryJitter adds a random delay from 0 to max to each denial's
@@ -338,7 +338,7 @@ func WithQuotaUnit(unit string) Option {
 //
 // The same option as every adapter's: [policy.WithRetryJitter], for gin.
 func WithRetryJitter(max time.Duration) Option {
-	return policy.WithRetryJitter[*gin.Context, handlers](max)
+	return policy.WithRetryJitter[*gin.Context, Handlers](max)
 }
 
 // WithScope names the middleware's buckets by name, in place of each request's
@@ -362,7 +362,7 @@ func WithRetryJitter(max time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithScope], for gin.
 func WithScope(name string) Option {
-	return policy.WithScope[*gin.Context, handlers](name)
+	return policy.WithScope[*gin.Context, Handlers](name)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -373,7 +373,7 @@ func WithScope(name string) Option {
 //
 // The same option as every adapter's: [policy.WithSkip], for gin.
 func WithSkip(f func(*gin.Context) bool) Option {
-	return policy.WithSkip[*gin.Context, handlers](f)
+	return policy.WithSkip[*gin.Context, Handlers](f)
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -387,5 +387,5 @@ func WithSkip(f func(*gin.Context) bool) Option {
 //
 // The same option as every adapter's: [policy.WithWait], for gin.
 func WithWait(max time.Duration) Option {
-	return policy.WithWait[*gin.Context, handlers](max)
+	return policy.WithWait[*gin.Context, Handlers](max)
 }

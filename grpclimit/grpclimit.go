@@ -28,7 +28,7 @@ import (
 // panics when used. An Interceptor is safe for concurrent use.
 type Interceptor struct {
 	p *policy.Policy
-	o handlers
+	o Handlers
 }
 
 // New returns an Interceptor that limits calls by key under limit, on lim.

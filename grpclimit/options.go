@@ -22,10 +22,13 @@ import (
 // response status to charge by. Rate-limit fields are sent as response
 // header metadata, and WithRetryJitter's delay reaches the RetryInfo detail
 // too (see the package documentation).
-type Option = policy.Option[context.Context, handlers]
+type Option = policy.Option[context.Context, Handlers]
 
-// handlers holds the settings only this adapter has.
-type handlers struct {
+// Handlers holds the settings only this adapter has: the deny and error
+// handlers, set with [WithDenyHandler] and [WithErrorHandler]. It is the
+// second type parameter of [Option]; its fields are not for use outside
+// the package.
+type Handlers struct {
 	deny    func(context.Context, core.Result) error
 	onError func(context.Context, error) error
 }
@@ -39,7 +42,7 @@ type handlers struct {
 //
 // Default: codes.ResourceExhausted with a google.rpc.RetryInfo detail.
 func WithDenyHandler(f func(ctx context.Context, res core.Result) error) Option {
-	return func(c *policy.Config[context.Context, handlers]) { c.Adapter.deny = f }
+	return func(c *policy.Config[context.Context, Handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers calls that could not be
@@ -56,7 +59,7 @@ func WithDenyHandler(f func(ctx context.Context, res core.Result) error) Option 
 // the call ended first, and codes.Internal otherwise, each with a fixed
 // message.
 func WithErrorHandler(f func(ctx context.Context, err error) error) Option {
-	return func(c *policy.Config[context.Context, handlers]) { c.Adapter.onError = f }
+	return func(c *policy.Config[context.Context, Handlers]) { c.Adapter.onError = f }
 }
 
 // Key returns a key function over the call's context, for keys keyfunc's

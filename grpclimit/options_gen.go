@@ -29,7 +29,7 @@ import (
 //
 // The same option as every adapter's: [policy.WithAllow], for gRPC.
 func WithAllow(entries ...string) Option {
-	return policy.WithAllow[context.Context, handlers](entries...)
+	return policy.WithAllow[context.Context, Handlers](entries...)
 }
 
 // WithConcurrency caps the requests in flight per key: at most c.Max
@@ -68,7 +68,7 @@ func WithAllow(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithConcurrency], for gRPC.
 func WithConcurrency(c core.ConcurrencyLimit) Option {
-	return policy.WithConcurrency[context.Context, handlers](c)
+	return policy.WithConcurrency[context.Context, Handlers](c)
 }
 
 // WithCost sets each request's cost in tokens. A cost below 1 or above the
@@ -79,7 +79,7 @@ func WithConcurrency(c core.ConcurrencyLimit) Option {
 //
 // The same option as every adapter's: [policy.WithCost], for gRPC.
 func WithCost(f func(context.Context) int) Option {
-	return policy.WithCost[context.Context, handlers](f)
+	return policy.WithCost[context.Context, Handlers](f)
 }
 
 // WithDeny refuses the requests whose key, or client address, is one of
@@ -97,7 +97,7 @@ func WithCost(f func(context.Context) int) Option {
 //
 // The same option as every adapter's: [policy.WithDeny], for gRPC.
 func WithDeny(entries ...string) Option {
-	return policy.WithDeny[context.Context, handlers](entries...)
+	return policy.WithDeny[context.Context, Handlers](entries...)
 }
 
 // WithDryRun makes the middleware transparent, to try a limit on live
@@ -113,7 +113,7 @@ func WithDeny(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithDryRun], for gRPC.
 func WithDryRun(on bool) Option {
-	return policy.WithDryRun[context.Context, handlers](on)
+	return policy.WithDryRun[context.Context, Handlers](on)
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -128,7 +128,7 @@ func WithDryRun(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for gRPC.
 func WithDryRunHandler(f func(context.Context, policy.DryRunReport)) Option {
-	return policy.WithDryRunHandler[context.Context, handlers](f)
+	return policy.WithDryRunHandler[context.Context, Handlers](f)
 }
 
 // WithHeaders selects the rate-limit fields written on responses (see
@@ -139,7 +139,7 @@ func WithDryRunHandler(f func(context.Context, policy.DryRunReport)) Option {
 //
 // The same option as every adapter's: [policy.WithHeaders], for gRPC.
 func WithHeaders(style policy.HeaderStyle) Option {
-	return policy.WithHeaders[context.Context, handlers](style)
+	return policy.WithHeaders[context.Context, Handlers](style)
 }
 
 // WithLimitFunc chooses the limit per request, replacing the one given to
@@ -153,7 +153,7 @@ func WithHeaders(style policy.HeaderStyle) Option {
 //
 // The same option as every adapter's: [policy.WithLimitFunc], for gRPC.
 func WithLimitFunc(f func(context.Context) (core.Limit, error)) Option {
-	return policy.WithLimitFunc[context.Context, handlers](f)
+	return policy.WithLimitFunc[context.Context, Handlers](f)
 }
 
 // WithLimits adds limits checked and consumed together with the main one on
@@ -164,7 +164,7 @@ func WithLimitFunc(f func(context.Context) (core.Limit, error)) Option {
 //
 // The same option as every adapter's: [policy.WithLimits], for gRPC.
 func WithLimits(more ...core.Limit) Option {
-	return policy.WithLimits[context.Context, handlers](more...)
+	return policy.WithLimits[context.Context, Handlers](more...)
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
@@ -194,7 +194,7 @@ func WithLimits(more ...core.Limit) Option {
 //
 // The same option as every adapter's: [policy.WithListClientIP], for gRPC.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
-	return policy.WithListClientIP[context.Context, handlers](opts...)
+	return policy.WithListClientIP[context.Context, Handlers](opts...)
 }
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -218,7 +218,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 //
 // The same option as every adapter's: [policy.WithOverrides], for gRPC.
 func WithOverrides(ov *core.Overrides) Option {
-	return policy.WithOverrides[context.Context, handlers](ov)
+	return policy.WithOverrides[context.Context, Handlers](ov)
 }
 
 // WithPenalty makes a denial by this middleware lock the request's key for
@@ -235,7 +235,7 @@ func WithOverrides(ov *core.Overrides) Option {
 //
 // The same option as every adapter's: [policy.WithPenalty], for gRPC.
 func WithPenalty(d time.Duration) Option {
-	return policy.WithPenalty[context.Context, handlers](d)
+	return policy.WithPenalty[context.Context, Handlers](d)
 }
 
 // WithQuotaUnit names what the limits count in RateLimit-Policy's qu
@@ -248,7 +248,7 @@ func WithPenalty(d time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithQuotaUnit], for gRPC.
 func WithQuotaUnit(unit string) Option {
-	return policy.WithQuotaUnit[context.Context, handlers](unit)
+	return policy.WithQuotaUnit[context.Context, Handlers](unit)
 }
 
 // WithRetryJitter adds a random delay from 0 to max to each denial's
@@ -264,7 +264,7 @@ func WithQuotaUnit(unit string) Option {
 //
 // The same option as every adapter's: [policy.WithRetryJitter], for gRPC.
 func WithRetryJitter(max time.Duration) Option {
-	return policy.WithRetryJitter[context.Context, handlers](max)
+	return policy.WithRetryJitter[context.Context, Handlers](max)
 }
 
 // WithScope names the middleware's buckets by name, in place of each request's
@@ -288,7 +288,7 @@ func WithRetryJitter(max time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithScope], for gRPC.
 func WithScope(name string) Option {
-	return policy.WithScope[context.Context, handlers](name)
+	return policy.WithScope[context.Context, Handlers](name)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -299,7 +299,7 @@ func WithScope(name string) Option {
 //
 // The same option as every adapter's: [policy.WithSkip], for gRPC.
 func WithSkip(f func(context.Context) bool) Option {
-	return policy.WithSkip[context.Context, handlers](f)
+	return policy.WithSkip[context.Context, Handlers](f)
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -313,5 +313,5 @@ func WithSkip(f func(context.Context) bool) Option {
 //
 // The same option as every adapter's: [policy.WithWait], for gRPC.
 func WithWait(max time.Duration) Option {
-	return policy.WithWait[context.Context, handlers](max)
+	return policy.WithWait[context.Context, Handlers](max)
 }

@@ -75,7 +75,7 @@ func middleware(lim *core.Limiter, m *adaptertest.Middleware) func(http.Handler)
 		w.WriteHeader(rep.Status)
 		_, _ = w.Write([]byte(rep.Body))
 	}
-	opts := adaptertest.Options[*http.Request, handlers](m, call)
+	opts := adaptertest.Options[*http.Request, Handlers](m, call)
 	if m.Deny != nil {
 		opts = append(opts, WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res core.Result) { reply(w, m.Deny(res)) }))
 	}

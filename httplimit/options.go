@@ -13,10 +13,13 @@ import (
 // adapter shares, defined once in package policy, and this package's deny
 // and error handlers. When an option is passed twice, the last one wins. A
 // nil Option makes New panic.
-type Option = policy.Option[*http.Request, handlers]
+type Option = policy.Option[*http.Request, Handlers]
 
-// handlers holds the settings only this adapter has.
-type handlers struct {
+// Handlers holds the settings only this adapter has: the deny and error
+// handlers, set with [WithDenyHandler] and [WithErrorHandler]. It is the
+// second type parameter of [Option]; its fields are not for use outside
+// the package.
+type Handlers struct {
 	deny    func(http.ResponseWriter, *http.Request, core.Result)
 	onError func(http.ResponseWriter, *http.Request, error)
 }
@@ -32,7 +35,7 @@ func SetCost(ctx context.Context, n int) bool { return policy.SetCost(ctx, n) }
 //
 // Default: 429 with the status text as a plain-text body.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
-	return func(c *policy.Config[*http.Request, handlers]) { c.Adapter.deny = f }
+	return func(c *policy.Config[*http.Request, Handlers]) { c.Adapter.deny = f }
 }
 
 // WithErrorHandler sets the handler that answers requests that could not be
@@ -46,7 +49,7 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Res
 // the store is unavailable or the client gave up, 500 otherwise, with the
 // status text as the body.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	return func(c *policy.Config[*http.Request, handlers]) { c.Adapter.onError = f }
+	return func(c *policy.Config[*http.Request, Handlers]) { c.Adapter.onError = f }
 }
 
 // Key returns a key function over the request's *http.Request, for keys

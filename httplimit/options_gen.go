@@ -29,7 +29,7 @@ import (
 //
 // The same option as every adapter's: [policy.WithAllow], for net/http.
 func WithAllow(entries ...string) Option {
-	return policy.WithAllow[*http.Request, handlers](entries...)
+	return policy.WithAllow[*http.Request, Handlers](entries...)
 }
 
 // WithChargeIf charges a request only when its response's status matches:
@@ -59,7 +59,7 @@ func WithAllow(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithChargeIf], for net/http.
 func WithChargeIf(pred func(status int) bool) Option {
-	return policy.WithChargeIf[*http.Request, handlers](pred)
+	return policy.WithChargeIf[*http.Request, Handlers](pred)
 }
 
 // WithConcurrency caps the requests in flight per key: at most c.Max
@@ -98,7 +98,7 @@ func WithChargeIf(pred func(status int) bool) Option {
 //
 // The same option as every adapter's: [policy.WithConcurrency], for net/http.
 func WithConcurrency(c core.ConcurrencyLimit) Option {
-	return policy.WithConcurrency[*http.Request, handlers](c)
+	return policy.WithConcurrency[*http.Request, Handlers](c)
 }
 
 // WithCost sets each request's cost in tokens. A cost below 1 or above the
@@ -109,7 +109,7 @@ func WithConcurrency(c core.ConcurrencyLimit) Option {
 //
 // The same option as every adapter's: [policy.WithCost], for net/http.
 func WithCost(f func(*http.Request) int) Option {
-	return policy.WithCost[*http.Request, handlers](f)
+	return policy.WithCost[*http.Request, Handlers](f)
 }
 
 // WithDeny refuses the requests whose key, or client address, is one of
@@ -127,7 +127,7 @@ func WithCost(f func(*http.Request) int) Option {
 //
 // The same option as every adapter's: [policy.WithDeny], for net/http.
 func WithDeny(entries ...string) Option {
-	return policy.WithDeny[*http.Request, handlers](entries...)
+	return policy.WithDeny[*http.Request, Handlers](entries...)
 }
 
 // WithDryRun makes the middleware transparent, to try a limit on live
@@ -143,7 +143,7 @@ func WithDeny(entries ...string) Option {
 //
 // The same option as every adapter's: [policy.WithDryRun], for net/http.
 func WithDryRun(on bool) Option {
-	return policy.WithDryRun[*http.Request, handlers](on)
+	return policy.WithDryRun[*http.Request, Handlers](on)
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
@@ -158,7 +158,7 @@ func WithDryRun(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for net/http.
 func WithDryRunHandler(f func(*http.Request, policy.DryRunReport)) Option {
-	return policy.WithDryRunHandler[*http.Request, handlers](f)
+	return policy.WithDryRunHandler[*http.Request, Handlers](f)
 }
 
 // WithFinalCost computes each request's final cost once its handlers have
@@ -189,7 +189,7 @@ func WithDryRunHandler(f func(*http.Request, policy.DryRunReport)) Option {
 //
 // The same option as every adapter's: [policy.WithFinalCost], for net/http.
 func WithFinalCost(f func(c *http.Request, resp policy.Response) int) Option {
-	return policy.WithFinalCost[*http.Request, handlers](f)
+	return policy.WithFinalCost[*http.Request, Handlers](f)
 }
 
 // WithHeaders selects the rate-limit fields written on responses (see
@@ -200,7 +200,7 @@ func WithFinalCost(f func(c *http.Request, resp policy.Response) int) Option {
 //
 // The same option as every adapter's: [policy.WithHeaders], for net/http.
 func WithHeaders(style policy.HeaderStyle) Option {
-	return policy.WithHeaders[*http.Request, handlers](style)
+	return policy.WithHeaders[*http.Request, Handlers](style)
 }
 
 // WithLimitFunc chooses the limit per request, replacing the one given to
@@ -214,7 +214,7 @@ func WithHeaders(style policy.HeaderStyle) Option {
 //
 // The same option as every adapter's: [policy.WithLimitFunc], for net/http.
 func WithLimitFunc(f func(*http.Request) (core.Limit, error)) Option {
-	return policy.WithLimitFunc[*http.Request, handlers](f)
+	return policy.WithLimitFunc[*http.Request, Handlers](f)
 }
 
 // WithLimits adds limits checked and consumed together with the main one on
@@ -225,7 +225,7 @@ func WithLimitFunc(f func(*http.Request) (core.Limit, error)) Option {
 //
 // The same option as every adapter's: [policy.WithLimits], for net/http.
 func WithLimits(more ...core.Limit) Option {
-	return policy.WithLimits[*http.Request, handlers](more...)
+	return policy.WithLimits[*http.Request, Handlers](more...)
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
@@ -255,7 +255,7 @@ func WithLimits(more ...core.Limit) Option {
 //
 // The same option as every adapter's: [policy.WithListClientIP], for net/http.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
-	return policy.WithListClientIP[*http.Request, handlers](opts...)
+	return policy.WithListClientIP[*http.Request, Handlers](opts...)
 }
 
 // WithOverrides applies the run-time overrides of ov (see
@@ -279,7 +279,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 //
 // The same option as every adapter's: [policy.WithOverrides], for net/http.
 func WithOverrides(ov *core.Overrides) Option {
-	return policy.WithOverrides[*http.Request, handlers](ov)
+	return policy.WithOverrides[*http.Request, Handlers](ov)
 }
 
 // WithPenalty makes a denial by this middleware lock the request's key for
@@ -296,7 +296,7 @@ func WithOverrides(ov *core.Overrides) Option {
 //
 // The same option as every adapter's: [policy.WithPenalty], for net/http.
 func WithPenalty(d time.Duration) Option {
-	return policy.WithPenalty[*http.Request, handlers](d)
+	return policy.WithPenalty[*http.Request, Handlers](d)
 }
 
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
@@ -309,7 +309,7 @@ func WithPenalty(d time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithProblemJSON], for net/http.
 func WithProblemJSON(on bool) Option {
-	return policy.WithProblemJSON[*http.Request, handlers](on)
+	return policy.WithProblemJSON[*http.Request, Handlers](on)
 }
 
 // WithQuotaUnit names what the limits count in RateLimit-Policy's qu
@@ -322,7 +322,7 @@ func WithProblemJSON(on bool) Option {
 //
 // The same option as every adapter's: [policy.WithQuotaUnit], for net/http.
 func WithQuotaUnit(unit string) Option {
-	return policy.WithQuotaUnit[*http.Request, handlers](unit)
+	return policy.WithQuotaUnit[*http.Request, Handlers](unit)
 }
 
 // WithRetryJitter adds a random delay from 0 to max to each denial's
@@ -338,7 +338,7 @@ func WithQuotaUnit(unit string) Option {
 //
 // The same option as every adapter's: [policy.WithRetryJitter], for net/http.
 func WithRetryJitter(max time.Duration) Option {
-	return policy.WithRetryJitter[*http.Request, handlers](max)
+	return policy.WithRetryJitter[*http.Request, Handlers](max)
 }
 
 // WithScope names the middleware's buckets by name, in place of each request's
@@ -362,7 +362,7 @@ func WithRetryJitter(max time.Duration) Option {
 //
 // The same option as every adapter's: [policy.WithScope], for net/http.
 func WithScope(name string) Option {
-	return policy.WithScope[*http.Request, handlers](name)
+	return policy.WithScope[*http.Request, Handlers](name)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -373,7 +373,7 @@ func WithScope(name string) Option {
 //
 // The same option as every adapter's: [policy.WithSkip], for net/http.
 func WithSkip(f func(*http.Request) bool) Option {
-	return policy.WithSkip[*http.Request, handlers](f)
+	return policy.WithSkip[*http.Request, Handlers](f)
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -387,5 +387,5 @@ func WithSkip(f func(*http.Request) bool) Option {
 //
 // The same option as every adapter's: [policy.WithWait], for net/http.
 func WithWait(max time.Duration) Option {
-	return policy.WithWait[*http.Request, handlers](max)
+	return policy.WithWait[*http.Request, Handlers](max)
 }

@@ -17,10 +17,10 @@
 // function per option of this package:
 //
 //	// in ginlimit:
-//	type Option = policy.Option[*gin.Context, handlers]
+//	type Option = policy.Option[*gin.Context, Handlers]
 //
 //	func WithSkip(f func(*gin.Context) bool) Option {
-//		return policy.WithSkip[*gin.Context, handlers](f)
+//		return policy.WithSkip[*gin.Context, Handlers](f)
 //	}
 //
 // Users of an adapter never need this package, except to name a

@@ -42,7 +42,11 @@ func run(ctx context.Context, stdout io.Writer) error {
 	defer srv.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
-	lim, err := core.New(rdb)
+	// A second's budget, not the default 50 ms: this demo is about
+	// quotas, and an embedded Redis shares this process's CPU, so on a
+	// busy machine a decision could outlive 50 ms and be decided by the
+	// local fallback, which knows nothing of the day's count.
+	lim, err := core.New(rdb, core.WithTimeout(time.Second))
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func TestSkip(t *testing.T) {
 	if bytes.Contains(src, []byte("func WithSkip(")) {
 		t.Errorf("generate kept WithSkip, which the adapter skips:\n%s", src)
 	}
-	if !bytes.Contains(src, []byte("func WithCost(f func(*http.Request) int) Option {\n\treturn policy.WithCost[*http.Request, handlers](f)\n}")) {
+	if !bytes.Contains(src, []byte("func WithCost(f func(*http.Request) int) Option {\n\treturn policy.WithCost[*http.Request, Handlers](f)\n}")) {
 		t.Errorf("generate wrote no WithCost over *http.Request:\n%s", src)
 	}
 }

@@ -1,0 +1,117 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Connections are opened outside decisions. go-redis opens a connection
+// when a call finds none idle, and the handshake (the dial, then HELLO and
+// AUTH) is paid inside that call's context: inside the decision's budget.
+// With Redis a few tens of milliseconds away, a handshake and a decision
+// do not fit the budget together; and go-redis closes a connection whose
+// call timed out, so after one blip every call would dial again, fail
+// again, and the node would never answer within its budget: the breaker's
+// probes would fail for as long as the process lives.
+//
+// So the limiter warms a node's pools itself, apart from any decision:
+// [Limiter.Ready] does it before traffic, and every failure charged to a
+// node starts one warm-up of that node in the background (at most one at
+// a time and one a second per node), bounded by twice the client's dial
+// timeout and stopped by [Limiter.Close]. The breaker's next probe then
+// finds a connection ready.
+
+// warmState is a node's part of the warm-ups.
+type warmState struct {
+	warming  atomic.Bool
+	warmedAt atomic.Int64 // unix nanoseconds of the last warm-up started
+}
+
+// warmEvery bounds how often one node is warmed in the background.
+const warmEvery = time.Second
+
+// connsWanted is how many connections a node's pool keeps warm: as many as
+// the limiter keeps calls in flight to it, with room for operations of
+// other kinds beside them.
+func (l *Limiter) connsWanted() int { return max(1, 3*l.inflight+1) }
+
+// rewarm starts a background warm-up of nd's pools, unless one runs, one
+// started less than warmEvery ago, the limiter is closed, or nd's client
+// is unknown (a client type the limiter cannot see into).
+func (l *Limiter) rewarm(nd *node) {
+	c := nd.client
+	if c == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-nd.warm.warmedAt.Load() < int64(warmEvery) || !nd.warm.warming.CompareAndSwap(false, true) {
+		return
+	}
+	nd.warm.warmedAt.Store(now)
+	n := l.connsWanted()
+	started := l.bg.run(func(ctx context.Context) {
+		defer nd.warm.warming.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, max(time.Second, 2*c.Options().DialTimeout))
+		defer cancel()
+		_ = warmPool(ctx, c, n) // a failure is the breaker's to judge, by the calls
+	})
+	if !started {
+		nd.warm.warming.Store(false)
+	}
+}
+
+// warmPool opens n connections of c's pool, and up to n of its pipeline
+// pool (go-redis sends pipelines, which the limiter's batches and Cluster
+// calls are, on a pool of their own), at once, and puts them back, so
+// that n calls at once find a connection ready. It returns the first
+// error.
+func warmPool(ctx context.Context, c *redis.Client, n int) error {
+	n = min(n, c.Options().PoolSize)
+	pipes := c.Options().PipelinePoolSize
+	switch {
+	case pipes == 0:
+		pipes = 10 // go-redis's default
+	case pipes < 0:
+		pipes = 0 // no pipeline pool: pipelines use the main one
+	}
+	pipes = min(n, pipes)
+	// One handshake first, alone: go-redis settles on it what the
+	// server supports (its maintenance notifications), and two first
+	// handshakes at once, one on each pool, race in go-redis itself.
+	if err := c.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	conns := make([]*redis.Conn, n)
+	errs := make([]error, n+pipes)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			conns[i] = c.Conn()
+			errs[i] = conns[i].Ping(ctx).Err()
+		})
+	}
+	// Pipelines started together overlap while they dial, so each
+	// takes a connection of its own.
+	for i := range pipes {
+		wg.Go(func() {
+			_, errs[n+i] = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for _, cn := range conns {
+		_ = cn.Close() // back to the pool
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

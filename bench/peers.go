@@ -8,6 +8,7 @@ func Peers() []Peer {
 		{Name: "sluice", Module: "github.com/sluicehq/sluice", Redis: true, Fleet: true, New: newSluice()},
 		{Name: "sluice/nobatch", Module: "github.com/sluicehq/sluice", Redis: true, Fleet: true, New: newSluice(core.WithBatching(0))},
 		{Name: "sluice/nodeny", Module: "github.com/sluicehq/sluice", Redis: true, DenyOnly: true, New: newSluice(core.WithDenyCache(false))},
+		{Name: "sluice/lease", Module: "github.com/sluicehq/sluice", Redis: true, Fleet: true, FleetOnly: true, New: newSluiceLease},
 		{Name: "redis_rate", Module: "github.com/go-redis/redis_rate/v10", Redis: true, Fleet: true, New: newRedisRate},
 		{Name: "ulule", Module: "github.com/ulule/limiter/v3", Redis: true, Fleet: true, New: newUlule},
 		{Name: "go-zero", Module: "github.com/zeromicro/go-zero", Redis: true, New: newGoZero},

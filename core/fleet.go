@@ -257,6 +257,7 @@ func (l *Limiter) FleetSize() int {
 func (l *Limiter) Close() error {
 	l.keeper().close()
 	l.bg.stop()
+	l.hotLeases().close()
 	if l.fleet == nil {
 		return nil
 	}

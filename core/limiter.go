@@ -51,6 +51,8 @@ type Limiter struct {
 	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
 	keyLog                    // keys whose own failures were logged (see keyFailed)
 	bg           background   // background tasks, stopped by Close (see rewarm)
+	hotOnce      sync.Once    // makes hot
+	hot          *hotLeases   // token leases of hot keys (see Rule.WithTokenLeases)
 
 	epoch   time.Time
 	epochUS int64
@@ -303,6 +305,12 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 	now := l.now()
 	cost := int64(n)
+
+	if p.lease != nil && maxWait == 0 && l.store != nil {
+		if res, d, ok, err := l.leaseAdmit(ctx, key, p, cost, now); ok {
+			return res, d, err
+		}
+	}
 
 	if l.store == nil {
 		d := l.local.take(p.id, key, now, p.ticks, cost, maxWait, l.penaltyOf(p))

@@ -55,6 +55,8 @@ func (s Source) String() string {
 		return "fail_closed"
 	case SourceDenyList:
 		return "deny_list"
+	case SourceLease:
+		return "lease"
 	}
 	return "unknown"
 }

@@ -32,6 +32,8 @@ type plan struct {
 	scope   string // the scope it was compiled for (see Limiter.PrepareScoped)
 	dryRun  bool   // its results are marked DryRun (see Rule.DryRun)
 	penalty int64  // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
+
+	lease *leaseConf // token leases (see Rule.WithTokenLeases); nil: none
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the

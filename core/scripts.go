@@ -58,5 +58,5 @@ var (
 // record the empty reply of a command not yet sent as the script's hash.)
 func scriptSources() []string {
 	return []string{bucketLua, settleLua, clockLua + leasesLua + acquireLua, clockLua + leasesLua + renewLua, clockLua + leasesLua + releaseLua,
-		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua}
+		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua}
 }

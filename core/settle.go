@@ -94,11 +94,15 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
 	}
 	l := r.lim
-	res, d, err := l.admit(ctx, key, r.p, n, 0)
+	p := r.p
+	if p.lease != nil {
+		p = p.lease.exact // a reservation is decided exactly, without leases
+	}
+	res, d, err := l.admit(ctx, key, p, n, 0)
 	if err != nil {
 		return nil, err
 	}
-	rv := &Reservation{Result: res, lim: l, p: r.p, key: key, n: int64(n), made: time.Now()}
+	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now()}
 	switch {
 	case !res.Allowed:
 	case l.store == nil:

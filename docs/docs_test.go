@@ -594,7 +594,7 @@ type family struct {
 // series (every attribute set) exists.
 func observeAll(obs core.Observer) {
 	for _, limit := range []core.Limit{core.PerMinute(60).WithName("api"), core.PerMinute(60)} {
-		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed, core.SourceDenyList} {
+		for _, src := range []core.Source{core.SourceStore, core.SourceDenyCache, core.SourceFallback, core.SourceFailOpen, core.SourceFailClosed, core.SourceDenyList, core.SourceLease} {
 			for _, dry := range []bool{false, true} {
 				obs.ObserveDecision(core.Result{Allowed: true, Limit: limit, DryRun: dry}, src)
 				obs.ObserveDecision(core.Result{Allowed: true, Wait: 50 * time.Millisecond, Limit: limit, DryRun: dry}, src)
@@ -610,6 +610,11 @@ func observeAll(obs core.Observer) {
 		co.ObserveAcquire(cap, true, core.SourceStore)
 		co.ObserveAcquire(cap, false, core.SourceStore)
 		co.ObserveRelease(cap)
+	}
+	if lo, ok := obs.(core.LeaseObserver); ok {
+		for _, limit := range []core.Limit{core.PerMinute(60).WithName("api"), core.PerMinute(60)} {
+			lo.ObserveTokenLease(limit, core.LeaseEvent{Taken: 10, Spent: 4, Returned: 3, Lost: 1})
+		}
 	}
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})

@@ -62,6 +62,8 @@ type Observer struct {
 	outages  metric.Int64Counter
 	acquires metric.Int64Counter
 	inFlight metric.Int64UpDownCounter
+	leased   metric.Int64Counter
+	inHand   metric.Int64UpDownCounter
 	up       metric.Int64ObservableGauge
 	downTime metric.Float64ObservableCounter
 	common   []attribute.KeyValue
@@ -143,7 +145,7 @@ func New(opts ...Option) (*Observer, error) {
 		waits:     make(map[waitKey][]metric.RecordOption),
 		nodes:     make(map[string]*node),
 	}
-	var errs [8]error
+	var errs [10]error
 	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
@@ -169,6 +171,12 @@ func New(opts ...Option) (*Observer, error) {
 	obs.inFlight, errs[7] = m.Int64UpDownCounter("sluice.concurrency.in_flight",
 		metric.WithUnit("{slot}"),
 		metric.WithDescription("Concurrency-cap slots this process holds, by policy (the cap's name); the sum over replicas is the cap's use."))
+	obs.leased, errs[8] = m.Int64Counter("sluice.lease.tokens",
+		metric.WithUnit("{token}"),
+		metric.WithDescription("Token leases of hot keys, by policy (the limit's name) and sluice.lease.kind: taken from Redis, spent locally, returned, lost."))
+	obs.inHand, errs[9] = m.Int64UpDownCounter("sluice.lease.in_hand",
+		metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens this process holds in token leases, by policy, as of each lease's last call."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("sluiceotel: %w", err)
 	}
@@ -326,7 +334,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of db.operation.name, from core's Op constants; a
 // kind of call not listed is recorded as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, policyOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, policyOther}
 
 // opResult names one attribute set of the store duration histogram.
 type opResult struct{ op, reason string }
@@ -356,6 +364,30 @@ func (obs *Observer) ObserveAcquire(limit core.ConcurrencyLimit, acquired bool, 
 	obs.acquires.Add(context.Background(), 1, capOpts...)
 	if acquired {
 		obs.inFlight.Add(context.Background(), 1, flight...)
+	}
+}
+
+// ObserveTokenLease implements core.LeaseObserver. It runs once per lease
+// call, not per decision.
+func (obs *Observer) ObserveTokenLease(limit core.Limit, ev core.LeaseEvent) {
+	obs.mu.RLock()
+	policy := obs.policy(limit)
+	obs.mu.RUnlock()
+	if policy == "" {
+		policy = policyUnnamed
+	}
+	ctx := context.Background()
+	p := keyPolicy.String(validUTF8(policy))
+	for _, k := range [...]struct {
+		kind string
+		n    int64
+	}{{"taken", ev.Taken}, {"spent", ev.Spent}, {"returned", ev.Returned}, {"lost", ev.Lost}} {
+		if k.n > 0 {
+			obs.leased.Add(ctx, k.n, obs.attrs(p, attribute.String("sluice.lease.kind", k.kind)))
+		}
+	}
+	if d := ev.Taken - ev.Spent - ev.Returned - ev.Lost; d != 0 {
+		obs.inHand.Add(ctx, d, obs.attrs(p))
 	}
 }
 
@@ -456,3 +488,4 @@ func validUTF8(s string) string {
 
 var _ core.Observer = (*Observer)(nil)
 var _ core.ConcurrencyObserver = (*Observer)(nil)
+var _ core.LeaseObserver = (*Observer)(nil)

@@ -34,6 +34,8 @@ type Collector struct {
 	calls      *prometheus.CounterVec
 	acquires   *prometheus.CounterVec
 	inFlight   *prometheus.GaugeVec
+	leased     *prometheus.CounterVec
+	inHand     *prometheus.GaugeVec
 
 	maxNames int
 
@@ -70,7 +72,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, labelOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, labelOther}
 
 // capKey names one series of the acquisitions counter; limit is a label
 // value (see limitName).
@@ -170,6 +172,16 @@ func New(opts ...Option) (*Collector, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        name("concurrency_in_flight"),
 			Help:        "Concurrency-cap slots this process holds, by cap (its name, \"unnamed\" or \"other\"); the sum over replicas is the cap's use.",
+			ConstLabels: o.constLabels,
+		}, []string{"limit"}),
+		leased: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("lease_tokens_total"),
+			Help:        "Token leases of hot keys (core.Rule.WithTokenLeases), by limit (its name, \"unnamed\" or \"other\") and kind: taken from Redis, spent (admitted locally), returned to Redis, lost (a lease ended with them in hand).",
+			ConstLabels: o.constLabels,
+		}, []string{"limit", "kind"}),
+		inHand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        name("lease_tokens_in_hand"),
+			Help:        "Tokens this process holds in token leases, by limit, as of each lease's last call; the sum over replicas is at most the rule's LeaseBound.",
 			ConstLabels: o.constLabels,
 		}, []string{"limit"}),
 		maxNames:   o.maxNames,
@@ -280,7 +292,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight}
+	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand}
 }
 
 // ObserveDecision implements core.Observer.
@@ -456,6 +468,27 @@ func (c *Collector) ObserveRelease(limit core.ConcurrencyLimit) {
 	g.Dec()
 }
 
+// ObserveTokenLease implements core.LeaseObserver. It runs once per lease
+// call, not per decision.
+func (c *Collector) ObserveTokenLease(limit core.Limit, ev core.LeaseEvent) {
+	c.mu.RLock()
+	label := c.limitLabel(limit)
+	if _, ok := c.names[label]; !ok && limit.Name != "" {
+		label = labelOther // the name was never admitted by a decision
+	}
+	c.mu.RUnlock()
+	label = validUTF8(label)
+	for _, k := range [...]struct {
+		kind string
+		n    int64
+	}{{"taken", ev.Taken}, {"spent", ev.Spent}, {"returned", ev.Returned}, {"lost", ev.Lost}} {
+		if k.n > 0 {
+			c.leased.WithLabelValues(label, k.kind).Add(float64(k.n))
+		}
+	}
+	c.inHand.WithLabelValues(label).Add(float64(ev.Taken - ev.Spent - ev.Returned - ev.Lost))
+}
+
 // limitName is limitLabel for a name alone (a concurrency cap's). The
 // caller holds c.mu, for reading at least.
 func (c *Collector) limitName(name string) string {
@@ -498,4 +531,5 @@ func (c *Collector) addCapSeries(k capKey) (prometheus.Counter, prometheus.Gauge
 
 var _ core.Observer = (*Collector)(nil)
 var _ core.ConcurrencyObserver = (*Collector)(nil)
+var _ core.LeaseObserver = (*Collector)(nil)
 var _ prometheus.Collector = (*Collector)(nil)

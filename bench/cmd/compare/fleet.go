@@ -57,13 +57,39 @@ type fleetScenario struct {
 	title string
 	nkeys int
 	limit bench.Limit
+	// warmApart warms up on other keys, so that the measured keys start
+	// from full buckets and what they admit can be set against the ideal,
+	// Burst + Rate·t.
+	warmApart bool
+}
+
+// hotLimitBound is the limit-bound hot key scenario's limit: one key that
+// every caller hammers far beyond it, so the limit decides, not Redis.
+var hotLimitBound = bench.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+
+// scHotLimit names the limit-bound hot key scenario, run only when
+// -fleet-scenarios names it.
+const scHotLimit = "hotlimit"
+
+// fleetScenarioNames are the scenarios -fleet-scenarios chose.
+var fleetScenarioNames = []string{scMany, scHot}
+
+func allFleetScenarios() []fleetScenario {
+	return []fleetScenario{
+		{scMany, fmt.Sprintf("10,000 keys at %s each", fleetLimit), manyKeys, fleetLimit, false},
+		{scHot, fmt.Sprintf("One hot key at %s (never reached)", highLimit), hotKeys, highLimit, false},
+		{scHotLimit, fmt.Sprintf("One hot key at %s, hammered (limit-bound), from a full bucket", hotLimitBound), hotKeys, hotLimitBound, true},
+	}
 }
 
 func fleetScenarios() []fleetScenario {
-	return []fleetScenario{
-		{scMany, fmt.Sprintf("10,000 keys at %s each", fleetLimit), manyKeys, fleetLimit},
-		{scHot, fmt.Sprintf("One hot key at %s (never reached)", highLimit), hotKeys, highLimit},
+	var out []fleetScenario
+	for _, sc := range allFleetScenarios() {
+		if slices.Contains(fleetScenarioNames, sc.name) {
+			out = append(out, sc)
+		}
 	}
+	return out
 }
 
 // fleetKey names one fleet cell; procs is the multi-process layout.
@@ -181,7 +207,11 @@ func (h *harness) fleetInProcess(sc fleetScenario, s shape, p bench.Peer) (fleet
 	}
 	defer closeAll()
 	keys := h.keys(sc.nkeys)
-	loadAll(lims, keys, s.c, fleetWarmup, 0, 0)
+	warm := keys
+	if sc.warmApart {
+		warm = h.keys(sc.nkeys)
+	}
+	loadAll(lims, warm, s.c, fleetWarmup, 0, 0)
 	return h.aroundRedis(func() (*tally, float64, error) {
 		cpu0, ok := processCPU()
 		t, _ := loadAll(lims, keys, s.c, h.cfg.fleetDuration, 0, 0)
@@ -235,12 +265,13 @@ func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, 
 // unknown), and counts summed over them.
 type fleetSummary struct {
 	rate, redisUS, clientUS float64
+	admitted, measured      float64 // median admissions per run, and median seconds measured
 	p50, p99                time.Duration
 	counts                  *tally // calls by outcome, over all runs; no latencies
 }
 
 func (c *fleetCell) summary() fleetSummary {
-	var rate, redisUS, clientUS, p50, p99 []float64
+	var rate, redisUS, clientUS, p50, p99, admitted, measured []float64
 	s := fleetSummary{counts: new(tally)}
 	for _, r := range c.runs {
 		d := float64(r.t.decisions())
@@ -249,12 +280,15 @@ func (c *fleetCell) summary() fleetSummary {
 		clientUS = append(clientUS, perDecisionUS(r.clientCPU, d))
 		p50 = append(p50, float64(r.t.hist.Quantile(0.5)))
 		p99 = append(p99, float64(r.t.hist.Quantile(0.99)))
+		admitted = append(admitted, float64(r.t.allowed))
+		measured = append(measured, r.t.elapsed.Seconds())
 		s.counts.allowed += r.t.allowed
 		s.counts.denied += r.t.denied
 		s.counts.degraded += r.t.degraded
 		s.counts.errs += r.t.errs
 	}
 	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	s.admitted, s.measured = median(admitted), median(measured)
 	s.p50, s.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	return s
 }

@@ -18,6 +18,9 @@ var fleetMetrics = []fleetMetric{
 	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + s.counts.health() }},
 	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
 	{"client CPU µs/decision", func(s fleetSummary) string { return orNA(s.clientUS, twoPlaces) }},
+	{"admitted in the measured time", func(s fleetSummary) string {
+		return orNA(s.admitted, grouped) + " in " + orNA(s.measured, func(v float64) string { return fmt.Sprintf("%.2f s", v) })
+	}},
 	{"p50 / p99 µs", func(s fleetSummary) string { return micros(s.p50) + " / " + micros(s.p99) }},
 	{"without Redis / failed", func(s fleetSummary) string {
 		return grouped(float64(s.counts.degraded)) + " / " + grouped(float64(s.counts.errs))

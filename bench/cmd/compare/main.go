@@ -119,6 +119,7 @@ func parseFlags() (config, error) {
 	flag.DurationVar(&c.fleetDuration, "fleet-duration", time.Second, "measured time of each fleet cell in each round")
 	flag.IntVar(&c.fleetRounds, "fleet-rounds", 3, "rounds over the fleet cells; each figure is the median over them")
 	flag.StringVar(&shapes, "fleet-shapes", "64x1,32x2,8x8,1x64", "comma-separated fleet shapes, instances x callers per instance")
+	scenarios := flag.String("fleet-scenarios", "10k,hot", "comma-separated fleet scenarios: 10k, hot (one hot key, 10⁶/s, Redis-bound), hotlimit (one hot key, 1000/s burst 1000, limit-bound)")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 4, "most worker processes of the fleet's multi-process layout (one per instance up to this)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -148,6 +149,14 @@ func parseFlags() (config, error) {
 	}
 	if c.fleetDuration <= 0 || c.fleetRounds < 1 || c.fleetProcs < 1 {
 		return c, fmt.Errorf("-fleet-duration, -fleet-rounds and -fleet-procs must be positive")
+	}
+	fleetScenarioNames = nil
+	for _, f := range strings.Split(*scenarios, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.ContainsFunc(allFleetScenarios(), func(s fleetScenario) bool { return s.name == f }) {
+			return c, fmt.Errorf("-fleet-scenarios: no scenario %q (have 10k, hot, hotlimit)", f)
+		}
+		fleetScenarioNames = append(fleetScenarioNames, f)
 	}
 	var err error
 	if c.fleetShapes, err = parseShapes(shapes); err != nil {

@@ -48,6 +48,7 @@ type workerSpec struct {
 	Addr      string        `json:"addr"`
 	Limit     bench.Limit   `json:"limit"`
 	KeyPrefix string        `json:"key_prefix"`
+	WarmApart bool          `json:"warm_apart"` // warm up on other keys (see fleetScenario.warmApart)
 	Keys      int           `json:"keys"`
 	Instances int           `json:"instances"`
 	Callers   int           `json:"callers"` // per instance
@@ -163,7 +164,11 @@ func serveWorker(lines <-chan string, out io.Writer, build func(workerSpec) ([]b
 	}
 	defer closeAll()
 	keys := makeKeys(spec.KeyPrefix, spec.Keys)
-	loadAll(lims, keys, spec.Callers, spec.Warmup, 0, spec.Seed)
+	warm := keys
+	if spec.WarmApart {
+		warm = makeKeys(spec.KeyPrefix+"warm:", spec.Keys)
+	}
+	loadAll(lims, warm, spec.Callers, spec.Warmup, 0, spec.Seed)
 	if err := enc.Encode(workerReady{CPUs: affinity(), GOMAXPROCS: runtime.GOMAXPROCS(0)}); err != nil {
 		return err
 	}
@@ -292,7 +297,7 @@ func (h *harness) startWorkers(sc fleetScenario, s shape, p bench.Peer) ([]*work
 	var ws []*worker
 	for k := range n {
 		w, err := startWorker(workerSpec{Peer: p.Name, Addr: h.env.Addr, Limit: sc.limit,
-			KeyPrefix: prefix, Keys: sc.nkeys, Instances: workerShare(s.n, n, k), Callers: s.c,
+			KeyPrefix: prefix, WarmApart: sc.warmApart, Keys: sc.nkeys, Instances: workerShare(s.n, n, k), Callers: s.c,
 			Warmup: fleetWarmup, Duration: h.cfg.fleetDuration, Seed: uint64(k) << 32})
 		if err != nil {
 			return ws, err

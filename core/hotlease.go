@@ -1,0 +1,687 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file holds token leases for hot keys (see Rule.WithTokenLeases): a
+// replica takes tokens out of a key's buckets in one atomic call
+// (lease.lua, kind OpLease on the one road), spends them at memory speed,
+// and gives back what it did not spend (OpLeaseReturn) when its key cools,
+// its lease nears its end, or the limiter closes.
+//
+// Per replica and key, a hotKey goes through these states:
+//
+//	state      hand  what a decision does
+//	---------  ----  --------------------------------------------------------
+//	cold       0     decided as without leases (the key's rate is measured)
+//	taking     any   one caller's take is in flight; others spend the hand,
+//	                 or are decided as without leases when it is empty
+//	holding    > 0   spends the hand; the caller that sees it low or half
+//	                 its life gone takes more (carrying the hand over)
+//	exhausted  0     the last take granted nothing: decided as without
+//	                 leases for half a lease's life, so Redis decides the
+//	                 last tokens exactly
+//
+// The keeper goroutine gives back the hands of keys that cooled or near
+// their end; a hand whose lease ended before it was given back is lost
+// (counted as such): the tokens stay spent, never spent twice.
+
+//go:embed lease.lua
+var leaseLua string
+
+// leaseScript takes and gives back token leases (see the layout table at
+// the top of core/lease.lua).
+var leaseScript = redis.NewScript(leaseLua)
+
+// Operation kinds of token leases, as [StoreCall.Op] reports them.
+const (
+	OpLease       = "lease"        // a token lease taken (with the request that asked, if any)
+	OpLeaseReturn = "lease_return" // a token lease's unspent tokens given back
+)
+
+// SourceLease is a decision made from a token lease this replica holds
+// (see [Rule.WithTokenLeases]): an admission, at memory speed, of tokens
+// Redis handed out before.
+const SourceLease Source = 16
+
+// LeaseBound is the error a rule with token leases accepts (see
+// [Rule.WithTokenLeases]): how many tokens, at most, all replicas' leases
+// may keep from the key's users at once. Set Tokens, or Fraction (of the
+// smallest Burst of the rule's limits); Tokens wins when both are set.
+// Its zero value is invalid.
+type LeaseBound struct {
+	// Tokens is the bound in events.
+	Tokens int64
+	// Fraction is the bound as a fraction of the smallest Burst, in (0, 0.5].
+	Fraction float64
+}
+
+// maxLeaseLife bounds a lease's life: a key that cools gives its tokens
+// back within about a quarter of it.
+const maxLeaseLife = 500_000 // microseconds
+
+// minLeaseLife is the shortest useful lease: below it the bound is too
+// tight for leases to save round trips.
+const minLeaseLife = 2_000 // microseconds
+
+// leaseConf is a plan's token leases.
+type leaseConf struct {
+	bound int64 // events (see LeaseBound)
+	life  int64 // microseconds a lease lives
+	exact *plan // the same plan without leases: reservations, Wait
+}
+
+// WithTokenLeases returns a rule with the same limits, scope and buckets
+// whose hot keys are decided from token leases: a replica takes a lease of
+// k tokens out of the key's buckets in one atomic Redis call, admits from
+// it locally at memory speed, and gives back what it did not spend when
+// the key cools or the lease ends. k adapts to the key's rate on this
+// replica and to the round trip, so a cold key is decided by Redis exactly
+// as without leases and a hot key costs one round trip per k decisions;
+// near exhaustion leases shrink to nothing and Redis decides the last
+// tokens exactly.
+//
+// The bound: admissions never exceed the limits, over any window (tokens
+// leave the bucket before they are spent, and the bucket is kept from
+// refilling under tokens in hand). The only error is under-admission: at
+// any moment at most bound tokens are held in leases, unspent, or held
+// back from the bucket while leases live (Redis enforces it across every
+// replica). A lease lives at most half a second, less for a tight bound.
+//
+// Other behaviour under leases: [Result.Remaining] of an admission from a
+// lease is the bucket's remaining tokens as of this replica's last lease
+// call plus the tokens it holds (other replicas' spending since is not
+// seen); Wait and [Rule.Reserve] are decided by Redis exactly, without
+// leases; a penalty lock set by a denial on another replica takes effect
+// here when this replica's lease ends; while the store is unavailable a
+// replica spends the lease it holds, until the lease ends, then decides
+// under the failure policy; [Limiter.Close] gives back what is unspent.
+// Observers that implement [LeaseObserver] are told of every lease.
+//
+// Apply WithTokenLeases last: [Rule.DryRun] and [Rule.WithPenalty] return
+// rules without leases. It returns an error for an invalid bound, a rule
+// with a stepped limit (see [Refill]), or a bound too small for a lease
+// to live 2 ms without exceeding it. On a [NewMemory] limiter, which makes
+// every decision in memory anyway, the rule is returned as is.
+func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
+	l := r.lim
+	if l.store == nil {
+		return r, nil
+	}
+	if r.p.stepped {
+		return nil, fmt.Errorf("%w: token leases support continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
+	}
+	e := bound.Tokens
+	if e == 0 {
+		if !(bound.Fraction > 0 && bound.Fraction <= 0.5) {
+			return nil, fmt.Errorf("%w: LeaseBound.Fraction must be in (0, 0.5], got %v", ErrInvalidLimit, bound.Fraction)
+		}
+		e = int64(bound.Fraction * float64(r.p.minB))
+	}
+	if e < 2 || e > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: LeaseBound of %d tokens; it must be from 2 to %d", ErrInvalidLimit, e, math.MaxInt32)
+	}
+	// The hold-back (rate * life) takes at most half the bound.
+	life := int64(maxLeaseLife)
+	for _, t := range r.p.ticks {
+		if lf := e * t.p / (2 * t.r); lf < life {
+			life = lf
+		}
+	}
+	if life < minLeaseLife {
+		return nil, fmt.Errorf("%w: a LeaseBound of %d tokens lets a lease live %d µs, under %d µs: use a larger bound, or no leases", ErrInvalidLimit, e, life, minLeaseLife)
+	}
+	exact, err := l.plans.compileScoped(r.p.scope, r.p.limits)
+	if err != nil {
+		return nil, err
+	}
+	exact.dryRun, exact.penalty = r.p.dryRun, r.p.penalty
+	p, err := l.plans.compileScoped(r.p.scope, r.p.limits)
+	if err != nil {
+		return nil, err
+	}
+	p.dryRun, p.penalty = r.p.dryRun, r.p.penalty
+	p.lease = &leaseConf{bound: e, life: life, exact: exact}
+	l.hotLeases().noteLife(life)
+	return &Rule{lim: l, p: p}, nil
+}
+
+// LeaseBound returns the rule's bound in events and how long its leases
+// live; zeros for a rule without token leases.
+func (r *Rule) LeaseBound() (tokens int64, life time.Duration) {
+	if r.p.lease == nil {
+		return 0, 0
+	}
+	return r.p.lease.bound, time.Duration(r.p.lease.life) * time.Microsecond
+}
+
+// LeaseObserver is an [Observer] that is also told about token leases
+// (see [Rule.WithTokenLeases]). The limiter finds it with a type assertion
+// on the Observer given to [WithObserver]; the sluiceprom and sluiceotel
+// packages implement it. Its methods have an Observer's constraints.
+type LeaseObserver interface {
+	Observer
+	// ObserveTokenLease is called after each lease call and give back,
+	// and when a lease ends with tokens in hand, with the rule's first
+	// limit. Taken less Returned, Lost and Spent, summed, is the tokens
+	// this process holds.
+	ObserveTokenLease(limit Limit, ev LeaseEvent)
+}
+
+// LeaseEvent is what one lease call changed, in events.
+type LeaseEvent struct {
+	// Taken is the tokens Redis handed out for the lease.
+	Taken int64
+	// Returned is the tokens given back to Redis.
+	Returned int64
+	// Lost is the tokens whose lease ended before they were spent or
+	// given back (the give back failed, or came too late): they stay
+	// spent.
+	Lost int64
+	// Spent is the tokens admitted from the lease since the last event.
+	Spent int64
+}
+
+// hotID names a key under a plan.
+type hotID struct {
+	plan uint64
+	key  string
+}
+
+// hotShards and hotPerShard bound the keys a limiter tracks for leases.
+const (
+	hotShards   = 64
+	hotPerShard = 256
+)
+
+// hotLeases is a limiter's token lease state: the keys it tracks and the
+// keeper that gives back hands.
+type hotLeases struct {
+	l      *Limiter
+	shards [hotShards]struct {
+		mu sync.Mutex
+		m  map[hotID]*hotKey
+	}
+	minLife atomic.Int64 // the shortest lease life of any rule
+
+	mu     sync.Mutex
+	held   map[*hotKey]struct{} // keys with tokens in hand
+	stop   chan struct{}
+	done   chan struct{} // nil: the keeper is not running
+	closed bool
+}
+
+// hotLeases returns the limiter's lease state, made on first use.
+func (l *Limiter) hotLeases() *hotLeases {
+	l.hotOnce.Do(func() {
+		h := &hotLeases{l: l, held: map[*hotKey]struct{}{}, stop: make(chan struct{})}
+		for i := range h.shards {
+			h.shards[i].m = map[hotID]*hotKey{}
+		}
+		h.minLife.Store(maxLeaseLife)
+		l.hot = h
+	})
+	return l.hot
+}
+
+func (h *hotLeases) noteLife(life int64) {
+	for {
+		cur := h.minLife.Load()
+		if life >= cur || h.minLife.CompareAndSwap(cur, life) {
+			return
+		}
+	}
+}
+
+// keeperFloor bounds, in microseconds, how often the keeper looks for
+// hands to give back. A key that cools with a lease shorter than this
+// gives its hand back after the lease ended, which Redis allows for 10 s
+// (see lease.lua); a hot key carries its hand into its next lease.
+const keeperFloor = 20_000
+
+// hotKey is one key's lease on this replica; mu guards its fields.
+type hotKey struct {
+	mu       sync.Mutex
+	key      string
+	p        *plan
+	rkey     string
+	id       string // the lease's id in the key's holds
+	hand     int64  // tokens in hand
+	expires  int64  // local microsecond the lease ends
+	inflight bool   // a take or give back is in flight
+	noLease  int64  // until this microsecond, decide without leases (exhausted)
+	fails    int    // takes in a row that were denied or granted nothing
+	spent    int64  // admitted from the hand since the last event
+	lastUse  int64
+
+	winStart, winCount int64   // the current window of the rate estimate
+	rate               float64 // events per microsecond
+	rtt                int64   // microseconds, the last take's
+
+	remaining int64 // the bucket's remaining at the last take
+	resetAt   int64 // local microsecond the bucket is full, at the last take
+	index     int   // the limit that decided the last take
+}
+
+// get returns the state of key under p, made if there is room; nil if not.
+func (h *hotLeases) get(p *plan, key string, now int64) *hotKey {
+	id := hotID{p.id, key}
+	sh := &h.shards[fnv(key, p.id)%hotShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if hk := sh.m[id]; hk != nil {
+		return hk
+	}
+	if len(sh.m) >= hotPerShard {
+		// Drop a key that holds nothing and has been idle for a while.
+		for k, v := range sh.m {
+			if v.mu.TryLock() {
+				idle := v.hand == 0 && !v.inflight && now-v.lastUse > 2*p.lease.life
+				v.mu.Unlock()
+				if idle {
+					delete(sh.m, k)
+					break
+				}
+			}
+		}
+		if len(sh.m) >= hotPerShard {
+			return nil
+		}
+	}
+	var buf [16]byte
+	_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
+	key = string(append([]byte(nil), key...))
+	hk := &hotKey{key: key, p: p, rkey: h.l.rkey(p.fp, key), id: hex.EncodeToString(buf[:]), winStart: now, lastUse: now}
+	sh.m[hotID{p.id, key}] = hk
+	return hk
+}
+
+func fnv(s string, seed uint64) uint64 {
+	h := seed ^ 14695981039346656037
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// count adds a decision of cost to the rate estimate; hk.mu is held.
+func (hk *hotKey) count(now, cost, life int64) {
+	hk.winCount += cost
+	// A window ends after half a lease's life, or sooner once it has
+	// counted enough to judge: a key that turns hot is found within a
+	// few milliseconds.
+	if el := now - hk.winStart; el >= life/2 || hk.winCount >= 64 && el >= 1000 {
+		inst := float64(hk.winCount) / float64(el)
+		if el > 4*life || hk.rate == 0 {
+			hk.rate = inst
+		} else {
+			hk.rate = (hk.rate + inst) / 2
+		}
+		hk.winStart, hk.winCount = now, 0
+	}
+}
+
+// want is how many tokens a take asks for: what the key uses in half a
+// lease's life, at this replica's rate.
+func (hk *hotKey) want(life int64) int64 {
+	return int64(math.Ceil(hk.rate * float64(life) / 2))
+}
+
+// lowWater is the hand below which a take starts: what the key uses
+// during two round trips.
+func (hk *hotKey) lowWater() int64 {
+	return int64(math.Ceil(hk.rate*float64(2*hk.rtt))) + 1
+}
+
+// result is an admission from the hand at now; hk.mu is held.
+func (hk *hotKey) result(p *plan, now int64) Result {
+	lim := p.limits[hk.index]
+	rem := min(hk.remaining+hk.hand, int64(lim.Burst))
+	return Result{Allowed: true, Remaining: int(rem), ResetAfter: time.Duration(max(0, hk.resetAt-now)) * time.Microsecond, Limit: lim, DryRun: p.dryRun}
+}
+
+// leaseAdmit decides a request of cost on key under p, a plan with token
+// leases, if leases decide it: ok false sends it down the usual path.
+func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now int64) (res Result, d decision, ok bool, err error) {
+	h := l.hotLeases()
+	hk := h.get(p, key, now)
+	if hk == nil {
+		return Result{}, decision{}, false, nil
+	}
+	lc := p.lease
+	hk.mu.Lock()
+	hk.count(now, cost, lc.life)
+	if hk.hand >= cost && now < hk.expires {
+		hk.hand -= cost
+		hk.spent += cost
+		hk.lastUse = now
+		res = hk.result(p, now)
+		idx := hk.index
+		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
+		if more {
+			hk.inflight = true
+		}
+		hk.mu.Unlock()
+		if l.obs != nil {
+			l.obs.ObserveDecision(res, SourceLease)
+		}
+		if more {
+			_, _, _, _ = l.leaseTake(ctx, hk, 0, now)
+		}
+		return res, decision{allowed: true, remaining: int64(res.Remaining), reset: micros(res.ResetAfter), index: idx}, true, nil
+	}
+	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
+		// Taking already, exhausted, or cold: as without leases.
+		hk.mu.Unlock()
+		return Result{}, decision{}, false, nil
+	}
+	hk.inflight = true
+	hk.lastUse = now
+	hk.mu.Unlock()
+	d, nd, routed, err := l.leaseTake(ctx, hk, cost, now)
+	if routed && err == nil {
+		if d.allowed {
+			l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
+		} else if l.denies != nil && d.next > 0 {
+			l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
+				reset: now + d.reset, locked: d.locked, index: d.index})
+		}
+		res, d, err = l.done(d, p, SourceStore, false)
+		return res, d, true, err
+	}
+	if cerr := callerGone(ctx); routed && cerr != nil {
+		return Result{}, decision{}, true, cerr
+	}
+	nd.brk.degraded.Add(1)
+	l.stillDown(nd.brk, now)
+	res, d, err = l.fallback(key, p, now, cost, 0, err)
+	return res, d, true, err
+}
+
+// leaseTake sends a take for hk (with a request of cost, 0 for none)
+// sent at now, carrying its hand, and applies the reply. hk.inflight is
+// set; leaseTake clears it.
+func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (decision, *node, bool, error) {
+	p, lc := hk.p, hk.p.lease
+	hk.mu.Lock()
+	carry, want, spent := hk.hand, hk.want(lc.life), hk.spent
+	if now >= hk.expires && carry > 0 {
+		// The lease ended here with tokens in hand: nothing of it is
+		// spent any more, and the take gives them back first.
+		carry, hk.hand = -carry, 0
+	}
+	hk.spent = 0
+	hk.mu.Unlock()
+	if spent > 0 {
+		// Keep the fallback warm with what the hand admitted.
+		l.local.charge(p.id, hk.key, now, l.share(p).ticks, spent, false)
+	}
+	want = min(want+cost, lc.bound)
+	args := make([]any, 0, 8+len(p.args))
+	args = append(args, "1", hk.id, strconv.FormatInt(cost, 10), strconv.FormatInt(want, 10), strconv.FormatInt(carry, 10),
+		strconv.FormatInt(lc.life, 10), strconv.FormatInt(lc.bound, 10), strconv.FormatInt(max(0, l.penaltyOf(p)), 10))
+	args = append(args, p.args...)
+	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
+	nd := l.store.node(ctx, hk.rkey)
+	var vals []int64
+	start := time.Now()
+	routed, err := l.onNode(ctx, nd, now, OpLease, hk.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = l.store.runOp(ctx, nd, o, l.timeout)
+		return took, err
+	})
+	rtt := int64(time.Since(start) / time.Microsecond)
+	var d decision
+	var granted, life, refunded int64
+	if routed && err == nil {
+		d, granted, life, refunded, err = parseLease(vals, p)
+	}
+	var lost int64
+	if carry < 0 {
+		lost = -carry - refunded // what the take could not give back
+	}
+	if refunded > 0 && l.denies != nil {
+		l.denies.delete(p.id, hk.key)
+	}
+	hk.mu.Lock()
+	hk.inflight = false
+	if !routed || err != nil {
+		hk.spent += spent // reported with the next event
+		hk.mu.Unlock()
+		l.observeLease(p, LeaseEvent{Lost: lost})
+		return d, nd, routed, err
+	}
+	hk.rtt = rtt
+	hk.remaining, hk.resetAt, hk.index = d.remaining, now+d.reset, d.index
+	if d.allowed && life > 0 {
+		hk.hand += granted
+		hk.expires = now + life
+	}
+	if granted > 0 {
+		hk.fails = 0
+	} else {
+		// Denied, or nothing granted: the key is at or near exhaustion.
+		// Redis decides it exactly (with the deny cache) for a while,
+		// twice as long after each such take in a row, up to a second,
+		// rather than a take per request.
+		hk.fails = min(hk.fails+1, 16)
+		hk.noLease = now + max(min(lc.life/2<<(hk.fails-1), 1_000_000), d.retry)
+	}
+	holding := hk.hand > 0
+	hk.mu.Unlock()
+	if holding {
+		l.hot.hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
+	}
+	l.observeLease(p, LeaseEvent{Taken: granted, Spent: spent, Returned: refunded, Lost: lost})
+	return d, nd, true, nil
+}
+
+// parseLease decodes a take's reply: the request's decision, the tokens
+// granted, the lease's life and the tokens given back first.
+func parseLease(vals []int64, p *plan) (d decision, granted, life, refunded int64, err error) {
+	if len(vals) != replyWidth+3 {
+		return decision{}, 0, 0, 0, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), replyWidth+3)
+	}
+	d, err = parseReply(vals[:replyWidth], p)
+	if err != nil {
+		return d, 0, 0, 0, err
+	}
+	granted, life, refunded = vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
+	if granted < 0 || life < 0 || life > maxLeaseLife || refunded < 0 {
+		return d, 0, 0, 0, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, granted, life)
+	}
+	return d, granted, life, refunded, nil
+}
+
+// giveBack gives hk's hand back to Redis.
+func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
+	p := hk.p
+	now := l.now()
+	hk.mu.Lock()
+	if hk.inflight || hk.hand == 0 {
+		hk.mu.Unlock()
+		return
+	}
+	// A lease that ended is given back too: Redis keeps its hold a while
+	// for it (see lease.lua).
+	u, spent := hk.hand, hk.spent
+	hk.hand, hk.spent, hk.inflight = 0, 0, true
+	hk.mu.Unlock()
+	args := make([]any, 0, 8+len(p.args))
+	args = append(args, "2", hk.id, "0", "0", strconv.FormatInt(u, 10), strconv.FormatInt(p.lease.life, 10),
+		strconv.FormatInt(p.lease.bound, 10), "0")
+	args = append(args, p.args...)
+	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
+	nd := l.store.node(ctx, hk.rkey)
+	var vals []int64
+	routed, err := l.onNode(ctx, nd, now, OpLeaseReturn, hk.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = l.store.runOp(ctx, nd, o, l.timeout)
+		return took, err
+	})
+	var back int64
+	if routed && err == nil && len(vals) == 1 && vals[0] >= 0 && vals[0] <= u {
+		back = vals[0]
+	}
+	if back > 0 && l.denies != nil {
+		l.denies.delete(p.id, hk.key) // tokens came back: as a refund does
+	}
+	hk.mu.Lock()
+	hk.inflight = false
+	hk.mu.Unlock()
+	// What Redis did not take back is lost: the give back failed, or
+	// came too long after the lease ended there.
+	l.observeLease(p, LeaseEvent{Returned: back, Lost: u - back, Spent: spent})
+}
+
+func (l *Limiter) observeLease(p *plan, ev LeaseEvent) {
+	if ev == (LeaseEvent{}) {
+		return
+	}
+	if lo, ok := l.obs.(LeaseObserver); ok {
+		lo.ObserveTokenLease(p.limits[0], ev)
+	}
+}
+
+// holdsKey builds the name of the hash of rkey's lease holds:
+//
+//	<prefix>{<tag>}<fingerprint>~h:<key>
+//
+// In the bucket's hash tag, and never a bucket's name (a bucket has ':'
+// right after the fixed-length fingerprint) nor a marker's (see markerKey).
+func holdsKey(rkey, prefix, fp string) string {
+	at := len(prefix) + 6 + len(fp)
+	return rkey[:at] + "~h" + rkey[at:]
+}
+
+// hold adds hk to the keys with tokens in hand, and starts the keeper.
+func (h *hotLeases) hold(hk *hotKey) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.held[hk] = struct{}{}
+	if h.done == nil {
+		h.done = make(chan struct{})
+		go h.loop(h.done)
+	}
+}
+
+// loop gives back the hands of keys that cooled or whose lease nears its
+// end, until none is held or the limiter closes.
+func (h *hotLeases) loop(done chan struct{}) {
+	defer close(done)
+	period := time.Duration(max(h.minLife.Load()/4, keeperFloor)) * time.Microsecond
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-tick.C:
+		}
+		if !h.round(false) {
+			return
+		}
+	}
+}
+
+// round gives back what is due (everything, with all) and reports
+// whether the keeper should go on.
+func (h *hotLeases) round(all bool) bool {
+	l := h.l
+	now := l.now()
+	h.mu.Lock()
+	var due []*hotKey
+	type spentOf struct {
+		p     *plan
+		spent int64
+	}
+	var spent []spentOf
+	for hk := range h.held {
+		hk.mu.Lock()
+		life := hk.p.lease.life
+		switch {
+		case hk.hand == 0 && !hk.inflight:
+			delete(h.held, hk)
+			if hk.spent > 0 {
+				spent = append(spent, spentOf{hk.p, hk.spent})
+				hk.spent = 0
+			}
+		case all, hk.expires-now < life/4, now-hk.lastUse > life/4:
+			due = append(due, hk)
+		}
+		hk.mu.Unlock()
+	}
+	goOn := len(h.held) > 0 && !h.closed
+	if !goOn && !all {
+		h.done = nil
+	}
+	h.mu.Unlock()
+	for _, sp := range spent {
+		l.observeLease(sp.p, LeaseEvent{Spent: sp.spent})
+	}
+	if len(due) == 0 {
+		return goOn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 100*time.Millisecond))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, hk := range due {
+		wg.Add(1)
+		go func() { // concurrent give backs share a pipeline per node
+			defer wg.Done()
+			l.giveBack(ctx, hk)
+		}()
+	}
+	wg.Wait()
+	return goOn
+}
+
+// close stops the keeper and gives back every hand.
+func (h *hotLeases) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.stop)
+	done := h.done
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	// Wait for takes in flight, briefly, then give back.
+	for range 100 {
+		busy := false
+		h.mu.Lock()
+		for hk := range h.held {
+			hk.mu.Lock()
+			busy = busy || hk.inflight
+			hk.mu.Unlock()
+		}
+		h.mu.Unlock()
+		if !busy {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.round(true)
+}

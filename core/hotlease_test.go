@@ -1,0 +1,510 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// leaseCounter is a LeaseObserver that sums lease events and counts
+// decisions by source and store calls by kind.
+type leaseCounter struct {
+	mu      sync.Mutex
+	ev      LeaseEvent
+	bySrc   [32]atomic.Int64
+	byOp    sync.Map // kind -> *atomic.Int64
+	allowed atomic.Int64
+}
+
+func (c *leaseCounter) ObserveDecision(res Result, src Source) {
+	c.bySrc[src].Add(1)
+	if res.Allowed {
+		c.allowed.Add(1)
+	}
+}
+
+func (c *leaseCounter) ObserveStore(call StoreCall) {
+	v, _ := c.byOp.LoadOrStore(call.Op, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func (c *leaseCounter) ObserveDegraded(StoreOutage)  {}
+func (c *leaseCounter) ObserveRecovered(StoreOutage) {}
+
+func (c *leaseCounter) ops(kind string) int64 {
+	v, ok := c.byOp.Load(kind)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func (c *leaseCounter) ObserveTokenLease(_ Limit, ev LeaseEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ev.Taken += ev.Taken
+	c.ev.Returned += ev.Returned
+	c.ev.Lost += ev.Lost
+	c.ev.Spent += ev.Spent
+}
+
+func (c *leaseCounter) events() LeaseEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ev
+}
+
+// TestTokenLeasesHotKey hammers one key from one limiter: leases decide
+// most requests without a round trip, and admissions stay at or under the
+// ideal and above it less the bound.
+func TestTokenLeasesHotKey(t *testing.T) {
+	addr := redistest.Addr(t)
+	obs := &leaseCounter{}
+	lim := newRedisLimiter(t, addr, WithObserver(obs))
+	limit := Limit{Rate: 20000, Period: time.Second, Burst: 20000}
+	base, err := lim.Prepare(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Fraction: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, life := rule.LeaseBound()
+	t.Logf("bound %d tokens, life %v", bound, life)
+	ctx := context.Background()
+	var admitted, decisions atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < time.Second {
+				res, err := rule.Allow(ctx, "hot")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				decisions.Add(1)
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ideal := int64(limit.Burst) + int64(float64(limit.Rate)*el.Seconds())
+	ev := obs.events()
+	t.Logf("decisions %d, admitted %d, ideal %d, lease calls %d, returns %d, from leases %d, events %+v",
+		decisions.Load(), admitted.Load(), ideal, obs.ops(OpLease), obs.ops(OpLeaseReturn), obs.bySrc[SourceLease].Load(), ev)
+	if admitted.Load() > ideal+int64(limit.Rate/100) {
+		t.Errorf("admitted %d, above the ideal %d", admitted.Load(), ideal)
+	}
+	if obs.bySrc[SourceLease].Load() == 0 {
+		t.Errorf("no decision from a lease")
+	}
+	if ev.Taken != ev.Spent+ev.Returned+ev.Lost {
+		t.Errorf("taken %d != spent %d + returned %d + lost %d", ev.Taken, ev.Spent, ev.Returned, ev.Lost)
+	}
+}
+
+// TestTokenLeasesModel runs replicas of one service on one hot key against
+// a real Redis while replicas join, leave (Close gives back their hands)
+// and are killed (their client dies first: their hands are lost), and
+// checks the stated bound against the model of an exact bucket: no window
+// admits more than Burst + rate*window, and the whole run admits no less
+// than the ideal less the bound, the tokens killed replicas lost, and what
+// an exact bucket would also lose while no caller was running.
+func TestTokenLeasesModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s randomized test")
+	}
+	addr := redistest.Addr(t)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 32))
+	t.Logf("seed %d", seed)
+	prefix := fmt.Sprintf("sluicetest:%s:%d:", t.Name(), seed)
+	limit := Limit{Rate: 5000, Period: time.Second, Burst: 500}
+	const bound = 100
+	ctx := context.Background()
+
+	type replica struct {
+		lim  *Limiter
+		rdb  *redis.Client
+		obs  *leaseCounter
+		stop chan struct{}
+		dead atomic.Bool // killed: what it decides from now on is not counted
+		wg   sync.WaitGroup
+	}
+	var (
+		mu       sync.Mutex
+		admits   []time.Duration // local time of each admission
+		sends    []time.Duration // local time of each decision's start
+		maxLat   time.Duration
+		lost     int64 // tokens killed replicas held
+		ghosts   int64 // admissions of killed replicas, not counted
+		all      LeaseEvent
+		bySrc    [32]int64
+		allowed  int64
+		replicas []*replica
+		joined   int
+		killed   int
+		left     int
+	)
+	start := time.Now()
+	join := func() {
+		obs := &leaseCounter{}
+		rdb := redistest.NewClient(t, addr)
+		lim, err := New(rdb, WithPrefix(prefix), WithTimeout(10*time.Second), WithFallbackReplicas(1), WithObserver(obs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := lim.Prepare(limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule, err := base.WithTokenLeases(LeaseBound{Tokens: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{lim: lim, rdb: rdb, obs: obs, stop: make(chan struct{})}
+		callers := 1 + rng.IntN(4)
+		seeds := make([]uint64, callers)
+		for c := range seeds {
+			seeds[c] = rng.Uint64()
+		}
+		for c := range callers {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				var mine, sent []time.Duration
+				var worst time.Duration
+				defer func() {
+					mu.Lock()
+					admits = append(admits, mine...)
+					sends = append(sends, sent...)
+					maxLat = max(maxLat, worst)
+					mu.Unlock()
+				}()
+				// Callers pause now and then, so that the bucket refills
+				// while other replicas hold tokens.
+				pauses := rand.New(rand.NewPCG(seeds[c], 1))
+				for {
+					select {
+					case <-r.stop:
+						return
+					default:
+					}
+					if pauses.IntN(2000) == 0 {
+						time.Sleep(time.Duration(pauses.IntN(150)) * time.Millisecond)
+					}
+					s := time.Since(start)
+					res, err := rule.Allow(ctx, "hot")
+					e := time.Since(start)
+					if r.dead.Load() {
+						if err == nil && res.Allowed {
+							mu.Lock()
+							ghosts++
+							mu.Unlock()
+						}
+						return
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					sent = append(sent, s)
+					worst = max(worst, e-s)
+					if res.Allowed {
+						mine = append(mine, e)
+					}
+				}
+			}()
+		}
+		replicas = append(replicas, r)
+		joined++
+	}
+	end := func(i int, kill bool) {
+		r := replicas[i]
+		replicas = append(replicas[:i], replicas[i+1:]...)
+		if kill {
+			// Killed while its callers run: its hand is lost, its give
+			// backs fail.
+			r.dead.Store(true)
+			_ = r.rdb.Close()
+			killed++
+		} else {
+			left++
+		}
+		close(r.stop)
+		r.wg.Wait()
+		if err := r.lim.Close(); err != nil {
+			t.Error(err)
+		}
+		ev := r.obs.events()
+		if ev.Taken != ev.Spent+ev.Returned+ev.Lost {
+			t.Errorf("replica: taken %d != spent %d + returned %d + lost %d", ev.Taken, ev.Spent, ev.Returned, ev.Lost)
+		}
+		if !kill && ev.Lost > 0 {
+			t.Logf("a replica that left lost %d tokens (its give back came after its lease ended)", ev.Lost)
+		}
+		lost += ev.Lost
+		all.Taken += ev.Taken
+		all.Spent += ev.Spent
+		all.Returned += ev.Returned
+		all.Lost += ev.Lost
+		for i := range bySrc {
+			bySrc[i] += r.obs.bySrc[i].Load()
+		}
+		allowed += r.obs.allowed.Load()
+	}
+	for range 3 {
+		join()
+	}
+	for time.Since(start) < 3*time.Second {
+		time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
+		switch x := rng.IntN(3); {
+		case x == 0 || len(replicas) < 2:
+			join()
+		default:
+			end(rng.IntN(len(replicas)), rng.IntN(2) == 0)
+		}
+	}
+	for len(replicas) > 0 {
+		end(0, false)
+	}
+	run := time.Since(start)
+	t.Logf("%d replicas joined, %d left, %d killed; %d decisions, %d admitted over %v; slowest decision %v; killed replicas lost %d tokens (%d spent after their death)",
+		joined, left, killed, len(sends), len(admits), run, maxLat, lost+ghosts, ghosts)
+	lost += ghosts
+	t.Logf("leases %+v; decisions by source %v; allowed %d", all, bySrc[:17], allowed)
+
+	// No window admits more than Burst + rate*(window + the slowest
+	// decision), the slack between Redis's clock and a caller's.
+	slices.Sort(admits)
+	perUS := float64(limit.Rate) / float64(limit.Period/time.Microsecond)
+	for _, w := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second, run} {
+		most := int64(limit.Burst) + int64(math.Ceil(perUS*float64((w+maxLat)/time.Microsecond)))
+		j, worst := 0, int64(math.MinInt64)
+		defer func() {
+			t.Logf("window %v: at most %d admitted, %d under Burst + rate*(window+slack)", w, worst+most, -worst)
+		}()
+		for i := range admits {
+			for admits[i]-admits[j] > w {
+				j++
+			}
+			worst = max(worst, int64(i-j+1)-most)
+			if n := int64(i - j + 1); n > most {
+				t.Fatalf("%d admitted within %v (from %v), above Burst + rate*(window + %v) = %d", n, w, admits[j], maxLat, most)
+			}
+		}
+	}
+
+	// The whole run admits at least what an exact bucket (the model)
+	// admits of the same requests at the same instants, less the bound,
+	// the tokens killed replicas lost, and the slack of the slowest
+	// decision.
+	slices.Sort(sends)
+	fill := time.Duration(float64(limit.Burst)/perUS) * time.Microsecond
+	model, tokens, last := int64(0), float64(limit.Burst), time.Duration(0)
+	for _, s := range sends {
+		tokens = min(float64(limit.Burst), tokens+perUS*float64((s-last)/time.Microsecond))
+		last = s
+		if tokens >= 1 {
+			tokens--
+			model++
+		}
+	}
+	ideal := int64(limit.Burst) + int64(perUS*float64(run/time.Microsecond))
+	least := model - bound - lost - int64(math.Ceil(perUS*float64(maxLat/time.Microsecond)))
+	t.Logf("ideal %d, the model admits %d, least %d; admitted %d: %d under the model", ideal, model, least, len(admits), model-int64(len(admits)))
+	if int64(len(admits)) < least {
+		t.Errorf("admitted %d, below the model's %d less the bound %d, lost %d and slack", len(admits), model, bound, lost)
+	}
+
+	// A killed replica's hold ends with its lease: the bucket is full
+	// again within a lease's life plus the time to refill a Burst.
+	peek, err := New(redistest.NewClient(t, addr), WithPrefix(prefix), WithFallbackReplicas(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second + fill + 100*time.Millisecond)
+	for {
+		res, err := peek.Peek(ctx, "hot", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Remaining == limit.Burst {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bucket holds %d of %d tokens %v after the run", res.Remaining, limit.Burst, time.Since(start)-run)
+		}
+		time.Sleep(5 * time.Millisecond) // real time: the bucket refills on Redis's clock
+	}
+}
+
+// TestLeaseScript checks lease.lua's arithmetic step by step on a real
+// Redis: tokens leave the bucket, the bucket never refills under tokens in
+// hand, grants shrink near exhaustion, and a give back refunds once and
+// never below the other holds.
+func TestLeaseScript(t *testing.T) {
+	addr := redistest.Addr(t)
+	rdb := redistest.NewClient(t, addr)
+	lim := newRedisLimiter(t, addr)
+	limit := Limit{Rate: 1000, Period: time.Second, Burst: 100}
+	base, err := lim.Prepare(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Tokens: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rule.p
+	_, lifeD := rule.LeaseBound()
+	life := micros(lifeD) // 30 ms: the hold-back, rate*life, is half the bound
+	if life != 30_000 {
+		t.Fatalf("life = %d µs, want 30000", life)
+	}
+	ctx := context.Background()
+	rkey := lim.rkey(p.fp, "k")
+	keys := []string{rkey, holdsKey(rkey, lim.prefix, p.fp)}
+	call := func(op int, id string, cost, want, hand int64) []int64 {
+		t.Helper()
+		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
+		args = append(args, p.args...)
+		v, err := leaseScript.Run(ctx, rdb, keys, args...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	remaining := func() int {
+		t.Helper()
+		res, err := base.Peek(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Remaining
+	}
+
+	// A take on a full bucket: the request (1) and the grant (20) leave
+	// it, and the hold-back (rate*life = 30 tokens) keeps it from
+	// refilling under the 20 in hand.
+	began := time.Now() // the lease lives from Redis's clock at the take, after this
+	v := call(1, "a", 1, 20, 0)
+	taken := time.Now() // and it ends before this plus its life
+	if v[0]&1 != 1 || v[5] != 20 || v[6] != life {
+		t.Fatalf("take = %v, want admitted, 20 granted for %d µs", v, life)
+	}
+	// At 1000/s, one token refills per millisecond since the take.
+	if got, most := remaining(), 100-1-20-30+int(time.Since(began).Milliseconds())+1; got > most {
+		t.Errorf("after the take, remaining %d, want at most %d", got, most)
+	}
+	// However long the lease lives, the bucket's tokens and the hand stay
+	// within Burst.
+	for end := began.Add(time.Duration(life) * time.Microsecond); time.Now().Before(end); {
+		// Judge only a Peek that returned, so ran, before the lease's end.
+		if got := remaining(); got+20 > 100 && time.Now().Before(end) {
+			t.Fatalf("remaining %d with 20 in hand: above the Burst of 100", got)
+		}
+		time.Sleep(2 * time.Millisecond) // real time: the bucket refills on Redis's clock
+	}
+	// The lease has ended: the replica spends nothing of it any more, and
+	// its give back refunds what it did not spend, once.
+	time.Sleep(time.Until(taken.Add(time.Duration(life)*time.Microsecond + time.Millisecond))) // real time: Redis's clock
+	if v := call(2, "a", 0, 0, 20); v[0] != 20 {
+		t.Errorf("give back after the lease ended = %v, want 20", v)
+	}
+	if v := call(2, "a", 0, 0, 20); v[0] != 0 {
+		t.Errorf("second give back = %v, want 0", v)
+	}
+
+	// Two holds; a give back refunds once, never below the other's hold.
+	if err := rule.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	call(1, "a", 0, 10, 0)
+	bTaken := time.Now() // b's lease ends after this plus its life
+	call(1, "b", 0, 10, 0)
+	before := remaining()
+	if v := call(2, "a", 0, 0, 10); v[0] != 10 {
+		t.Errorf("give back = %v, want 10", v)
+	}
+	if v := call(2, "a", 0, 0, 10); v[0] != 0 {
+		t.Errorf("second give back = %v, want 0: a give back is applied once", v)
+	}
+	if got := remaining(); got+10 > 100 && time.Since(bTaken) < time.Duration(life)*time.Microsecond || got < before {
+		t.Errorf("after a give back, remaining %d (before %d) with b's 10 in hand", got, before)
+	}
+
+	// Near exhaustion a grant is at most half of what is left, and the
+	// bound counts every replica's hold.
+	if err := rule.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	spent := time.Now()
+	if _, err := lim.AllowN(ctx, "k", 95, limit); err != nil {
+		t.Fatal(err)
+	}
+	// 5 tokens left, less the request's, plus one a millisecond since.
+	if v, most := call(1, "c", 1, 50, 0), (4+time.Since(spent).Milliseconds()+1)/2; v[5] > most {
+		t.Errorf("a take with about %d tokens left granted %d, want at most %d", 2*most, v[5], most)
+	}
+}
+
+// TestTokenLeasesCloseGivesBack checks that Close gives back the tokens a
+// limiter holds: none is lost, and Redis keeps no hold of it.
+func TestTokenLeasesCloseGivesBack(t *testing.T) {
+	addr := redistest.Addr(t)
+	obs := &leaseCounter{}
+	lim := newRedisLimiter(t, addr, WithObserver(obs))
+	base, err := lim.Prepare(Limit{Rate: 100000, Period: time.Second, Burst: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Fraction: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for obs.events().Taken == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease taken in 5 s")
+		}
+		if _, err := rule.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ev := obs.events()
+	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
+		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
+	}
+	rkey := lim.rkey(rule.p.fp, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, lim.prefix, rule.p.fp)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d holds left in Redis after Close, want 0", n)
+	}
+}

@@ -23,8 +23,10 @@ import (
 var aclCommands = []string{
 	"evalsha", "eval", // every script; EVAL after NOSCRIPT
 	"time", "get", "set", // decisions, Wait, Reserve/Settle, Peek
-	"del",                                                                    // Reset
-	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", "pttl", // Acquire/Release, renewals; WithFleet (no zscore, pttl)
+	"del",                                                            // Reset
+	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", // Acquire/Release, renewals; WithFleet (no zscore)
+	"pttl",                                 // a penalty lock on a value without an expiry (clamped)
+	"zrangebyscore", "persist", "lastsave", // Acquire/Release, renewals: clamped scores, sets without expiry, restarts noticed
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
 	"ping", "info", "script|load", // Ready
 }

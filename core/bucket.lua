@@ -82,7 +82,9 @@
 --   A stepped limit's two fields are its debt in events and the index of
 --   the window it was counted in (for an interval, floor(now / every_us);
 --   for a calendar, core/calendar.go's index).
---   A value with another number of fields is read as a full bucket. Every
+--   A value with another number of fields is read as a full bucket. A lock
+--   later than now + the call's penalty_us on a value without an expiry
+--   (which no script writes) is clamped to it and written so. Every
 --   write sets an expiry of when the buckets are full again (and not before
 --   a lock ends). core/settle.lua (a reservation's settlement) reads and
 --   writes the same value.
@@ -114,11 +116,27 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
   local stored = call('GET', key)
   -- debt: the ticks the bucket holds now, 0 when it is full.
   local lock_until, debt, stored_us, stored_frac = 0, 0, nil, nil
-  if stored then
+  -- A value longer than any this limit writes (three integers below 2^53)
+  -- is read as a full bucket and overwritten, so it is read once.
+  if stored and #stored <= 64 then
     local stored_lock
     stored_lock, stored_us, stored_frac = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
     if stored_lock then
-      if stored_lock ~= '0' then lock_until = stored_lock + 0 end
+      if stored_lock ~= '0' then
+        lock_until = stored_lock + 0
+        if lock_until > now + penalty_us and call('PTTL', key) == -1 then
+          -- A lock on a value without an expiry, which no script writes (a
+          -- value from elsewhere): it ends a penalty from now, and is
+          -- written so, with an expiry, so it cannot lock the key for good.
+          -- (A lock longer than this call's penalty, another rule's, has
+          -- an expiry; its key ends no later than it.)
+          lock_until = now + penalty_us
+          local ttl = stored_us - now
+          if penalty_us > ttl then ttl = penalty_us end
+          if ttl < 1 then ttl = 1 end
+          call('SET', key, format('%d %s %s', lock_until, stored_us, stored_frac), 'PX', (ttl + (-ttl) % 1000) / 1000)
+        end
+      end
       debt = (stored_us - now) * ticks_per_us + stored_frac
       if debt < 0 then debt = 0 end
     end
@@ -302,9 +320,9 @@ else
     step = step or no_step
     local stored = call('GET', key)
     local exists = false -- a stored value of the plan's shape
-    local lock_until = 0
+    local lock_until, clamped = 0, false
     local arrival_us, arrival_frac = {}, {}
-    if stored then
+    if stored and #stored <= 24 * (1 + 2 * nlimits) then -- longer: not the plan's shape (see decide_one)
       local fields = {}
       for field in string.gmatch(stored, '%-?%d+') do
         fields[#fields + 1] = field + 0
@@ -312,6 +330,11 @@ else
       if #fields == 1 + 2 * nlimits then
         exists = true
         lock_until = fields[1]
+        if lock_until > now + penalty_us and call('PTTL', key) == -1 then
+          -- A lock without an expiry: clamped, and written so (as in
+          -- decide_one).
+          lock_until, clamped = now + penalty_us, true
+        end
         for i = 1, nlimits do
           arrival_us[i] = fields[2 * i]
           arrival_frac[i] = fields[2 * i + 1]
@@ -352,7 +375,7 @@ else
 
     local locked = exists and now < lock_until
     local allowed, remaining, reset_us, index, lock_flag, next_us = 0, -1, 0, 0, 0, 0
-    local write = false
+    local write = clamped
     if locked or denied then
       for i = 1, nlimits do
         if not denied then -- locked: the limit with the fewest requests left decides

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core/internal/batch"
@@ -31,10 +33,12 @@ type ConcurrencyLimit struct {
 	Lease time.Duration
 }
 
-// ErrLeaseLost is returned by [Lease.Release] when the lease's slot
-// expired before it was released: its renewals failed for longer than
-// the lease (Redis was unreachable), so another request may have taken
-// the slot meanwhile and the cap may have been exceeded.
+// ErrLeaseLost is returned by [Lease.Release] when the lease's slot was
+// gone before it was released: its renewals failed for longer than the
+// lease (Redis was unreachable), or Redis forgot it (a restart, a failover
+// that lost writes) and other requests had taken its slot by the time a
+// renewal re-asserted it. Another request may have held the slot meanwhile,
+// so the cap may have been exceeded.
 var ErrLeaseLost = errors.New("core: the slot's lease expired before it was released")
 
 const defaultLease = 10 * time.Second
@@ -151,13 +155,18 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	nd := l.store.node(ctx, rkey)
 	id := newLeaseID()
 	var vals []int64
-	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id}}
+	seen := l.keeper().server(nd)
+	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart}}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-		if err == nil && (len(vals) != 2 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+		if err == nil && (len(vals) != 6 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
+		}
+		if err == nil {
+			l.foreignLease(rkey, vals[2])
+			l.keeper().saw(nd, vals[3], vals[4], vals[5])
 		}
 		return took, err
 	}
@@ -241,12 +250,15 @@ func (ls *Lease) Release(ctx context.Context) error {
 		nd := l.store.node(ctx, ls.rkey)
 		var vals []int64
 		routed, cerr := l.onNode(ctx, nd, l.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
-			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{ls.id}}
+			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{c.lease.Milliseconds(), ls.id}}
 			var took time.Duration
 			var err error
 			vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-			if err == nil && len(vals) != 1 {
+			if err == nil && len(vals) != 2 {
 				err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
+			}
+			if err == nil {
+				l.foreignLease(ls.rkey, vals[1])
 			}
 			return took, err
 		})
@@ -266,6 +278,16 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return err
 }
 
+// foreignLease logs, once per limiter, that the lease set rkey held a
+// value of another type, which the script deleted (flag 1).
+func (l *Limiter) foreignLease(rkey string, flag int64) {
+	if flag != 1 || !l.keeper().foreignLogged.CompareAndSwap(false, true) {
+		return
+	}
+	l.log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
+		"key", rkey)
+}
+
 // newLeaseID returns 16 random hex digits: unique enough that two live
 // leases of one key never share an id.
 func newLeaseID() string {
@@ -276,8 +298,16 @@ func newLeaseID() string {
 
 // The slots of a key are a sorted set: each member a lease id, scored by
 // the millisecond (on Redis's clock) at which it expires unless renewed.
-// Every script first drops the expired ones. The set itself expires with
-// its last lease.
+// Every script first drops the expired ones and clamps any score beyond
+// one lease. The set has no expiry (so volatile-* eviction cannot take
+// it); it goes when its last member does. See leases.lua.
+//
+// What Redis forgets: a renewal re-asserts a lease Redis no longer holds,
+// if the key has a free slot, so a holder reclaims its slot after a
+// restart or a failover that lost writes; and a key whose set is missing
+// less than a lease after the server started is in its grace period, in
+// which only such re-assertions take slots, so newcomers cannot take the
+// slots of holders the restart forgot before those re-assert.
 
 // leaseKeeper renews the limiter's leases held in Redis, every third of
 // their lease, in one pipeline per round. It runs while leases are held:
@@ -289,6 +319,64 @@ type leaseKeeper struct {
 	stop   chan struct{} // closed by Close
 	done   chan struct{} // closed when the loop has returned; nil: not running
 	closed bool
+
+	foreignLogged atomic.Bool // a lease set of another type was logged
+
+	srvMu   sync.Mutex
+	servers map[*node]serverSeen // what the lease scripts saw of each node's server
+}
+
+// serverSeen is what a limiter knows of the server process behind a node:
+// its LASTSAVE when last read (the second it started, or its last save),
+// which process it is (from its run_id), and, if the limiter saw it
+// replace another (a restart, or a failover to another server), when it
+// started (ms on its clock). A key's missing lease set within a lease of
+// such a start may hide holders the restart forgot (see acquire.lua).
+type serverSeen struct{ lastsave, run, restart int64 }
+
+// server returns what the keeper knows of nd's server.
+func (k *leaseKeeper) server(nd *node) serverSeen {
+	k.srvMu.Lock()
+	defer k.srvMu.Unlock()
+	return k.servers[nd]
+}
+
+// saw records what the acquire script read of nd's server: its LASTSAVE
+// (0: not read), and its process and start (0: INFO not read).
+func (k *leaseKeeper) saw(nd *node, lastsave, run, start int64) {
+	if lastsave == 0 && run == 0 {
+		return
+	}
+	k.srvMu.Lock()
+	defer k.srvMu.Unlock()
+	if k.servers == nil {
+		k.servers = make(map[*node]serverSeen)
+	}
+	s := k.servers[nd]
+	if lastsave != 0 {
+		s.lastsave = lastsave
+	}
+	if run != 0 {
+		if s.run != 0 && run != s.run {
+			s.restart = start
+		}
+		s.run = run
+	}
+	k.servers[nd] = s
+}
+
+// seed records what an INFO reply of nd's server says of it, as the
+// acquire script would have (see saw): its LASTSAVE (rdb_last_save_time)
+// and which process it is (run_id).
+func (k *leaseKeeper) seed(nd *node, info string) {
+	save, _ := strconv.ParseInt(infoField(info, "rdb_last_save_time"), 10, 64)
+	id := infoField(info, "run_id")
+	run, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
+	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	if run == 0 {
+		return
+	}
+	k.saw(nd, save, run, time.Now().UnixMilli()-up*1000)
 }
 
 // keeper returns the limiter's lease keeper, made on first use.
@@ -383,7 +471,7 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		group := byNode[nd]
 		ops := make([]*op, len(group))
 		for i, ls := range group {
-			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.lease.Milliseconds(), ls.id}}
+			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.limit.Max, ls.c.lease.Milliseconds(), ls.id}}
 		}
 		var replies []*batch.Member[*op, []int64]
 		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, group[0].rkey, func() (time.Duration, error) {
@@ -398,11 +486,25 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		})
 		k.mu.Lock()
 		for i, m := range replies {
-			if m.Err == nil && len(m.Res) == 1 && m.Res[0] == 1 {
-				group[i].expiry = now.Add(group[i].c.lease)
+			if m.Err != nil || len(m.Res) != 2 {
+				continue // tried again next round
+			}
+			ls := group[i]
+			switch m.Res[0] {
+			case 1:
+				ls.expiry = now.Add(ls.c.lease)
+			case 0:
+				// Missing, and the key at its cap: re-asserting would
+				// exceed it, so the lease is lost (its Release says so).
+				delete(k.leases, ls)
 			}
 		}
 		k.mu.Unlock()
+		for i, m := range replies {
+			if m.Err == nil && len(m.Res) == 2 {
+				l.foreignLease(group[i].rkey, m.Res[1])
+			}
+		}
 	}
 }
 

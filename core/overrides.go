@@ -158,8 +158,12 @@ func (o Override) String() string {
 // between are counted in the next line.
 //
 // In Redis the set is a hash, <prefix>{ovr:<name>}, and a version counter,
-// <prefix>{ovr:<name>}v, bumped by every change in the same script call;
-// both have one hash tag, so they live in one Cluster slot. A reload
+// <prefix>{ovr:<name>}v, bumped by every change in the same script call,
+// beside the set's epoch (<prefix>{ovr:<name>}e, new with each history of
+// the set) and its last write's id (<prefix>{ovr:<name>}w), so that a
+// version never comes back after Redis lost the set or its last writes;
+// all have one hash tag, so they live in one Cluster slot, and none has an
+// expiry, so no volatile-* eviction policy evicts them. A reload
 // reads the whole hash in one script call (HGETALL), which for the largest
 // sets (see [WithOverridesMax]) holds Redis for some milliseconds: the set
 // is meant to change now and then, not per request.
@@ -185,6 +189,7 @@ type Overrides struct {
 	hash    string // Redis keys
 	version string
 	epoch   string
+	write   string // the id of the last write (see overrides_load.lua)
 	refresh time.Duration
 	max     int
 
@@ -210,7 +215,7 @@ type pollLog struct {
 
 type overrideSnap struct {
 	version int64
-	epoch   string // the epoch of the set's history in Redis (see overrides_load.lua); "" for none
+	epoch   string // the epoch of the set's history in Redis and its last write's id, "<epoch>.<id>" (see overrides_load.lua); "" for none
 	read    bool   // read from the store (or changed locally)
 	m       map[string]Override
 }
@@ -279,7 +284,7 @@ func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Override
 		return nil, fmt.Errorf("core: WithOverridesMax: %d entries, want 1 to 10000000", o.max)
 	}
 	base := lim.prefix + "{ovr:" + name + "}"
-	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", epoch: base + "e", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
+	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", epoch: base + "e", write: base + "w", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
 	ov.snap.Store(&overrideSnap{m: map[string]Override{}})
 	ov.ctx, ov.stop = context.WithCancel(context.Background())
 	if lim.store != nil {
@@ -369,7 +374,7 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 	var n int64
 	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
 		var err error
-		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch}, key, o.text, ov.max, newLeaseID()).Int64()
+		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID()).Int64()
 		return err
 	})
 	if err != nil {
@@ -397,7 +402,7 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 		})
 	}
 	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
-		return overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version}, key).Err()
+		return overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.write}, key, newLeaseID()).Err()
 	})
 	if err != nil {
 		return ov.storeErr(ctx, "remove", err)
@@ -620,7 +625,7 @@ func (ov *Overrides) load(ctx context.Context) error {
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch}, known, ov.max).Slice()
+	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max).Slice()
 	if err != nil {
 		return err
 	}
@@ -659,12 +664,16 @@ func (ov *Overrides) load(ctx context.Context) error {
 		ov.lim.log().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
 			"overrides", ov.name, "version", v, "ignored", skipped)
 	}
-	if cur.read && cur.epoch != "" && epoch != cur.epoch {
+	// The epoch part of a version is "<epoch>.<write id>" (see
+	// overrides_load.lua): the write id changes with every write, the
+	// epoch only with a new history.
+	was, _, _ := strings.Cut(cur.epoch, ".")
+	if now, _, _ := strings.Cut(epoch, "."); cur.read && was != "" && now != was {
 		// The history this replica knew is gone: Redis restarted without
 		// persistence, failed over to a replica that missed the writes,
 		// or evicted the set. What Redis holds now is the set.
 		ov.lim.log().Warn("sluice: the overrides set this replica knew is gone from Redis (a restart without persistence, a failover that lost writes, or an eviction); the set Redis holds now applies",
-			"overrides", ov.name, "entries_before", len(cur.m), "entries_now", len(m), "epoch_before", cur.epoch, "epoch_now", epoch)
+			"overrides", ov.name, "entries_before", len(cur.m), "entries_now", len(m), "epoch_before", was, "epoch_now", now)
 	}
 	ov.snap.Store(&overrideSnap{version: v, epoch: epoch, read: true, m: m})
 	return nil

@@ -81,7 +81,7 @@ func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) erro
 		return fmt.Errorf("%w: node %s: %s: %w", ErrUnavailable, name, readyCause(err), err)
 	}
 	if policy := infoField(info, "maxmemory_policy"); evicts(policy) {
-		return fmt.Errorf("%w: node %s: maxmemory-policy %s can evict what the limiter must keep (%s); use a dedicated instance with noeviction, or volatile-lru (docs/production.md)",
+		return fmt.Errorf("%w: node %s: maxmemory-policy %s can evict what the limiter must keep (%s); use volatile-lfu (docs/production.md)",
 			ErrUnavailable, name, policy, evictionRisk(policy))
 	}
 	return nil
@@ -89,9 +89,10 @@ func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) erro
 
 // evicts reports whether a maxmemory policy can evict keys the limiter
 // must keep: every allkeys- policy can evict the keys without an expiry
-// (run-time overrides, their versions), volatile-ttl evicts first the
-// buckets with the shortest expiry, which are the busiest ones, and
-// volatile-random any bucket at all.
+// (run-time overrides, their versions and epochs, concurrency lease sets),
+// volatile-ttl evicts first the buckets with the shortest expiry, which
+// are the busiest ones, and volatile-random any bucket at all.
+// (volatile-lru is not refused, but warned about: see lruAdvice.)
 func evicts(policy string) bool {
 	return strings.HasPrefix(policy, "allkeys-") || policy == "volatile-ttl" || policy == "volatile-random"
 }
@@ -104,8 +105,16 @@ func evictionRisk(policy string) string {
 	if policy == "volatile-random" {
 		return "any bucket, busy or not, may be evicted and come back full"
 	}
-	return "keys without an expiry, such as run-time overrides, as well as buckets"
+	return "keys without an expiry (run-time overrides, concurrency lease sets) as well as busy buckets"
 }
+
+// lruAdvice is the warning for volatile-lru: it keeps the keys without an
+// expiry, but Redis's LRU clock counts whole seconds, so a bucket used a
+// thousand times a second looks as idle as a key written once in the same
+// second, and may be evicted and come back full (TestEvictionTable: up to
+// 1.32× a hot key's limit when other data with an expiry shares the
+// instance; volatile-lfu kept it at 1.00×).
+const lruAdvice = "volatile-lru may evict a busy bucket, which then comes back full (Redis's LRU clock counts whole seconds): a hot key was admitted up to 1.32x its limit in our measurements; volatile-lfu keeps the busiest buckets"
 
 // infoField returns the value of field in an INFO reply.
 func infoField(info, field string) string {

@@ -1,4 +1,6 @@
--- Gives a lease back (see acquire.lua): ARGV id. Replies {1} when the
--- lease was held, {0} when it had expired. Runs after clock.lua.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return {redis.call('ZREM', KEYS[1], ARGV[1])}
+-- Gives a lease back (see acquire.lua): ARGV lease_ms, id. Replies {1,
+-- foreign} when the lease was held, {0, foreign} when it had expired or
+-- Redis had forgotten it; foreign as in acquire.lua. Runs after clock.lua
+-- and leases.lua.
+local foreign = tidy(tonumber(ARGV[1]))
+return {redis.call('ZREM', KEYS[1], ARGV[2]), foreign}

@@ -1,12 +1,26 @@
--- Renews a lease (see acquire.lua): ARGV lease_ms, id. Replies {1} when
--- the lease was renewed, {0} when it had expired (or was released). Runs
--- after clock.lua.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local lease = tonumber(ARGV[1])
-if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[2]) == 0 and not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  return {0}
+-- Renews a lease (see acquire.lua): ARGV max, lease_ms, id. A lease the
+-- set no longer holds is re-asserted if the key has a free slot: Redis
+-- may have forgotten it (a restart, a failover that lost writes), and a
+-- holder reclaims it, also in the key's grace period, when newcomers are
+-- refused; a re-assertion into a missing set less than a lease after the
+-- server started begins that grace period. Replies {renewed, foreign}:
+-- renewed 1 when the lease is held, 0 when it was missing and the key is
+-- at its cap (the holder has lost it); foreign as in acquire.lua. Runs
+-- after clock.lua and leases.lua.
+local lease = tonumber(ARGV[2])
+local foreign = tidy(lease)
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+  hold(ARGV[3], lease)
+  return {1, foreign}
 end
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
+if held() >= tonumber(ARGV[1]) then
+  return {0, foreign}
 end
-return {1}
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  local start = server()
+  if start + lease > now then
+    redis.call('ZADD', KEYS[1], start + lease, GRACE)
+  end
+end
+hold(ARGV[3], lease)
+return {1, foreign}

@@ -123,6 +123,9 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		if brk.success(r, now) {
 			l.recovered(brk, now, "")
 		}
+		if !nd.policy.Load() {
+			l.readPolicy(nd)
+		}
 		return true, nil
 	}
 	if cerr := callerGone(ctx); cerr != nil {
@@ -134,7 +137,9 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		if brk.success(r, now) {
 			l.recovered(brk, now, "")
 		}
-		l.keyFailed(nd, key, kind, err)
+		if !l.replaceForeign(ctx, nd, key, kind, err) {
+			l.keyFailed(nd, key, kind, err)
+		}
 		return true, err
 	case faultPause:
 		first := brk.excused.Load()
@@ -225,6 +230,8 @@ func (l *Limiter) keyFailed(nd *node, rkey, kind string, err error) {
 type keyLog struct {
 	keyLogSaid  sync.Map // stored key -> struct{}
 	keyLogCount atomic.Int32
+	notForeign  sync.Map // stored key -> struct{}: its fault is not a value of another type (see replaceForeign)
+	notForeignN atomic.Int32
 }
 
 // sendOp sends o, an operation of kind kind that no failure policy governs

@@ -9,11 +9,14 @@ import (
 // The scripts other than the bucket's (bucket.lua, settle.lua), one .lua
 // file per operation, each described at its top. Those that keep leases
 // and heartbeats start with the shared prelude clock.lua, which reads the
-// server's clock. Each runs by EVALSHA, and by EVAL after NOSCRIPT (see
+// server's clock; the lease scripts then with leases.lua, which tidies a
+// lease set. Each runs by EVALSHA, and by EVAL after NOSCRIPT (see
 // store.go's runOp and sendOps).
 var (
 	//go:embed clock.lua
 	clockLua string
+	//go:embed leases.lua
+	leasesLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed renew.lua
@@ -37,9 +40,9 @@ var (
 )
 
 var (
-	acquireScript        = redis.NewScript(clockLua + acquireLua)
-	renewScript          = redis.NewScript(clockLua + renewLua)
-	releaseScript        = redis.NewScript(clockLua + releaseLua)
+	acquireScript        = redis.NewScript(clockLua + leasesLua + acquireLua)
+	renewScript          = redis.NewScript(clockLua + leasesLua + renewLua)
+	releaseScript        = redis.NewScript(clockLua + leasesLua + releaseLua)
 	fleetScript          = redis.NewScript(clockLua + fleetLua)
 	fleetLeaveScript     = redis.NewScript(fleetLeaveLua)
 	resetScript          = redis.NewScript(resetLua)
@@ -54,6 +57,6 @@ var (
 // EVAL's second round trip. (Not redis.Script.Load: on a pipeline it would
 // record the empty reply of a command not yet sent as the script's hash.)
 func scriptSources() []string {
-	return []string{bucketLua, settleLua, clockLua + acquireLua, clockLua + renewLua, clockLua + releaseLua,
-		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, leaseLua, pathLua}
+	return []string{bucketLua, settleLua, clockLua + leasesLua + acquireLua, clockLua + leasesLua + renewLua, clockLua + leasesLua + releaseLua,
+		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, pathLua}
 }

@@ -25,6 +25,7 @@ type node struct {
 	client *redis.Client                         // the node's own connection pool, for WAIT; nil if unknown
 	short  atomic.Bool                           // the last WAIT on this node fell short (see replicaAck)
 	probed atomic.Int64                          // unix nanoseconds of the last WAIT sent while short
+	policy atomic.Bool                           // its eviction policy was read, or is being read (see readPolicy)
 	warm   warmState                             // background warm-ups of client's pools (see rewarm)
 }
 

@@ -1,0 +1,71 @@
+package core
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed foreign.lua
+var foreignLua string
+
+var foreignScript = redis.NewScript(foreignLua)
+
+// replaceForeign handles a decision on rkey that failed for a reason of the
+// key (see keyFault): if the key holds a value of another type, which no
+// script of the limiter writes (another program writes under its prefix, or
+// an operator by hand), it deletes it through the road (as a reset), so
+// the key's next decisions are Redis's again rather than the fallback's
+// forever, and logs that once per key (see keyFailed's bound). It reports
+// whether it replaced the value; otherwise the caller logs the fault as
+// keyFailed does. The decision that found the value is still decided under
+// the failure policy.
+func (l *Limiter) replaceForeign(ctx context.Context, nd *node, rkey, kind string, err error) bool {
+	if rkey == "" || (kind != OpDecide && kind != OpPeek) || !foreignFault(err) {
+		return false
+	}
+	if _, ok := l.notForeign.Load(rkey); ok {
+		return false
+	}
+	var vals []int64
+	_, rerr := l.onNode(ctx, nd, l.now(), OpReset, rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		o := op{script: foreignScript, keys: []string{rkey}}
+		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
+		return took, err
+	})
+	if rerr != nil || len(vals) != 1 || vals[0] != 1 {
+		if rerr == nil && l.notForeignN.Load() < maxNotForeign {
+			// Another fault of the key (a calendar its windows do not
+			// hold): not asked again, so it costs no round trip per
+			// decision.
+			if _, had := l.notForeign.LoadOrStore(rkey, struct{}{}); !had {
+				l.notForeignN.Add(1)
+			}
+		}
+		return false
+	}
+	if l.keyLogCount.Load() < keyLogs {
+		if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); !said {
+			l.keyLogCount.Add(1)
+			l.log().Warn("sluice: a bucket's key held a value of another type; it was deleted, and the key's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+				"node", nd.brk.node, "key", rkey, "error", err)
+		}
+	}
+	return true
+}
+
+// maxNotForeign bounds the keys remembered as faulty for another reason.
+const maxNotForeign = 1024
+
+// foreignFault reports whether err may come from a value of another type:
+// Redis's WRONGTYPE, or a key's failure in a batch (whose code the batch
+// does not keep).
+func foreignFault(err error) bool {
+	return errors.Is(err, errKeyFailed) || strings.Contains(err.Error(), "WRONGTYPE")
+}

@@ -1,0 +1,294 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// A loss is one way Redis forgets: a restart without persistence, a
+// failover that loses the last writes (emulated: every key of the prefix
+// is put back as it was at a snapshot taken before those writes, with its
+// expiry, as a promoted replica that had not received them would hold
+// it), and an eviction (emulated: the key deleted, as a policy that can
+// evict it would).
+type loss struct {
+	name string
+	// before is called before the writes the loss may lose; it returns
+	// the loss itself.
+	before func(t *testing.T, srv *redistest.Server, rdb *redis.Client, prefix string, keys func() []string) func()
+}
+
+var losses = []loss{
+	{"restart", func(_ *testing.T, srv *redistest.Server, _ *redis.Client, _ string, _ func() []string) func() {
+		return func() { srv.Kill(); srv.Restart() }
+	}},
+	{"lost-write failover", func(t *testing.T, _ *redistest.Server, rdb *redis.Client, prefix string, _ func() []string) func() {
+		ctx := context.Background()
+		type saved struct {
+			dump string
+			ttl  time.Duration
+		}
+		snap := map[string]saved{}
+		names, err := rdb.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range names {
+			d, err := rdb.Dump(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ttl, _ := rdb.PTTL(ctx, k).Result()
+			if ttl < 0 {
+				ttl = 0
+			}
+			snap[k] = saved{d, ttl}
+		}
+		return func() {
+			now, err := rdb.Keys(ctx, prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(now) > 0 {
+				if err := rdb.Del(ctx, now...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k, s := range snap {
+				if err := rdb.RestoreReplace(ctx, k, s.ttl, s.dump).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}},
+	{"eviction", func(t *testing.T, _ *redistest.Server, rdb *redis.Client, _ string, keys func() []string) func() {
+		return func() {
+			if err := rdb.Del(context.Background(), keys()...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}},
+}
+
+// forgetRow measures one kind of key under one loss, and returns the
+// table's cell.
+type forgetRow struct {
+	kind    string
+	measure func(t *testing.T, l loss) string
+}
+
+// forgetSetup starts a private server and returns it, a client and a
+// limiter maker (each limiter with its own client, closed at cleanup).
+func forgetSetup(t *testing.T) (*redistest.Server, *redis.Client, string, func(opts ...Option) *Limiter) {
+	srv := redistest.Start(t)
+	prefix := "fg:"
+	rdb := redistest.NewClient(t, srv.Addr())
+	mk := func(opts ...Option) *Limiter {
+		lim := newRedisLimiter(t, srv.Addr(), append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond),
+			WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		t.Cleanup(func() { _ = lim.Close() })
+		return lim
+	}
+	return srv, rdb, prefix, mk
+}
+
+// bucketAfterLoss empties a bucket of limit (burst b, slow refill) by one
+// replica, loses it, and counts what another replica is admitted in 3b
+// tries at once after the loss (the first one's deny cache would refuse
+// them without asking Redis).
+func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
+	srv, rdb, prefix, mk := forgetSetup(t)
+	lim, other := mk(opts...), mk(opts...)
+	ctx := context.Background()
+	p, err := lim.plans.get([]Limit{limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkey := lim.rkey(p.fp, "k")
+	forget := l.before(t, srv, rdb, prefix, func() []string { return []string{rkey} })
+	before := 0
+	for range 3 * limit.Burst {
+		if r, err := lim.Allow(ctx, "k", limit); err == nil && r.Allowed {
+			before++
+		}
+	}
+	forget()
+	waitRedis(t, other, limit)
+	after := 0
+	for range 3 * limit.Burst {
+		if r, err := other.Allow(ctx, "k", limit); err == nil && r.Allowed && !r.Degraded {
+			after++
+		}
+	}
+	return fmt.Sprintf("%d of %d admitted again (burst %d)", after, before, limit.Burst)
+}
+
+// waitRedis waits until the limiter decides by Redis again (a probe key).
+func waitRedis(t *testing.T, lim *Limiter, limit Limit) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, err := lim.Allow(context.Background(), "probe", PerSecond(1000)); err == nil && !r.Degraded {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the limiter did not return to Redis within 5s")
+}
+
+var forgetRows = []forgetRow{
+	{"bucket (`PerMinute(10)`)", func(t *testing.T, l loss) string {
+		return bucketAfterLoss(t, l, PerMinute(10))
+	}},
+	{"stepped quota (`PerInterval(10, time.Hour)`)", func(t *testing.T, l loss) string {
+		return bucketAfterLoss(t, l, PerInterval(10, time.Hour))
+	}},
+	{"penalty lock (`PerMinute(2)`, `WithPenalty(time.Hour)`)", func(t *testing.T, l loss) string {
+		return bucketAfterLoss(t, l, PerMinute(2), WithPenalty(time.Hour))
+	}},
+	{"concurrency lease set (cap 10, lease 1s)", func(t *testing.T, l loss) string {
+		srv, rdb, prefix, mk := forgetSetup(t)
+		a, b := mk(), mk(WithFailurePolicy(FailClosed))
+		ca, _ := a.PrepareConcurrency(ConcurrencyLimit{Name: "s", Max: 10, Lease: time.Second})
+		cb, _ := b.PrepareConcurrency(ConcurrencyLimit{Name: "s", Max: 10, Lease: time.Second})
+		ctx := context.Background()
+		if ls, err := cb.Acquire(ctx, "k"); err != nil || !ls.Acquired { // b meets the node
+			t.Fatalf("%+v %v", ls, err)
+		} else {
+			_ = ls.Release(ctx)
+		}
+		forget := l.before(t, srv, rdb, prefix, func() []string { return []string{a.rkey(ca.fp, "k")} })
+		var held []*Lease
+		for range 10 {
+			ls, err := ca.Acquire(ctx, "k")
+			if err != nil || !ls.Acquired {
+				t.Fatalf("%+v %v", ls, err)
+			}
+			held = append(held, ls)
+		}
+		forget()
+		taken := 0
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if ls, err := cb.Acquire(ctx, "k"); err == nil && ls.Acquired {
+				taken++
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lost := 0
+		for _, ls := range held {
+			if err := ls.Release(ctx); err != nil {
+				lost++
+			}
+		}
+		return fmt.Sprintf("%d in flight (%d newcomers); %d of the holder's 10 leases lost", 10+taken, taken, lost)
+	}},
+	{"overrides set, version and epoch", func(t *testing.T, l loss) string {
+		srv, rdb, prefix, mk := forgetSetup(t)
+		a, b := mk(), mk()
+		ctx := context.Background()
+		oa, err := NewOverrides(a, "plans", WithOverridesRefresh(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer oa.Close()
+		ob, err := NewOverrides(b, "plans", WithOverridesRefresh(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ob.Close()
+		if err := oa.Set(ctx, "w", Override{Deny: true}); err != nil {
+			t.Fatal(err)
+		}
+		forget := l.before(t, srv, rdb, prefix, func() []string {
+			keys, _ := rdb.Keys(ctx, prefix+"{ovr:plans}*").Result()
+			return keys
+		})
+		if err := oa.Set(ctx, "x", Override{Deny: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		forget()
+		var err2 error
+		for range 50 { // through the breaker's recovery after a restart
+			if err2 = oa.Set(ctx, "y", Override{Deny: true}); err2 == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err2 != nil {
+			t.Fatal(err2)
+		}
+		if err := ob.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, hasX := ob.Lookup("x")
+		_, hasY := ob.Lookup("y")
+		if hasY && !hasX {
+			return "replica read the set again (lost entry gone, new entry in force)"
+		}
+		return fmt.Sprintf("**stale**: replica keeps the lost entry %v, sees the new one %v", hasX, hasY)
+	}},
+}
+
+// TestForgetTable measures what each kind of key the library writes does
+// when Redis forgets it (see losses), and prints the table published in
+// docs/topologies.md ("What Redis forgets"). Each cell is one run on a
+// private redis-server of its own. It is a measurement, so it runs only
+// when asked (about a minute):
+//
+//	SLUICE_FORGET_TABLE=1 go test ./core -run TestForgetTable -v -count=1
+func TestForgetTable(t *testing.T) {
+	if os.Getenv("SLUICE_FORGET_TABLE") != "1" {
+		t.Skip("a measurement; run it with SLUICE_FORGET_TABLE=1")
+	}
+	var mu sync.Mutex
+	cells := map[string]string{}
+	for _, row := range forgetRows {
+		for _, l := range losses {
+			t.Run(row.kind+"/"+l.name, func(t *testing.T) {
+				c := row.measure(t, l)
+				mu.Lock()
+				cells[row.kind+"/"+l.name] = c
+				mu.Unlock()
+				t.Log(c)
+			})
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| key | restart | lost-write failover | eviction (the key deleted) |\n|---|---|---|---|\n")
+	for _, row := range forgetRows {
+		fmt.Fprintf(&b, "| %s |", row.kind)
+		for _, l := range losses {
+			fmt.Fprintf(&b, " %s |", cells[row.kind+"/"+l.name])
+		}
+		b.WriteString("\n")
+	}
+	t.Logf("\n%s", b.String())
+}
+
+// TestOverridesAfterLoss: after a restart, a failover that lost the last
+// writes and an eviction of the set, a replica that had read the lost
+// entry reads the set again at its next sync: the lost entry is gone and
+// the entry written since is in force (the version carries the id of the
+// last write, so a write after lost ones never repeats a version).
+func TestOverridesAfterLoss(t *testing.T) {
+	row := forgetRows[len(forgetRows)-1]
+	for _, l := range losses {
+		t.Run(l.name, func(t *testing.T) {
+			if got := row.measure(t, l); !strings.HasPrefix(got, "replica read the set again") {
+				t.Error(got)
+			}
+		})
+	}
+}

@@ -1,0 +1,543 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/redistest"
+)
+
+// capAfterLoss runs the scenario of a cap across a lost Redis state: limiter
+// a holds every slot (cap most, lease 1s) in long requests; forget makes
+// Redis lose the state; limiters b and c, which knew the node before, try
+// to take slots for the next window. It returns the most slots ever in
+// flight (a's held ones plus those b and c took), how many of a's leases
+// Redis held again after the window, and a's releases' errors.
+type capLoss struct {
+	peak      int64 // most in flight at once: a's leases plus newcomers'
+	taken     int64 // newcomers' acquisitions while a held every slot
+	reheld    int64 // a's leases in Redis after the window
+	releaseOK int   // a's releases that returned nil
+}
+
+func capAfterLoss(t *testing.T, srv *redistest.Server, most int, window time.Duration, forget func()) capLoss {
+	t.Helper()
+	addr := srv.Addr()
+	prefix := uniquePrefix()
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	mk := func(opts ...Option) *Concurrency {
+		lim := newRedisLimiter(t, addr, append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond), quiet}, opts...)...)
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: most, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The newcomers fail closed: this measures what Redis admits, not
+	// what a local fallback adds while the node is down (see
+	// TestCapOutageBound).
+	a, b, c := mk(), mk(WithFailurePolicy(FailClosed)), mk(WithFailurePolicy(FailClosed))
+	ctx := context.Background()
+	var held []*Lease
+	for range most {
+		ls, err := a.Acquire(ctx, "stream")
+		if err != nil || !ls.Acquired {
+			t.Fatalf("a: %+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	// b and c have met the node: their first try is refused at the cap.
+	for _, n := range []*Concurrency{b, c} {
+		if ls, err := n.Acquire(ctx, "stream"); err != nil || ls.Acquired {
+			t.Fatalf("a newcomer before the loss: %+v, %v; want refused", ls, err)
+		}
+	}
+	var newcomers, peak atomic.Int64
+	forget()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var theirs []*Lease
+	deadline := time.Now().Add(window)
+	for _, n := range []*Concurrency{b, c} {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ls, err := n.Acquire(ctx, "stream")
+				if err == nil && ls.Acquired {
+					in := int64(most) + newcomers.Add(1)
+					for p := peak.Load(); in > p && !peak.CompareAndSwap(p, in); p = peak.Load() {
+					}
+					mu.Lock()
+					theirs = append(theirs, ls) // held to the end: long requests
+					mu.Unlock()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	out := capLoss{peak: max(int64(most), peak.Load()), taken: newcomers.Load()}
+	rdb := redistest.NewClient(t, addr)
+	for _, ls := range held {
+		if _, err := rdb.ZScore(ctx, ls.rkey, ls.id).Result(); err == nil {
+			out.reheld++
+		}
+	}
+	for _, ls := range held {
+		if err := ls.Release(ctx); err == nil {
+			out.releaseOK++
+		}
+	}
+	for _, ls := range theirs {
+		_ = ls.Release(ctx)
+	}
+	return out
+}
+
+// TestCapAcrossRestart: one instance holds all 10 slots of a cap (lease
+// 1s) in long requests; Redis is killed and restarted empty; two other
+// instances try for 1.5s (the grace period and after it) to take slots.
+// The cap is never exceeded: the holder's renewals re-assert its leases,
+// and the newcomers are refused meanwhile. Its releases then succeed.
+func TestCapAcrossRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	got := capAfterLoss(t, srv, 10, 1500*time.Millisecond, func() {
+		srv.Kill()
+		srv.Restart()
+	})
+	t.Logf("after a restart: %+v", got)
+	if got.peak > 10 {
+		t.Errorf("in flight reached %d for a cap of 10 (newcomers took %d slots)", got.peak, got.taken)
+	}
+	if got.reheld != 10 || got.releaseOK != 10 {
+		t.Errorf("the holder's leases: %d of 10 held again in Redis, %d released without error; want all", got.reheld, got.releaseOK)
+	}
+}
+
+// TestReassertWithinCap: the lease set of a key is deleted (as an
+// eviction under allkeys-* would), a newcomer takes two of the three
+// slots, and then the holder of all three renews: one lease is re-asserted,
+// the two that would exceed the cap are refused, and their releases say
+// the leases were lost. Redis never holds more than the cap.
+func TestReassertWithinCap(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	prefix := uniquePrefix()
+	mk := func() *Concurrency {
+		lim := newRedisLimiter(t, addr, WithPrefix(prefix))
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 3, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := mk(), mk()
+	ctx := context.Background()
+	var held []*Lease
+	for range 3 {
+		ls, err := a.Acquire(ctx, "k")
+		if err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	rdb := redistest.NewClient(t, addr)
+	rkey := held[0].rkey
+	if err := rdb.Del(ctx, rkey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if ls, err := b.Acquire(ctx, "k"); err != nil || !ls.Acquired {
+			t.Fatalf("newcomer after the deletion: %+v, %v", ls, err)
+		}
+	}
+	// Within two renewal rounds (a third of the lease each) every lease of
+	// a has been renewed or found lost.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		k := a.lim.keeper()
+		k.mu.Lock()
+		left := len(k.leases)
+		k.mu.Unlock()
+		n, err := rdb.ZCard(ctx, rkey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 3 {
+			t.Fatalf("the set holds %d leases for a cap of 3", n)
+		}
+		if left == 1 && n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: a renews %d leases, the set holds %d; want 1 re-asserted, 3 in all", 2*time.Second, left, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var lost, ok int
+	for _, ls := range held {
+		switch err := ls.Release(ctx); {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrLeaseLost):
+			lost++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if ok != 1 || lost != 2 {
+		t.Errorf("releases: %d fine, %d lost; want 1 and 2", ok, lost)
+	}
+}
+
+// TestPoisonedLeases: members scored far in the future or +inf, and a set
+// written without an expiry, hold a slot for one lease at most: the
+// scripts clamp every score to now + lease.
+func TestPoisonedLeases(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	lim := newRedisLimiter(t, addr)
+	t.Cleanup(func() { _ = lim.Close() })
+	const lease = 300 * time.Millisecond
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 2, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	rkey := lim.rkey(c.fp, "k")
+	if err := rdb.ZAdd(ctx, rkey, redis.Z{Score: math.Inf(1), Member: "forever"}, redis.Z{Score: 9e15, Member: "year-285000"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ls, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Acquired {
+		t.Fatalf("the poisoned members held no slot at all: %+v", ls)
+	}
+	for !ls.Acquired {
+		if time.Since(start) > 3*lease {
+			t.Fatalf("the key still locked %v after the poisoned members were found (lease %v)", time.Since(start), lease)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if ls, err = c.Acquire(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("a slot was free %v after the poisoned members were found (lease %v)", time.Since(start).Round(time.Millisecond), lease)
+	if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl != -1 {
+		t.Errorf("PTTL of the lease set = %v, %v; want -1 (no expiry: volatile-* cannot evict it)", ttl, err)
+	}
+	_ = ls.Release(ctx)
+}
+
+// TestForeignLeaseSet: a value of another type in a cap's key is deleted,
+// the cap counts from zero, and the limiter logs it once, naming the key.
+func TestForeignLeaseSet(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	var logs syncBuffer
+	lim := newRedisLimiter(t, addr, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	t.Cleanup(func() { _ = lim.Close() })
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 1, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for _, key := range []string{"a", "b"} {
+		if err := rdb.Set(ctx, lim.rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := c.Acquire(ctx, key)
+		if err != nil || !ls.Acquired || ls.Degraded {
+			t.Fatalf("Acquire(%q) over a string = %+v, %v; want a slot from Redis", key, ls, err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, lim.rkey(c.fp, "a")) {
+		t.Errorf("log = %q; want one line naming the key", out)
+	}
+}
+
+// TestCapOutageBound measures a cap through an outage under FallbackLocal:
+// three replicas (WithFallbackReplicas(3), so a local share of 3 of 10);
+// the first holds all 10 slots in Redis; Redis is killed, stays down for
+// 1.2s (longer than the 1s lease) and comes back empty; all three keep
+// trying for slots, holding what they get. In flight: the 10 held, plus at
+// most each replica's local share while Redis is down (3 × 3), and nothing
+// Redis admits after it is back, while the holder re-asserts its 10:
+// Max + replicas × share, here 19, never more.
+func TestCapOutageBound(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	prefix := uniquePrefix()
+	const most = 10
+	var caps []*Concurrency
+	for range 3 {
+		lim := newRedisLimiter(t, addr, WithPrefix(prefix), WithTimeout(100*time.Millisecond),
+			WithFallbackReplicas(3), WithLogger(slog.New(slog.DiscardHandler)))
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: most, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps = append(caps, c)
+	}
+	ctx := context.Background()
+	var held []*Lease
+	for range most {
+		ls, err := caps[0].Acquire(ctx, "stream")
+		if err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	for _, c := range caps[1:] {
+		if ls, err := c.Acquire(ctx, "stream"); err != nil || ls.Acquired {
+			t.Fatalf("before the outage: %+v, %v; want refused", ls, err)
+		}
+	}
+	var mu sync.Mutex
+	var extra []*Lease
+	var local, byRedis int
+	try := func(until time.Time) {
+		var wg sync.WaitGroup
+		for _, c := range caps {
+			wg.Go(func() {
+				for time.Now().Before(until) {
+					if ls, err := c.Acquire(ctx, "stream"); err == nil && ls.Acquired {
+						mu.Lock()
+						extra = append(extra, ls)
+						if ls.Degraded {
+							local++
+						} else {
+							byRedis++
+						}
+						mu.Unlock()
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	srv.Kill()
+	try(time.Now().Add(1200 * time.Millisecond))
+	srv.Restart()
+	try(time.Now().Add(1500 * time.Millisecond))
+	peak := most + local + byRedis
+	t.Logf("in flight at most %d for a cap of %d: %d held in Redis before the outage, %d taken by the local fallback, %d by Redis after it",
+		peak, most, most, local, byRedis)
+	if bound := most + 3*max(1, most/3); peak > bound || byRedis > 0 {
+		t.Errorf("in flight reached %d (%d by Redis after the outage); want at most %d, none by Redis", peak, byRedis, bound)
+	}
+	for _, ls := range append(held, extra...) {
+		_ = ls.Release(ctx)
+	}
+}
+
+// TestPoisonedBucketLock: a bucket value with a lock in the far future and
+// no expiry (no script writes one) locks the key for one penalty at most,
+// in the lone form and in the batch form (two limits), with a penalty and
+// without; the value is then written with an expiry.
+func TestPoisonedBucketLock(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	const penalty = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		limits  []Limit
+		penalty time.Duration
+	}{
+		{"one limit, no penalty", []Limit{PerSecond(5)}, 0},
+		{"one limit, a penalty", []Limit{PerSecond(5)}, penalty},
+		{"two limits, no penalty", []Limit{PerSecond(5), PerHour(1000)}, 0},
+		{"two limits, a penalty", []Limit{PerSecond(5), PerHour(1000)}, penalty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()), WithPenalty(tc.penalty))
+			p, err := lim.plans.get(tc.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "k")
+			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
+			fields := []string{strconv.FormatInt(far, 10)}
+			for range tc.limits {
+				fields = append(fields, "0", "0")
+			}
+			if err := rdb.Set(ctx, rkey, strings.Join(fields, " "), 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			var r Result
+			for {
+				if r, err = lim.Allow(ctx, "k", tc.limits...); err != nil {
+					t.Fatal(err)
+				}
+				if r.Allowed || time.Since(start) > tc.penalty+time.Second {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			took := time.Since(start)
+			if !r.Allowed || r.Degraded {
+				t.Fatalf("still locked %v after the poisoned lock was found (penalty %v): %+v", took, tc.penalty, r)
+			}
+			if tc.penalty == 0 && took > 100*time.Millisecond {
+				t.Errorf("without a penalty the first decision should admit; it took %v", took)
+			}
+			if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl <= 0 {
+				t.Errorf("PTTL after the decisions = %v, %v; want an expiry", ttl, err)
+			}
+			t.Logf("admitted %v after the poisoned lock was found", took.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestForeignBucket: a value of another type where a bucket belongs is
+// replaced at the first decision (decided by the fallback), logged once
+// naming the key; the key's next decisions are Redis's again.
+func TestForeignBucket(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for _, batched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			var logs syncBuffer
+			opts := []Option{WithPrefix(uniquePrefix()), WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
+			if !batched {
+				opts = append(opts, WithBatching(0))
+			}
+			lim := newRedisLimiter(t, addr, opts...)
+			p, err := lim.plans.get([]Limit{PerSecond(5)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "k")
+			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var degraded []bool
+			for range 4 {
+				r, err := lim.Allow(ctx, "k", PerSecond(5))
+				if err != nil {
+					t.Fatal(err)
+				}
+				degraded = append(degraded, r.Degraded)
+			}
+			if fmt.Sprint(degraded) != "[true false false false]" {
+				t.Errorf("degraded: %v; want the first decision only", degraded)
+			}
+			if typ, _ := rdb.Type(ctx, rkey).Result(); typ != "string" {
+				t.Errorf("the key's type after: %q, want a bucket (string)", typ)
+			}
+			out := logs.String()
+			if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, rkey) {
+				t.Errorf("log = %q; want one line naming %s", out, rkey)
+			}
+		})
+	}
+}
+
+// TestHugeBucketValue: a 10 MB value where a bucket belongs, one that
+// parses (a 10 MB number) and one that does not, is read once and
+// overwritten by the first decision: the key is then decided from a
+// normal bucket, and the other keys of the node are not slowed.
+func TestHugeBucketValue(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	// Writing 10 MB may outlast redistest.NewClient's 1s timeouts on a
+	// loaded machine.
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, tc := range []struct{ name, value string }{
+		{"digits", "0 " + strings.Repeat("9", 10<<20) + " 0"},
+		{"bytes", strings.Repeat("x", 10<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()))
+			p, err := lim.plans.get([]Limit{PerSecond(5)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "huge")
+			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, "huge", PerSecond(5))
+			if err != nil || !r.Allowed {
+				t.Fatalf("the first decision on the huge value: %+v, %v; want admitted (read as a full bucket)", r, err)
+			}
+			if n, err := rdb.StrLen(ctx, rkey).Result(); err != nil || n > 64 {
+				t.Fatalf("the value is %d bytes after a decision (%v); want a bucket's few", n, err)
+			}
+			start := time.Now()
+			for i := range 200 {
+				key := "huge"
+				if i%2 == 1 {
+					key = "other:" + strconv.Itoa(i)
+				}
+				if _, err := lim.Allow(ctx, key, PerSecond(5)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("200 decisions after the huge value was replaced: %v", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// TestCapAcrossRestartDecisionsFirst: a replica that had only made rate
+// decisions on the node before the restart (no slot taken: its first
+// answer's INFO told it which server that was) is held back by the grace
+// period too.
+func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := uniquePrefix()
+	mk := func(opts ...Option) (*Limiter, *Concurrency) {
+		lim := newRedisLimiter(t, srv.Addr(), append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond),
+			WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 3, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim, c
+	}
+	_, a := mk()
+	blim, b := mk(WithFailurePolicy(FailClosed))
+	ctx := context.Background()
+	if _, err := blim.Allow(ctx, "x", PerSecond(10)); err != nil {
+		t.Fatal(err)
+	}
+	blim.bg.wg.Wait()
+	for range 3 {
+		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+	}
+	srv.Kill()
+	srv.Restart()
+	restarted := time.Now()
+	for time.Since(restarted) < time.Second {
+		if ls, err := b.Acquire(ctx, "k"); err == nil && ls.Acquired {
+			t.Fatalf("a newcomer took a slot %v after the restart, while the holder of all 3 could still re-assert", time.Since(restarted))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,64 @@
+-- Prelude of the lease scripts (acquire.lua, renew.lua, release.lua), after
+-- clock.lua. KEYS[1] is a key's lease set: a sorted set whose members are
+-- lease ids scored by the millisecond (Redis's clock) they expire unless
+-- renewed, and, while the key is in its grace period, the member '~grace'
+-- scored by the millisecond the grace ends. A set that holds a lease has
+-- no expiry, so an eviction policy that evicts only keys with one
+-- (volatile-*) never evicts it; every script drops expired members, and
+-- a set left without a member is gone (Redis deletes an empty set).
+--
+-- tidy(lease) drops what expired and clamps what cannot be valid: a score
+-- later than now + lease (a lease renewed now ends then; a poisoned value
+-- scored in the far future or +inf) is set to now + lease, so no value
+-- holds a slot longer than one lease. A value of another type in the key
+-- (WRONGTYPE) is deleted and reported: tidy returns 1 then, else 0.
+-- (ZCARD under pcall finds it: TYPE would be one more command for the
+-- Redis user's ACL.)
+-- Replies of the lease scripts end with that flag, so the limiter logs
+-- the key once.
+local GRACE = '~grace'
+local function tidy(lease)
+  local n = redis.pcall('ZCARD', KEYS[1])
+  if type(n) == 'table' and n.err then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  if n == 0 then
+    return 0
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local horizon = now + lease
+  local late = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. horizon, '+inf', 'LIMIT', 0, 1000)
+  for _, m in ipairs(late) do
+    redis.call('ZADD', KEYS[1], horizon, m)
+  end
+  return 0
+end
+
+-- hold scores lease id until now + lease. The set loses any expiry (one
+-- written by an older version, or by the grace marker alone): its
+-- members' scores are what end its leases.
+local function hold(id, lease)
+  redis.call('ZADD', KEYS[1], now + lease, id)
+  redis.call('PERSIST', KEYS[1])
+end
+
+-- held counts the leases of the set, not its grace marker.
+local function held()
+  local n = redis.call('ZCARD', KEYS[1])
+  if redis.call('ZSCORE', KEYS[1], GRACE) then
+    n = n - 1
+  end
+  return n
+end
+
+-- server reads INFO: when the server started, in ms on its clock,
+-- rounded toward earlier (INFO counts whole seconds), and which process
+-- it is: the first 13 hex digits of its run_id (new at every start), as a
+-- number.
+local function server()
+  local info = redis.call('INFO', 'server')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
+  local id = tonumber(string.sub(string.match(info, 'run_id:(%x+)') or '1', 1, 13), 16) or 1
+  return now - up * 1000, id
+end

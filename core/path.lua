@@ -93,11 +93,26 @@ local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
   return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
 end
 
+-- read_level returns a level's stored value, or nil for a value no
+-- script writes, read as a full bucket and overwritten by the level's next
+-- charge (as bucket.lua does): longer than any value of nlimits limits (a
+-- 10 MB value, say), or a lock ahead of now on a value without an expiry
+-- (every value the scripts write has one), which would otherwise lock the
+-- level for good.
+local function read_level(key, nlimits)
+  local stored = call('GET', key)
+  if not stored then return nil end
+  if #stored > 24 * (1 + 2 * nlimits) then return nil end
+  local lock = match(stored, '^(%-?%d+) ')
+  if lock and lock + 0 > now and call('PTTL', key) == -1 then return nil end
+  return stored
+end
+
 -- judge_one is judge for a level of one continuous limit, as bucket.lua's
 -- decide_one decides it, writing nothing.
 local function judge_one(key, L)
   local r, p, b = L.r1, L.p1, L.b1
-  local stored = call('GET', key)
+  local stored = read_level(key, 1)
   local exists, lock_until, debt = false, 0, 0
   if stored then
     local sl, su, sf = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
@@ -136,7 +151,7 @@ end
 -- admission or a lock would write.
 local function judge(key, L)
   local cost, nlimits, r, p, b, step = L.cost, L.n, L.r, L.p, L.b, L.step
-  local stored = call('GET', key)
+  local stored = read_level(key, nlimits)
   local exists, lock_until = false, 0
   local arrival_us, arrival_frac = {}, {}
   if stored then

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,48 @@ func TestPathBatchKeyFault(t *testing.T) {
 	s.runPaths(ctx, both)
 	if both[0].Err == nil || !keyFault(both[0].Err) {
 		t.Fatalf("a batch whose every path fails: %v, want the WRONGTYPE error, a fault of the key", both[0].Err)
+	}
+}
+
+// TestPathPoisonedLevel: a level whose stored value no script writes (a
+// lock fifty years ahead without an expiry, or a 10 MB value) is read as a
+// full bucket and overwritten by the path's next charge, never locking the
+// path for good; levels of one limit and of two are read apart.
+func TestPathPoisonedLevel(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	far := strconv.FormatInt(time.Now().Add(50*365*24*time.Hour).UnixMicro(), 10)
+	for _, tc := range []struct {
+		name   string
+		limits []Limit
+		value  string
+	}{
+		{"one limit, a lock", []Limit{PerSecond(5)}, far + " 0 0"},
+		{"two limits, a lock", []Limit{PerSecond(5), PerHour(1000)}, far + " 0 0 0 0"},
+		{"one limit, 10 MB", []Limit{PerSecond(5)}, strings.Repeat("9", 10<<20)},
+		{"two limits, 10 MB", []Limit{PerSecond(5), PerHour(1000)}, strings.Repeat("9", 10<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()), WithPenalty(time.Hour))
+			r, err := lim.PreparePath("poison", Level{Name: "org", Limits: []Limit{PerHour(100)}}, Level{Name: "user", Limits: tc.limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := redisKeyFrom(lim.prefix, r.plans[1].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
+			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := r.Allow(ctx, "acme", "mallory")
+			if err != nil || !res.Allowed || res.Degraded {
+				t.Fatalf("first decision after the poisoned value: %+v, %v; want admitted by Redis", res, err)
+			}
+			if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl <= 0 {
+				t.Errorf("PTTL after the decision = %v, %v; want an expiry", ttl, err)
+			}
+			if n, err := rdb.StrLen(ctx, rkey).Result(); err != nil || n > 100 {
+				t.Errorf("the level's value after the decision is %d bytes, %v; want it overwritten", n, err)
+			}
+		})
 	}
 }

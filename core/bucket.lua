@@ -238,19 +238,8 @@ if argv[1] == '1' and argv[5] == '1' and argv[6] ~= '0' and argv[6] ~= '-1' then
 else
   -- Several groups, or several limits: each group parsed once, into tables
   -- indexed by group (and each limit's numbers by limit).
-  local floor, max = math.floor, math.max
-  local function floordiv(a, b)
-    local q = floor(a / b)
-    if q * b > a then
-      q = q - 1
-    elseif (q + 1) * b <= a then
-      q = q + 1
-    end
-    return q
-  end
-  local function ceildiv(a, b)
-    return floordiv(a + b - 1, b)
-  end
+  local max = math.max
+  --#include arith.lua
 
   local ngroups = argv[1] + 0
   local group_cost, group_max_wait_us, group_penalty_us, group_nlimits = {}, {}, {}, {}
@@ -294,21 +283,7 @@ else
   end
   -- arg_at is now the first key's group, when ngroups > 1.
 
-  -- until_us is how long until a limit's debt has fallen by x ticks (a
-  -- stepped limit's: events, at the start of a window), 0 if x <= 0.
-  local function until_us(x, ticks_per_us, step)
-    if x <= 0 then return 0 end
-    if not step then return ceildiv(x, ticks_per_us) end
-    local n = ceildiv(x, step.refill)
-    if step.every then return (step.idx + n) * step.every - now end
-    local start = step.starts[step.base + n + 1]
-    if not start then error('ERR sluice: a calendar wait beyond the windows passed') end
-    return start - now
-  end
-  -- unit_wait is how long, with debt ticks of debt, a unit request waits.
-  local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
-    return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
-  end
+  --#include waits.lua
 
   -- decide_many decides a key under several limits, with tables indexed by
   -- limit, in the order of decide in gcra.go.

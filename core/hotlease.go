@@ -39,7 +39,10 @@ import (
 // (counted as such): the tokens stay spent, never spent twice.
 
 //go:embed lease.lua
-var leaseLua string
+var leaseSrc string
+
+// leaseLua is lease.lua as Redis runs it (see expandLua).
+var leaseLua = expandLua("lease.lua", leaseSrc)
 
 // leaseScript takes and gives back token leases (see the layout table at
 // the top of core/lease.lua).

@@ -74,19 +74,7 @@ local call = redis.call
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
-local floor = math.floor
-local function floordiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-local function ceildiv(a, b)
-  return floordiv(a + b - 1, b)
-end
+--#include arith.lua
 
 local bkey, hkey = KEYS[1], KEYS[2]
 local op, id = ARGV[1] + 0, ARGV[2]

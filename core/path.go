@@ -18,7 +18,10 @@ import (
 )
 
 //go:embed path.lua
-var pathLua string
+var pathSrc string
+
+// pathLua is path.lua as Redis runs it (see expandLua).
+var pathLua = expandLua("path.lua", pathSrc)
 
 // pathScript decides a path of keys as one (see the layout table at the
 // top of core/path.lua).

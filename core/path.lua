@@ -64,34 +64,9 @@ local call, format, match = redis.call, string.format, string.match
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
-local floor, max = math.floor, math.max
-local function floordiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-local function ceildiv(a, b)
-  return floordiv(a + b - 1, b)
-end
-
--- until_us is how long until a limit's debt has fallen by x ticks (a
--- stepped limit's: events, at the start of a window), 0 if x <= 0.
-local function until_us(x, ticks_per_us, step)
-  if x <= 0 then return 0 end
-  if not step then return ceildiv(x, ticks_per_us) end
-  local n = ceildiv(x, step.refill)
-  if step.every then return (step.idx + n) * step.every - now end
-  local start = step.starts[step.base + n + 1]
-  if not start then error('ERR sluice: a calendar wait beyond the windows passed') end
-  return start - now
-end
-local function unit_wait(debt, ticks_per_us, ticks_per_event, burst, step)
-  return until_us(debt + ticks_per_event - burst * ticks_per_event, ticks_per_us, step)
-end
+local max = math.max
+--#include arith.lua
+--#include waits.lua
 
 -- read_level returns a level's stored value, or nil for a value no
 -- script writes, read as a full bucket and overwritten by the level's next

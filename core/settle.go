@@ -16,7 +16,10 @@ import (
 )
 
 //go:embed settle.lua
-var settleLua string
+var settleSrc string
+
+// settleLua is settle.lua as Redis runs it (see expandLua).
+var settleLua = expandLua("settle.lua", settleSrc)
 
 // settleScript applies a settled reservation's difference to its buckets
 // once (see the layout table at the top of core/settle.lua).

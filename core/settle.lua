@@ -51,16 +51,7 @@ local call = redis.call
 local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
-local floor = math.floor
-local function floordiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+--#include arith.lua
 
 -- limits_at parses a set of limits whose nlimits is ARGV[at].
 local function limits_at(at)

@@ -10,7 +10,10 @@ import (
 )
 
 //go:embed bucket.lua
-var bucketLua string
+var bucketSrc string
+
+// bucketLua is bucket.lua as Redis runs it (see expandLua).
+var bucketLua = expandLua("bucket.lua", bucketSrc)
 
 // bucketScript runs by EVALSHA; go-redis falls back to EVAL when Redis
 // answers NOSCRIPT (after a restart or SCRIPT FLUSH). appendArgs builds its

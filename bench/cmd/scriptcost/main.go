@@ -94,7 +94,7 @@ type variant struct {
 }
 
 func main() {
-	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/bucket.lua while editing it)")
+	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
 	calls := flag.Int("calls", 2000, "measured script calls per cell")
 	nkeys := flag.Int("keys", 1000, "distinct keys the calls cycle over")
@@ -131,11 +131,11 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 		return err
 	}
 	if scriptPath != "" {
-		src, err := os.ReadFile(scriptPath)
+		src, err := readScript(scriptPath)
 		if err != nil {
 			return err
 		}
-		sl.src = string(src)
+		sl.src = src
 	}
 	rr, err := redisRateCall()
 	if err != nil {
@@ -467,3 +467,27 @@ func client(srv *redistest.Server) *redis.Client {
 }
 
 var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
+
+// readScript reads the Lua file at path and splices in each file it names
+// on an include line ("--#include arith.lua"), from the same directory, as
+// core does with its own scripts.
+func readScript(path string) (string, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for line := range strings.Lines(string(src)) {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "--#include ")
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		part, err := os.ReadFile(filepath.Join(filepath.Dir(path), name))
+		if err != nil {
+			return "", fmt.Errorf("%s includes %s: %w", path, name, err)
+		}
+		b.Write(part)
+	}
+	return b.String(), nil
+}

@@ -55,3 +55,20 @@ func (d decision) result(p *plan) Result {
 		Locked:     d.locked,
 	}
 }
+
+// LevelLimit returns r's Limit as metrics and headers name it: for a
+// decision of a path of keys ([PathRule]), with its Name after the
+// deciding level and a dot ("user.burst"), unnamed standing in for a
+// limit without a Name ("user.unnamed"); otherwise r.Limit as it is.
+func (r Result) LevelLimit(unnamed string) Limit {
+	l := r.Limit
+	if r.Level == "" {
+		return l
+	}
+	name := l.Name
+	if name == "" {
+		name = unnamed
+	}
+	l.Name = r.Level + "." + name
+	return l
+}

@@ -206,7 +206,7 @@ func (obs *Observer) ObserveDecision(res core.Result, src core.Source) {
 	waited := res.Allowed && res.Wait > 0
 	var wopts []metric.RecordOption
 	obs.mu.RLock()
-	k.policy = obs.policy(levelLimit(res))
+	k.policy = obs.policy(res.LevelLimit(policyUnnamed))
 	opts := obs.series[k]
 	if waited {
 		wopts = obs.waits[waitKey{dryRun: k.dryRun, policy: k.policy}]
@@ -230,23 +230,6 @@ func (obs *Observer) ObserveDecision(res core.Result, src core.Source) {
 // without a Name, the Name if it is one of the names admitted or may still
 // be admitted, and "other" once maxNames names are. The caller holds
 // obs.mu, for reading at least.
-// levelLimit is res's limit as the policy attribute names it: for a
-// decision of a path of keys (core.PathRule), its Name after the deciding
-// level and a dot ("user.burst", or "user.unnamed" for a limit without a
-// Name), so that the attribute says which level decided.
-func levelLimit(res core.Result) core.Limit {
-	l := res.Limit
-	if res.Level == "" {
-		return l
-	}
-	name := l.Name
-	if name == "" {
-		name = policyUnnamed
-	}
-	l.Name = res.Level + "." + name
-	return l
-}
-
 func (obs *Observer) policy(l core.Limit) string {
 	switch {
 	case l.Name != "":

@@ -309,7 +309,7 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 	waited := res.Allowed && res.Wait > 0
 	var hist prometheus.Observer
 	c.mu.RLock()
-	k.limit = c.limitLabel(levelLimit(res))
+	k.limit = c.limitLabel(res.LevelLimit(labelUnnamed))
 	ctr := c.series[k]
 	if waited {
 		hist = c.waitSeries[waitKey{dryRun: k.dryRun, limit: k.limit}]
@@ -326,23 +326,6 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 		hist = c.addWaitSeries(waitKey{dryRun: k.dryRun, limit: k.limit})
 	}
 	hist.Observe(res.Wait.Seconds())
-}
-
-// levelLimit is res's limit as the limit label names it: for a decision
-// of a path of keys (core.PathRule), its Name after the deciding level and
-// a dot ("user.burst", or "user.unnamed" for a limit without a Name), so
-// that the label says which level decided.
-func levelLimit(res core.Result) core.Limit {
-	l := res.Limit
-	if res.Level == "" {
-		return l
-	}
-	name := l.Name
-	if name == "" {
-		name = labelUnnamed
-	}
-	l.Name = res.Level + "." + name
-	return l
 }
 
 // limitLabel returns l's limit label: "" for no limit (a fail_closed

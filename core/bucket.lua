@@ -139,6 +139,12 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
       end
       debt = (stored_us - now) * ticks_per_us + stored_frac
       if debt < 0 then debt = 0 end
+      if debt > capacity and call('PTTL', key) == -1 then
+        -- A debt beyond a burst on a value without an expiry (an arrival
+        -- years ahead, say): no script writes one. Read as a full bucket,
+        -- overwritten by the next admission.
+        debt, lock_until = 0, 0
+      end
     end
   end
   local debt_after = debt + cost_ticks
@@ -330,6 +336,17 @@ else
           stored_debt = (arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i]
         end
         if stored_debt > 0 then debt[i] = stored_debt end
+      end
+    end
+    for i = 1, nlimits do
+      if debt[i] > burst[i] * ticks_per_event[i] then
+        -- A debt beyond a burst: if the value has no expiry, no script
+        -- wrote it (see decide_one); read as a full bucket.
+        if call('PTTL', key) == -1 then
+          exists, lock_until, clamped = false, 0, false
+          for j = 1, nlimits do debt[j] = 0 end
+        end
+        break
       end
     end
 

@@ -541,3 +541,42 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPoisonedBucketArrival: a bucket value without an expiry whose
+// arrival time is fifty years ahead (a debt no script writes, as every
+// value the scripts write has an expiry) is read as a full bucket and
+// overwritten, for a key of one limit and of two, never denying the key
+// for good.
+func TestPoisonedBucketArrival(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	far := strconv.FormatInt(time.Now().Add(50*365*24*time.Hour).UnixMicro(), 10)
+	for _, tc := range []struct {
+		name   string
+		limits []Limit
+		value  string
+	}{
+		{"one limit", []Limit{PerSecond(5)}, "0 " + far + " 0"},
+		{"two limits", []Limit{PerSecond(5), PerHour(1000)}, "0 " + far + " 0 " + far + " 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()))
+			p, err := lim.plans.get(tc.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := lim.rkey(p.fp, "k")
+			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, "k", tc.limits...)
+			if err != nil || !r.Allowed || r.Degraded {
+				t.Fatalf("first decision after the poisoned arrival: %+v, %v; want admitted by Redis", r, err)
+			}
+			if ttl, err := rdb.PTTL(ctx, rkey).Result(); err != nil || ttl <= 0 {
+				t.Errorf("PTTL after the decision = %v, %v; want an expiry", ttl, err)
+			}
+		})
+	}
+}

@@ -95,6 +95,9 @@ local function judge_one(key, L)
       exists, lock_until, L.s_us, L.s_frac = true, sl + 0, su + 0, sf + 0
       debt = (L.s_us - now) * r + L.s_frac
       if debt < 0 then debt = 0 end
+      if debt > b * p and call('PTTL', key) == -1 then
+        exists, lock_until, debt = false, 0, 0 -- a debt no script writes (see read_level)
+      end
     end
   end
   L.exists, L.lock_until, L.debt1 = exists, lock_until, debt
@@ -155,6 +158,15 @@ local function judge(key, L)
         d = (arrival_us[i] - now) * r[i] + arrival_frac[i]
       end
       if d > 0 then debt[i] = d end
+    end
+  end
+  for i = 1, nlimits do
+    if debt[i] > b[i] * p[i] then
+      if call('PTTL', key) == -1 then -- a debt no script writes (see read_level)
+        exists, lock_until = false, 0
+        for j = 1, nlimits do debt[j] = 0 end
+      end
+      break
     end
   end
 

@@ -330,6 +330,8 @@ func TestPathPoisonedLevel(t *testing.T) {
 		{"two limits, a lock", []Limit{PerSecond(5), PerHour(1000)}, far + " 0 0 0 0"},
 		{"one limit, 10 MB", []Limit{PerSecond(5)}, strings.Repeat("9", 10<<20)},
 		{"two limits, 10 MB", []Limit{PerSecond(5), PerHour(1000)}, strings.Repeat("9", 10<<20)},
+		{"one limit, an arrival", []Limit{PerSecond(5)}, "0 " + far + " 0"},
+		{"two limits, an arrival", []Limit{PerSecond(5), PerHour(1000)}, "0 " + far + " 0 " + far + " 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()), WithPenalty(time.Hour))

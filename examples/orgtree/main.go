@@ -32,6 +32,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,7 +144,7 @@ func run(ctx context.Context, out io.Writer) error {
 	defer srv.Close()
 
 	fmt.Fprint(out, tree)
-	get := func(who, key, path string) (*http.Response, string) {
+	get := func(out io.Writer, who, key, path string) (*http.Response, string) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
 		req.Header.Set("X-Api-Key", key)
 		resp, err := http.DefaultClient.Do(req)
@@ -167,7 +168,7 @@ func run(ctx context.Context, out io.Writer) error {
 
 	fmt.Fprintln(out, "\n1. alice sends 4 requests at once (her burst is 3): the user level denies the 4th")
 	for i := range 4 {
-		get(fmt.Sprintf("alice #%d", i+1), "ak_alice_1", "/reports")
+		get(out, fmt.Sprintf("alice #%d", i+1), "ak_alice_1", "/reports")
 	}
 
 	fmt.Fprintln(out, "\n2. alice's plan changes at run time: 600 a minute, bursts of 20")
@@ -179,16 +180,19 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	for i := range 2 {
-		get(fmt.Sprintf("alice #%d", 5+i), "ak_alice_1", "/reports")
+		get(out, fmt.Sprintf("alice #%d", 5+i), "ak_alice_1", "/reports")
 	}
 
 	fmt.Fprintln(out, "\n3. alice's second API key holds 2 slow exports: a third in flight is refused")
+	// Each slow export writes its line to a buffer of its own, printed in
+	// order once both have finished.
 	var wg sync.WaitGroup
-	for i := range 2 {
+	var exports [2]bytes.Buffer
+	for i := range exports {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			get(fmt.Sprintf("export #%d (once finished)", i+1), "ak_alice_2", "/export")
+			get(&exports[i], fmt.Sprintf("export #%d (once finished)", i+1), "ak_alice_2", "/export")
 		}()
 	}
 	for range 2 {
@@ -198,17 +202,20 @@ func run(ctx context.Context, out io.Writer) error {
 			return errors.New("the slow exports never started")
 		}
 	}
-	get("export #3", "ak_alice_2", "/export")
+	get(out, "export #3", "ak_alice_2", "/export")
 	close(slow)
 	wg.Wait()
+	for i := range exports {
+		_, _ = exports[i].WriteTo(out)
+	}
 
 	fmt.Fprintln(out, "\n4. globex has 5 a month: carol's 4th is denied by her burst and charges globex nothing,")
 	fmt.Fprintln(out, "   so dave still gets 2 before the organisation level denies")
 	for i := range 4 {
-		get(fmt.Sprintf("carol #%d", i+1), "ak_carol_1", "/reports")
+		get(out, fmt.Sprintf("carol #%d", i+1), "ak_carol_1", "/reports")
 	}
 	for i := range 3 {
-		get(fmt.Sprintf("dave #%d", i+1), "ak_dave_1", "/reports")
+		get(out, fmt.Sprintf("dave #%d", i+1), "ak_dave_1", "/reports")
 	}
 	ny, _ := time.LoadLocation("America/New_York")
 	_, end := orgPlans["globex"].Window(time.Now())

@@ -10,9 +10,10 @@ import (
 // (see core.Rule.WithTokenLeases).
 var leaseBound = core.LeaseBound{Fraction: 0.01}
 
-// sluiceRule adapts a core.Rule. A decision the library made without Redis
-// (its local fallback) is reported as ErrDegraded; one made from a token
-// lease is a decision of the store's, whose tokens left Redis before.
+// sluiceRule adapts a core.Rule (sluice/lease, sluice/limits4). A decision
+// the library made without Redis (its local fallback) is reported as
+// ErrDegraded; one made from a token lease is a decision of the store's,
+// whose tokens left Redis before.
 type sluiceRule struct {
 	r *core.Rule
 }

@@ -27,24 +27,6 @@ func (s *sluicePath) Allow(ctx context.Context, key string) (bool, error) {
 	return res.Allowed, nil
 }
 
-// sluiceLimits adapts one key under the workload's limit four times (four
-// names, four buckets in one value): the one-key form of what sluicePath
-// decides.
-type sluiceLimits struct {
-	r *core.Rule
-}
-
-func (s *sluiceLimits) Allow(ctx context.Context, key string) (bool, error) {
-	res, err := s.r.Allow(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	if res.Degraded {
-		return res.Allowed, ErrDegraded
-	}
-	return res.Allowed, nil
-}
-
 // newSluicePath returns the builder of sluice/path4 (path true) or
 // sluice/limits4.
 func newSluicePath(path bool) func(Env, Limit) (*Built, error) {
@@ -75,7 +57,7 @@ func newSluicePath(path bool) func(Env, Limit) (*Built, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.Limiter = &sluiceLimits{r: r}
+		b.Limiter = &sluiceRule{r: r} // one key under the limit four times: the one-key form of a path
 		return b, nil
 	}
 }

@@ -455,9 +455,11 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 100*time.Millisecond))
 	defer cancel()
-	// One round per node, in one pipeline, through the node's breaker:
-	// a renewal that fails is tried again next round; a lease that has
-	// expired is found out by its Release.
+	// One round per node, in one pipeline, on the road: sent even while
+	// the node's breaker is open (see Limiter.aside), so a restarted node
+	// hears from its holders within its grace period; a renewal that
+	// fails is tried again next round; a lease that has expired is found
+	// out by its Release.
 	byNode := map[*node][]*Lease{}
 	var order []*node
 	for _, ls := range due {

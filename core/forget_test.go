@@ -580,3 +580,59 @@ func TestPoisonedBucketArrival(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewWhileOpen: a holder's renewals reach a
+// restarted node while that node's breaker is still open (its probes a
+// minute apart here), so its leases are re-asserted within the node's
+// grace period rather than when requests' probes have closed the breaker.
+func TestRenewWhileOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	lim := newRedisLimiter(t, addr, WithTimeout(100*time.Millisecond),
+		WithBreaker(Breaker{Probe: time.Minute}), WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(func() { _ = lim.Close() })
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: 5, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var held []*Lease
+	for range 3 {
+		ls, err := c.Acquire(ctx, "stream")
+		if err != nil || !ls.Acquired || ls.Degraded {
+			t.Fatalf("%+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	srv.Kill()
+	// Open the breaker: failed acquisitions, until one is decided locally.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ls, err := c.Acquire(ctx, "stream")
+		if err == nil && ls.Degraded {
+			_ = ls.Release(ctx)
+			if lim.store.whole.brk.isOpen() {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open while Redis was down")
+		}
+	}
+	srv.Restart()
+	rdb := redistest.NewClient(t, addr)
+	var n int64
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n, _ = rdb.ZCard(ctx, held[0].rkey).Result(); n >= 3 {
+			break
+		}
+	}
+	if n < 3 {
+		t.Fatalf("the restarted node holds %d of the 3 leases; the holder's renewals did not re-assert them", n)
+	}
+	if !lim.store.whole.brk.isOpen() {
+		t.Fatal("the breaker closed: the test no longer shows renewals passing an open breaker")
+	}
+	for _, ls := range held {
+		_ = ls.Release(ctx)
+	}
+}

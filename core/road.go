@@ -30,6 +30,10 @@ import (
 //	a fault of the node (timeout,      failure          the error, decided under the
 //	  connection, LOADING, READONLY,                    failure policy
 //	  OOM, CLUSTERDOWN, ...)
+//
+// While a node's breaker is open, calls are decided without it, except the
+// lease keeper's renewals: no caller waits on them, so they are sent all
+// the same, and their outcome leaves the breaker as it is (see aside).
 
 // Operation kinds, as [StoreCall.Op] reports them.
 const (
@@ -97,7 +101,10 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	brk := nd.brk
 	r := brk.route(now)
 	if r == viaLocal {
-		return false, nil
+		if kind != OpRenew {
+			return false, nil
+		}
+		return true, l.aside(ctx, nd, kind, key, run)
 	}
 	pause.Watch()
 	took, err := run()
@@ -154,6 +161,27 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	}
 	l.chargeNode(nd, r, now, key, err)
 	return true, err
+}
+
+// aside runs a background operation of kind kind (the lease keeper's
+// renewals) on node nd while its breaker is open. No caller waits on it,
+// so the breaker's reason to keep calls away (a request's budget) does not
+// apply, and holders must re-assert their leases as soon as a restarted
+// node answers: within its grace period (see acquire.lua), not after the
+// probes of other requests have closed the breaker. Its outcome is
+// observed but leaves the breaker as it is: requests' probes alone decide
+// when the node is back.
+func (l *Limiter) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
+	took, err := run()
+	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	}
+	if err != nil && callerGone(ctx) == nil && keyFault(err) {
+		if !l.replaceForeign(ctx, nd, key, kind, err) {
+			l.keyFailed(nd, key, kind, err)
+		}
+	}
+	return err
 }
 
 // decideOn sends c, a decision of kind kind (OpDecide or OpPeek), to

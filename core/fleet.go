@@ -124,21 +124,30 @@ func newImplicitFleet(send func(context.Context, string, *op) ([]int64, error), 
 	return f
 }
 
-// maybeBeat beats, for the implicit fleet, when a heartbeat has passed
-// since the last beat and no other is under way: one decision a heartbeat
-// pays one more round trip (pipelined with others' by the node's batcher),
-// and a replica without traffic stops being counted after three.
-func (f *fleet) maybeBeat(ctx context.Context) {
+// maybeBeat starts a beat of the implicit fleet, by run (the limiter's
+// background runner, which Close stops), when a heartbeat has passed since
+// the last beat and no other is under way: one more script call a
+// heartbeat, pipelined with decisions by the node's batcher, and a replica
+// without traffic stops being counted after three. The decision that
+// found it due does not wait for it: the beat has its own budget (a
+// heartbeat), so a slow node costs no request its time, and a busy
+// process's late beat is not a decision's failure.
+func (f *fleet) maybeBeat(run func(func(context.Context)) bool) {
 	now := time.Now().UnixNano()
 	last := f.beatAt.Load()
 	if now-last < int64(f.every) || f.closed.Load() || !f.beating.CompareAndSwap(false, true) {
 		return
 	}
-	defer f.beating.Store(false)
 	if !f.beatAt.CompareAndSwap(last, now) {
+		f.beating.Store(false)
 		return
 	}
-	f.beat(context.WithoutCancel(ctx))
+	if !run(func(ctx context.Context) {
+		defer f.beating.Store(false)
+		f.beat(ctx)
+	}) {
+		f.beating.Store(false)
+	}
 }
 
 func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {

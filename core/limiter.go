@@ -352,7 +352,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	if routed && storeErr == nil {
 		l.maybeSweep(ctx, now)
 		if l.fleet != nil && l.fleet.implicit {
-			l.fleet.maybeBeat(ctx)
+			l.fleet.maybeBeat(l.bg.run)
 		}
 		if d.allowed {
 			// Keep the fallback warm for keys that have used half a

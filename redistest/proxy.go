@@ -38,7 +38,7 @@ type Proxy struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the accept loops and every connection goroutine
 
-	delay     atomic.Int64 // time.Duration added before each chunk from Redis
+	delay     atomic.Int64 // time.Duration each chunk from Redis is held after it arrived
 	blackhole atomic.Bool
 
 	mu     sync.Mutex   // guards ln, refuse, down, closed and links
@@ -122,11 +122,11 @@ func ListenProxy(target string) (*Proxy, error) {
 // It stays the same while the proxy is down ([Proxy.SetDown]).
 func (p *Proxy) Addr() string { return p.addr }
 
-// SetDelay holds each chunk of data from Redis for d before passing it to
-// the client, on new and existing connections. A reply that arrives in one
-// chunk is delayed by d; a large reply may arrive in several and be delayed
-// several times. Zero or a negative d turns the delay off; chunks already
-// waiting keep the delay they started with.
+// SetDelay holds each chunk of data from Redis for d after it arrived
+// before passing it to the client, in order, on new and existing
+// connections: Redis is d further away, and a reply that arrives in
+// several chunks is late by d once. Zero or a negative d turns the delay
+// off; chunks already waiting keep the delay they started with.
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.delay.Store(int64(max(d, 0)))
 }
@@ -335,23 +335,68 @@ func (p *Proxy) untrack(l *link) {
 // delayed. It closes l when it stops.
 func (p *Proxy) pump(l *link, src, dst net.Conn, fromRedis bool) {
 	defer l.close(false)
+	if fromRedis {
+		p.pumpDelayed(l, src, dst)
+		return
+	}
 	buf := make([]byte, proxyBufSize)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			if fromRedis {
-				if d := time.Duration(p.delay.Load()); d > 0 && !p.hold(l, d) {
-					return
-				}
-			}
-			if !p.blackhole.Load() {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
+		if n > 0 && !p.blackhole.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
 			}
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// chunk is data read from Redis and when it may be passed on.
+type chunk struct {
+	data []byte
+	due  time.Time
+}
+
+// pumpDelayed copies src (Redis) to dst (the client) as a link of fixed
+// latency: each chunk is passed on the delay after it was read, in order,
+// so a reply that arrives in several chunks is late by the delay once,
+// not once per chunk. A reader goroutine stamps the chunks; this one
+// writes them.
+func (p *Proxy) pumpDelayed(l *link, src, dst net.Conn) {
+	chunks := make(chan chunk, 64)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(chunks)
+		for {
+			buf := make([]byte, proxyBufSize)
+			n, err := src.Read(buf)
+			if n > 0 {
+				c := chunk{data: buf[:n]}
+				if d := time.Duration(p.delay.Load()); d > 0 {
+					c.due = time.Now().Add(d)
+				}
+				select {
+				case chunks <- c:
+				case <-l.done:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range chunks {
+		if wait := time.Until(c.due); wait > 0 && !p.hold(l, wait) {
+			return
+		}
+		if !p.blackhole.Load() {
+			if _, err := dst.Write(c.data); err != nil {
+				return
+			}
 		}
 	}
 }

@@ -66,6 +66,27 @@ func TestProxyFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("delay once per reply", func(t *testing.T) {
+		// A 1 MiB reply crosses in 32 chunks or more: it is late by the
+		// delay once, as from a Redis that far away, not once a chunk.
+		const delay = 300 * time.Millisecond
+		big := make([]byte, 1<<20)
+		if err := c.Set(ctx, "big", big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		p.SetDelay(delay)
+		defer p.SetDelay(0)
+		start := time.Now()
+		got, err := c.WithTimeout(10*time.Second).Get(ctx, "big").Bytes()
+		took := time.Since(start)
+		if err != nil || len(got) != len(big) {
+			t.Fatalf("GET of 1 MiB through the delay: %d bytes, %v", len(got), err)
+		}
+		if took < delay || took > 10*delay {
+			t.Fatalf("GET of 1 MiB with SetDelay(%v) took %v, want the delay once (%v to %v)", delay, took, delay, 10*delay)
+		}
+	})
+
 	t.Run("blackhole", func(t *testing.T) {
 		p.SetBlackhole(true)
 		// The clone shares c's pool, so this PING goes over the open

@@ -166,13 +166,23 @@ func TestSettleDifferential(t *testing.T) {
 				}
 				dups++
 			}
-			for rk, b := range model {
-				got, err := rdb.Get(ctx, rk).Result()
+			// Every stored value against the model's, in one MGET.
+			rks := make([]string, 0, len(model))
+			for rk := range model {
+				rks = append(rks, rk)
+			}
+			vals, err := rdb.MGet(ctx, rks...).Result()
+			if err != nil {
+				t.Fatalf("seed %d step %d: MGET: %v", seed, i, err)
+			}
+			for j, rk := range rks {
+				b := model[rk]
+				got, isStr := vals[j].(string)
 				switch {
-				case !b.set && err != redis.Nil:
-					t.Fatalf("seed %d step %d: %s = %q, %v; the model holds none", seed, i, rk, got, err)
-				case b.set && (err != nil || got != formatBucket(b)):
-					t.Fatalf("seed %d step %d: %s = %q, %v; model %q", seed, i, rk, got, err, formatBucket(b))
+				case !b.set && vals[j] != nil:
+					t.Fatalf("seed %d step %d: %s = %q; the model holds none", seed, i, rk, got)
+				case b.set && (!isStr || got != formatBucket(b)):
+					t.Fatalf("seed %d step %d: %s = %v; model %q", seed, i, rk, vals[j], formatBucket(b))
 				}
 			}
 		}

@@ -26,7 +26,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}
 		s := newRedisStore(rdb, &breaker{}, 0, 4)
-		batchAgainstModel(t, s.sendOne, &now)
+		batchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), &now)
 	})
 	t.Run("ring", func(t *testing.T) {
 		// Two private servers: the shards must be distinct.
@@ -39,7 +39,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		clock := func() int64 { return now.UnixMicro() }
 		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, 0, 4)
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
-		batchAgainstModel(t, s.sendGrouped(&node{}, pipeline), &now)
+		batchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), &now)
 	})
 }
 

@@ -553,12 +553,30 @@ func (s *redisStore) submitPath(ctx context.Context, n *node, c *pathCall, budge
 
 // evalPath decides c alone, in path.lua's lone form.
 func evalPath(ctx context.Context, rdb redis.Scripter, c *pathCall) (pathAnswer, error) {
-	vals, err := pathScript.Run(ctx, rdb, c.rkeys, c.args...).Int64Slice()
-	if err != nil {
-		return pathAnswer{}, err
-	}
-	d, lv, err := parsePathReply(vals, c.plans)
-	return pathAnswer{d, lv}, err
+	return pathForm.one(ctx, rdb, c)
+}
+
+// pathForm is how paths travel: path.lua's lone form for one, its batch
+// form for several in one call, grouped by the root's hash tag (see form).
+var pathForm = &form[*pathCall, pathAnswer]{
+	script: func([]*batch.Member[*pathCall, pathAnswer]) *redis.Script { return pathScript },
+	tag:    func(c *pathCall) string { return c.rkeys[0] },
+	lone:   func(c *pathCall) ([]string, []any) { return c.rkeys, c.args },
+	many:   pathBatchArgs,
+	decode: func(g []*batch.Member[*pathCall, pathAnswer], cmd *redis.Cmd) {
+		vals, err := cmd.Int64Slice()
+		if len(g) == 1 && err == nil {
+			var d decision
+			var lv int
+			d, lv, err = parsePathReply(vals, g[0].Req.plans)
+			g[0].Res = pathAnswer{d, lv}
+		}
+		if len(g) == 1 {
+			g[0].Err = err
+			return
+		}
+		deliverPaths(g, vals, err)
+	},
 }
 
 // pathBatchArgs returns the keys and arguments of path.lua's batch form
@@ -595,61 +613,9 @@ func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, 
 	}
 }
 
-// runPaths decides members, on one server or all in one Cluster slot, in
-// one script call: the lone form for one path, the batch form for more.
-func (s *redisStore) runPaths(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
-	if len(members) == 1 {
-		m := members[0]
-		m.Res, m.Err = evalPath(ctx, s.rdb, m.Req)
-		return
-	}
-	keys, args := pathBatchArgs(members)
-	vals, err := pathScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	deliverPaths(members, vals, err)
-}
-
-// sendPaths returns the sender of a node's paths: one script call for the
-// batch, or, grouped (a Cluster master or Ring shard, where a script's
-// keys must share a slot), one per root's hash tag, pipelined.
-func (s *redisStore) sendPaths(grouped bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
-	return func(ctx context.Context, members []*batch.Member[*pathCall, pathAnswer]) {
-		if !grouped {
-			s.runPaths(ctx, members)
-			return
-		}
-		groups := groupByTag(members, func(c *pathCall) string { return c.rkeys[0] })
-		if len(groups) == 1 {
-			s.runPaths(ctx, members)
-			return
-		}
-		pipe := pipeline()
-		cmds := make([]*redis.Cmd, len(groups))
-		for i, g := range groups {
-			if len(g) == 1 {
-				cmds[i] = pathScript.EvalSha(ctx, pipe, g[0].Req.rkeys, g[0].Req.args...)
-				continue
-			}
-			keys, args := pathBatchArgs(g)
-			cmds[i] = pathScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		for i, g := range groups {
-			vals, err := cmds[i].Int64Slice()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				s.runPaths(ctx, g)
-				continue
-			}
-			if len(g) == 1 {
-				if err == nil {
-					var d decision
-					var lv int
-					d, lv, err = parsePathReply(vals, g[0].Req.plans)
-					g[0].Res = pathAnswer{d, lv}
-				}
-				g[0].Err = err
-				continue
-			}
-			deliverPaths(g, vals, err)
-		}
-	}
+// sendPaths returns the sender of a node's paths: with split (a Cluster
+// master or Ring shard) one script call per root's hash tag, pipelined;
+// else one call.
+func (s *redisStore) sendPaths(split bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
+	return pathForm.sender(s.rdb, split, pipeline)
 }

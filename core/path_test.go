@@ -292,7 +292,7 @@ func TestPathBatchKeyFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &redisStore{rdb: rdb}
-	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
+	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
 	if !errors.Is(bad.Err, errKeyFailed) {
 		t.Fatalf("the path with a hash at its user level: %v, want errKeyFailed", bad.Err)
 	}
@@ -301,12 +301,12 @@ func TestPathBatchKeyFault(t *testing.T) {
 	}
 	// The failed path charged nothing: the organisation holds one request.
 	org := mk("acme")
-	s.runPaths(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
+	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
 	if org.Err != nil || org.Res.d.remaining != 8 {
 		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
 	}
 	both := []*batch.Member[*pathCall, pathAnswer]{mk("acme", "mallory"), mk("acme", "mallory")}
-	s.runPaths(ctx, both)
+	s.sendPaths(false, nil)(ctx, both)
 	if both[0].Err == nil || !keyFault(both[0].Err) {
 		t.Fatalf("a batch whose every path fails: %v, want the WRONGTYPE error, a fault of the key", both[0].Err)
 	}

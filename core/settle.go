@@ -265,8 +265,33 @@ func (c *settleCall) loneArgs() []any {
 // settleOne runs c alone, in the lone form, and reports whether it was
 // applied.
 func settleOne(ctx context.Context, rdb redis.Scripter, c *settleCall) (bool, error) {
-	got, err := settleScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64()
-	return got == 1, err
+	return settleForm.one(ctx, rdb, c)
+}
+
+// settleForm is how settlements travel: settle.lua's lone form for one,
+// its batch form for several in one call (see form).
+var settleForm = &form[*settleCall, bool]{
+	script: func([]*batch.Member[*settleCall, bool]) *redis.Script { return settleScript },
+	tag:    func(c *settleCall) string { return c.keys[0] },
+	lone:   func(c *settleCall) ([]string, []any) { return c.keys[:], c.loneArgs() },
+	many:   settleArgs,
+	decode: func(g []*batch.Member[*settleCall, bool], cmd *redis.Cmd) {
+		if len(g) == 1 {
+			got, err := cmd.Int64()
+			g[0].Res, g[0].Err = got == 1, err
+			return
+		}
+		vals, err := cmd.Int64Slice()
+		deliverSettled(g, vals, err)
+	},
+}
+
+// sendSettles returns the sender of a node's settlements: with split (a
+// Cluster master or Ring shard) one script call per hash tag, pipelined;
+// else one call. Settlements are not waited on by [WithReplicaAck], as
+// they never were.
+func (s *redisStore) sendSettles(split bool, pipeline func() redis.Pipeliner) batch.Sender[*settleCall, bool] {
+	return settleForm.sender(s.rdb, split, pipeline)
 }
 
 // settleArgs returns the keys and arguments, in the batch form, that apply
@@ -315,60 +340,6 @@ func deliverSettled(members []*batch.Member[*settleCall, bool], vals []int64, er
 			m.Err = errKeyFailed
 		default:
 			m.Err = fmt.Errorf("core: unexpected settle reply %d", vals[i])
-		}
-	}
-}
-
-// sendSettleOne applies a batch of settlements on one server in one script
-// call: the lone form for one, the batch form for several. Settlements are
-// not waited on by [WithReplicaAck], as they never were.
-func (s *redisStore) sendSettleOne(ctx context.Context, members []*batch.Member[*settleCall, bool]) {
-	if len(members) == 1 {
-		m := members[0]
-		m.Res, m.Err = settleOne(ctx, s.rdb, m.Req)
-		return
-	}
-	keys, args := settleArgs(members)
-	vals, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	deliverSettled(members, vals, err)
-}
-
-// sendSettleGrouped returns a settlement sender for one Cluster master or
-// Ring shard: one script call per hash tag (a script's keys must share a
-// slot), pipelined when there are several, as sendGrouped does for
-// decisions.
-func (s *redisStore) sendSettleGrouped(pipeline func() redis.Pipeliner) batch.Sender[*settleCall, bool] {
-	return func(ctx context.Context, members []*batch.Member[*settleCall, bool]) {
-		groups := groupByTag(members, func(c *settleCall) string { return c.keys[0] })
-		if len(groups) == 1 {
-			s.sendSettleOne(ctx, members)
-			return
-		}
-		pipe := pipeline()
-		cmds := make([]*redis.Cmd, len(groups))
-		for i, group := range groups {
-			if len(group) == 1 {
-				c := group[0].Req
-				cmds[i] = settleScript.EvalSha(ctx, pipe, c.keys[:], c.loneArgs()...)
-				continue
-			}
-			keys, args := settleArgs(group)
-			cmds[i] = settleScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		for i, group := range groups {
-			err := cmds[i].Err()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				s.sendSettleOne(ctx, group)
-				continue
-			}
-			if len(group) == 1 {
-				got, err := cmds[i].Int64()
-				group[0].Res, group[0].Err = got == 1, err
-				continue
-			}
-			vals, err := cmds[i].Int64Slice()
-			deliverSettled(group, vals, err)
 		}
 	}
 }

@@ -31,7 +31,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := redistest.NewClient(t, redistest.Addr(t))
 		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, 0, 4)
-		settleBatchAgainstModel(t, s.sendOne, s.sendSettleOne, rdb, &now)
+		settleBatchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), s.sendSettles(false, nil), rdb, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{
@@ -43,7 +43,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		clock := func() int64 { return now.UnixMicro() }
 		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, 0, 4)
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
-		settleBatchAgainstModel(t, s.sendGrouped(&node{}, pipeline), s.sendSettleGrouped(pipeline), ring, &now)
+		settleBatchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), s.sendSettles(true, pipeline), ring, &now)
 	})
 }
 

@@ -111,8 +111,8 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 	case *redis.Client:
 		s.whole.paths = pathsBatched(false, c.Pipeline)
 		s.whole.client = c
-		s.whole.batch = batched(s.sendOne)
-		s.whole.settle = settles(s.sendSettleOne)
+		s.whole.batch = batched(s.sendDecisions(&s.whole, false, c.Pipeline))
+		s.whole.settle = settles(s.sendSettles(false, c.Pipeline))
 		s.whole.ops = opsBatched(c.Pipeline)
 	case *redis.ClusterClient:
 		// A batch is one node's: it goes through the Cluster client
@@ -121,8 +121,8 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		s.reload = func() { c.ReloadState(context.Background()) }
 		s.mkNode = func(m *redis.Client) *node {
 			n := &node{brk: brk.clone(m.Options().Addr), client: m}
-			n.batch = batched(s.sendGrouped(n, c.Pipeline))
-			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
+			n.batch = batched(s.sendDecisions(n, true, c.Pipeline))
+			n.settle = settles(s.sendSettles(true, c.Pipeline))
 			n.ops = opsBatched(c.Pipeline)
 			n.paths = pathsBatched(true, c.Pipeline)
 			return n
@@ -131,8 +131,8 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		s.nodeOf = func(_ context.Context, rkey string) (*redis.Client, error) { return c.GetShardClientForKey(rkey) }
 		s.mkNode = func(m *redis.Client) *node {
 			n := &node{brk: brk, client: m}
-			n.batch = batched(s.sendGrouped(n, c.Pipeline))
-			n.settle = settles(s.sendSettleGrouped(c.Pipeline))
+			n.batch = batched(s.sendDecisions(n, true, c.Pipeline))
+			n.settle = settles(s.sendSettles(true, c.Pipeline))
 			n.ops = opsBatched(c.Pipeline)
 			n.paths = pathsBatched(true, c.Pipeline)
 			return n
@@ -235,58 +235,32 @@ func runApart[T any](ctx context.Context, budget time.Duration, f func(context.C
 	}
 }
 
-// sendOne decides a batch on one server in one script call.
-func (s *redisStore) sendOne(ctx context.Context, members []*batch.Member[*call, decision]) {
-	if s.ack != nil {
-		s.sendAcked(ctx, &s.whole, [][]*batch.Member[*call, decision]{members})
-		return
-	}
-	if len(members) == 1 {
-		m := members[0]
-		m.Res, m.Err = evalOne(ctx, s.rdb, m.Req)
-		return
-	}
-	keys, args := batchArgs(members)
-	vals, err := bucketScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	deliver(members, vals, err)
+// decisionForm is how decisions travel: bucket.lua's lone form for one,
+// its batch form for several keys in one call (see form).
+var decisionForm = &form[*call, decision]{
+	script: func([]*batch.Member[*call, decision]) *redis.Script { return bucketScript },
+	tag:    func(c *call) string { return c.rkey },
+	lone:   func(c *call) ([]string, []any) { return c.keys[:], c.loneArgs() },
+	many:   batchArgs,
+	decode: func(g []*batch.Member[*call, decision], cmd *redis.Cmd) {
+		vals, err := cmd.Int64Slice()
+		deliver(g, vals, err)
+	},
 }
 
-// sendGrouped returns a sender for n, one Cluster master or Ring shard:
-// one script call per hash tag (a script's keys must share a slot),
-// pipelined when there are several.
-func (s *redisStore) sendGrouped(n *node, pipeline func() redis.Pipeliner) batch.Sender[*call, decision] {
+// sendDecisions returns the sender of node n's decisions: with split (a
+// Cluster master or Ring shard) one script call per hash tag, pipelined;
+// else one call. Under [WithReplicaAck], each call is followed by its WAIT
+// (see sendAcked).
+func (s *redisStore) sendDecisions(n *node, split bool, pipeline func() redis.Pipeliner) batch.Sender[*call, decision] {
+	send := decisionForm.sender(s.rdb, split, pipeline)
 	return func(ctx context.Context, members []*batch.Member[*call, decision]) {
-		groups := byTag(members)
-		if s.ack != nil {
-			s.sendAcked(ctx, n, groups)
+		if s.ack == nil {
+			send(ctx, members)
 			return
 		}
-		if len(groups) == 1 {
-			s.sendOne(ctx, members)
-			return
-		}
-		pipe := pipeline()
-		cmds := make([]*redis.Cmd, len(groups))
-		for i, group := range groups {
-			keys, args := batchArgs(group)
-			cmds[i] = bucketScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		for i, group := range groups {
-			vals, err := cmds[i].Int64Slice()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				keys, args := batchArgs(group)
-				vals, err = bucketScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-			}
-			deliver(group, vals, err)
-		}
+		s.sendAcked(ctx, n, decisionForm.groups(members, split))
 	}
-}
-
-// byTag splits members by hash tag, in the order of each tag's first
-// member: a script call's keys must share a slot.
-func byTag(members []*batch.Member[*call, decision]) [][]*batch.Member[*call, decision] {
-	return groupByTag(members, func(c *call) string { return c.rkey })
 }
 
 // groupByTag splits members by the hash tag of each request's stored name
@@ -347,14 +321,7 @@ func hashTag(rkey string) string {
 
 // evalOne runs one call alone, in its own script call.
 func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
-	vals, err := bucketScript.Run(ctx, rdb, c.keys[:], c.loneArgs()...).Int64Slice()
-	if err != nil {
-		return decision{}, err
-	}
-	if len(vals) != replyWidth {
-		return decision{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(vals), replyWidth)
-	}
-	return parseReply(vals, c.plan)
+	return decisionForm.one(ctx, rdb, c)
 }
 
 // op is one script call of any kind but the bucket's decisions and
@@ -399,43 +366,22 @@ func (s *redisStore) runOp(ctx context.Context, n *node, o *op, budget time.Dura
 	return v, took, err
 }
 
-// sendOps returns the sender of a node's ops: one op alone by run, several
-// in one pipeline of EVALSHA (a Cluster client splits it by slot, all on
-// the node's master), and those Redis answered NOSCRIPT (after a restart)
+// opForm is how every other operation travels: each op its own script
+// call (see form), several pipelined.
+var opForm = &form[*op, []int64]{
+	script: func(g []*batch.Member[*op, []int64]) *redis.Script { return g[0].Req.script },
+	lone:   func(o *op) ([]string, []any) { return o.keys, o.args },
+	decode: func(g []*batch.Member[*op, []int64], cmd *redis.Cmd) {
+		g[0].Res, g[0].Err = cmd.Int64Slice()
+	},
+}
+
+// sendOps returns the sender of a node's ops: one op alone, several in one
+// pipeline of EVALSHA (a Cluster client splits it by slot, all on the
+// node's master), and those Redis answered NOSCRIPT (after a restart)
 // again in one pipeline of EVAL.
 func (s *redisStore) sendOps(pipeline func() redis.Pipeliner) batch.Sender[*op, []int64] {
-	return func(ctx context.Context, members []*batch.Member[*op, []int64]) {
-		if len(members) == 1 {
-			m := members[0]
-			m.Res, m.Err = m.Req.run(ctx, s.rdb)
-			return
-		}
-		pipe := pipeline()
-		cmds := make([]*redis.Cmd, len(members))
-		for i, m := range members {
-			cmds[i] = m.Req.script.EvalSha(ctx, pipe, m.Req.keys, m.Req.args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		var again []int
-		for i, m := range members {
-			m.Res, m.Err = cmds[i].Int64Slice()
-			if m.Err != nil && redis.HasErrorPrefix(m.Err, "NOSCRIPT") {
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 {
-			return
-		}
-		pipe = pipeline()
-		for _, i := range again {
-			m := members[i]
-			cmds[i] = m.Req.script.Eval(ctx, pipe, m.Req.keys, m.Req.args...)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, i := range again {
-			members[i].Res, members[i].Err = cmds[i].Int64Slice()
-		}
-	}
+	return opForm.sender(s.rdb, true, pipeline)
 }
 
 // runOps sends ops, all of node n, together under ctx: in one pipeline

@@ -13,9 +13,12 @@ import (
 	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
-// WithReplicaAck makes the limiter wait, after every script call, until
-// replicas replicas have acknowledged the call's writes, or timeout has
-// passed. The wait is Redis's WAIT command, sent in the same pipeline and on
+// WithReplicaAck makes the limiter wait, after every decision's script
+// call (Allow, Wait, Reserve and their batches), until replicas replicas
+// have acknowledged the call's writes, or timeout has passed. Other
+// operations are not waited on: settlements, paths, concurrency slots and
+// token leases (a failover that loses their last writes is answered in
+// docs/topologies.md). The wait is Redis's WAIT command, sent in the same pipeline and on
 // the same connection as the script (one round trip): a single server or
 // Sentinel failover client's pipeline, and on a Cluster or Ring the pipeline
 // of the master or shard that holds the keys.

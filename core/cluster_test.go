@@ -724,21 +724,12 @@ func TestClusterReshard(t *testing.T) {
 // replica has taken over: no caller sees an error, decisions degrade only
 // around the failover (but for the odd call that blows its budget on a
 // loaded machine), and every key of the dead master is decided by Redis
-// again afterwards.
+// again afterwards. The client keeps go-redis's default
+// ClusterStateReloadInterval (60 s), which by itself would keep sending the
+// dead master's slots to its address for up to a minute: the limiter asks
+// for a fresh slot map when a master fails, so the killed master's keys are
+// back on Redis within a second of cluster_state:ok.
 func TestClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Redis Cluster and fails a master over")
-	}
-	clusterFailover(t, nil)
-}
-
-// TestClusterFailoverDefaultReload fails a master over with a client on
-// go-redis's default ClusterStateReloadInterval (60 s), which by itself
-// would keep sending the dead master's slots to its address for up to a
-// minute: the limiter asks for a fresh slot map when a master fails, so the
-// killed master's keys are back on Redis within a second of
-// cluster_state:ok.
-func TestClusterFailoverDefaultReload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster and fails a master over")
 	}
@@ -759,8 +750,8 @@ func TestClusterFailoverPartialCoverage(t *testing.T) {
 		t.Skip("starts a Redis Cluster and fails a master over")
 	}
 	// go-redis's default reload interval (60 s), as in
-	// TestClusterFailoverDefaultReload: all that the issue asks of a
-	// failover holds together in one run.
+	// TestClusterFailover: all that the issue asks of a failover holds
+	// together in one run.
 	others, othersDeg, back := clusterFailover(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = 0 },
 		"--cluster-require-full-coverage", "no")
 	t.Logf("healthy masters' keys: %d of %d decisions degraded during the failover", othersDeg, others)

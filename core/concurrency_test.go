@@ -175,6 +175,7 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 // TestConcurrencyLeaseRenewed: a slot held for four times its lease is
 // never lost while its holder lives, and is free once released.
 func TestConcurrencyLeaseRenewed(t *testing.T) {
+	t.Parallel() // waits on Redis and timers more than it computes
 	lim := newRedisLimiter(t, redistest.Addr(t))
 	t.Cleanup(func() { _ = lim.Close() })
 	const lease = 1500 * time.Millisecond

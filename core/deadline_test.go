@@ -218,6 +218,7 @@ func TestImpatientCallersKeepTheLimit(t *testing.T) {
 // beside this one) a call can really outrun the budget; that is logged,
 // not failed.
 func TestLatencyBelowBudget(t *testing.T) {
+	t.Parallel() // waits on Redis and timers more than it computes
 	if testing.Short() {
 		t.Skip("load test")
 	}

@@ -20,6 +20,7 @@ import (
 // gone from the start no replica can know the fleet: each enforces the
 // whole limit, and the outage's log line says so.
 func TestImplicitFleetSizesTheFallback(t *testing.T) {
+	t.Parallel() // waits on Redis and timers more than it computes
 	if testing.Short() {
 		t.Skip("runs each fleet for 2-3 s")
 	}

@@ -134,6 +134,7 @@ func runAckDecisions(t *testing.T, addr string, opts ...Option) ackRun {
 // replica runs: without WithReplicaAck no WAIT, with it one WAIT per script
 // call, lone and batched, and no miss.
 func TestReplicaAckSendsWait(t *testing.T) {
+	t.Parallel() // waits on Redis and timers more than it computes
 	master, _ := startReplicated(t)
 	for _, ack := range []bool{false, true} {
 		for _, inflight := range []int{0, 4} {

@@ -57,6 +57,7 @@ func exhaustKeys(lim *core.Limiter, limit core.Limit, run *loadRun, stop <-chan 
 // replica had been promoted, and that the new master never saw, so those
 // buckets are fuller than they should be.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // waits on Redis and timers more than it computes
 	if testing.Short() {
 		t.Skip("starts a Sentinel deployment and fails the master over")
 	}

@@ -262,9 +262,10 @@ func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, 
 }
 
 // fleetSummary is a cell's figures: medians over its runs (NaN where
-// unknown), and counts summed over them.
+// unknown), the spread of its decisions/s, and counts summed over them.
 type fleetSummary struct {
 	rate, redisUS, clientUS float64
+	rateMin, rateMax        float64 // the slowest and the fastest round's decisions/s
 	admitted, measured      float64 // median admissions per run, and median seconds measured
 	p50, p99                time.Duration
 	counts                  *tally // calls by outcome, over all runs; no latencies
@@ -288,6 +289,10 @@ func (c *fleetCell) summary() fleetSummary {
 		s.counts.errs += r.t.errs
 	}
 	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	s.rateMin, s.rateMax = math.NaN(), math.NaN()
+	if len(rate) > 0 {
+		s.rateMin, s.rateMax = slices.Min(rate), slices.Max(rate)
+	}
 	s.admitted, s.measured = median(admitted), median(measured)
 	s.p50, s.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	return s

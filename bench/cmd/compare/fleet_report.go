@@ -15,7 +15,7 @@ type fleetMetric struct {
 }
 
 var fleetMetrics = []fleetMetric{
-	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + s.counts.health() }},
+	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + spread(s) + s.counts.health() }},
 	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
 	{"client CPU µs/decision", func(s fleetSummary) string { return orNA(s.clientUS, twoPlaces) }},
 	{"admitted in the measured time", func(s fleetSummary) string {
@@ -25,6 +25,15 @@ var fleetMetrics = []fleetMetric{
 	{"without Redis / failed", func(s fleetSummary) string {
 		return grouped(float64(s.counts.degraded)) + " / " + grouped(float64(s.counts.errs))
 	}},
+}
+
+// spread is the slowest and fastest round of a cell, " (min–max)", when
+// the rounds differ.
+func spread(s fleetSummary) string {
+	if math.IsNaN(s.rateMin) || s.rateMin == s.rateMax {
+		return ""
+	}
+	return " (" + grouped(s.rateMin) + "–" + grouped(s.rateMax) + ")"
 }
 
 func twoPlaces(v float64) string { return fmt.Sprintf("%.2f", v) }
@@ -73,7 +82,7 @@ func (h *harness) fleetIntro(out *report) {
 		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote())
 	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
 		"%d round(s), the peers in an order that rotates from one shape to the next. "+
-		"Each figure is the median over the rounds, taken separately; calls without Redis or failed are totals over the rounds. "+
+		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
 		"Redis CPU is the change in INFO cpu over the measured part; client CPU is getrusage of this process (one process) "+
 		"or the sum of the workers' own (worker processes), over the measured part; both per decision. "+
 		"Latency is per call, as the caller sees it.\n\n",
@@ -159,7 +168,7 @@ func (h *harness) ratioLine(scenario string, procs bool, s shape, peers []bench.
 	own := c.summary()
 	var parts []string
 	if r := rate("redis_rate"); r > 0 {
-		parts = append(parts, fmt.Sprintf("÷ redis_rate %.2f×", own.rate/r))
+		parts = append(parts, fmt.Sprintf("÷ redis_rate %.2f× (slowest round ÷ redis_rate's median %.2f×)", own.rate/r, own.rateMin/r))
 	}
 	best, bestName := 0.0, ""
 	for _, p := range peers {

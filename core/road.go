@@ -265,10 +265,18 @@ type keyLog struct {
 // sendOp sends o, an operation of kind kind that no failure policy governs
 // (the fleet heartbeat: it must go on while a breaker is open, or the
 // fleet would lose count of a replica deciding locally), to the node of
-// its first key, and reports it to the observer. It feeds no breaker.
+// its first key, and reports it to the observer. It feeds no breaker. It
+// is sent alone, not batched, under ctx's deadline as its budget (the
+// heartbeat's own, a heartbeat): a batch's I/O is bounded by the
+// decisions' budget, which a Redis slower than that would never meet, and
+// the fleet would stop counting while decisions go to the fallback.
 func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
 	nd := l.store.node(ctx, o.keys[0])
-	v, took, err := l.store.runOp(ctx, nd, o, l.timeout)
+	budget := l.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = max(time.Until(dl), time.Millisecond)
+	}
+	v, took, err := l.store.runOpAlone(ctx, o, budget)
 	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
 		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}

@@ -347,6 +347,13 @@ func (s *redisStore) runOp(ctx context.Context, n *node, o *op, budget time.Dura
 	if n.ops != nil {
 		return n.ops.Do(ctx, o)
 	}
+	return s.runOpAlone(ctx, o, budget)
+}
+
+// runOpAlone sends o alone, not batched, under ctx bounded by budget, or
+// apart from the caller for a client that ignores deadlines; it reports
+// how long the store I/O took.
+func (s *redisStore) runOpAlone(ctx context.Context, o *op, budget time.Duration) ([]int64, time.Duration, error) {
 	start := time.Now()
 	if s.detached {
 		v, err := runApart(ctx, budget, func(rctx context.Context) ([]int64, error) { return o.run(rctx, s.rdb) })

@@ -414,6 +414,28 @@ func WithSkip(f func(echo.Context) bool) Option {
 	return policy.WithSkip[echo.Context, Handlers](f)
 }
 
+// WithTokenLeases decides the middleware's hot keys from token leases
+// (see [core.Rule.WithTokenLeases]): each replica takes a lease of tokens
+// from a key's buckets in one Redis call and admits from it at memory
+// speed, so a key every replica hits costs one round trip per lease, not
+// one per request. Admissions never exceed the limits; the only error is
+// under-admission, at most bound tokens at any moment across all replicas.
+// A cold key is decided by Redis exactly, as without leases. It applies to
+// every limit the middleware decides (its limit, [policy.WithLimits], the limits
+// [policy.WithLimitFunc] picks); requests that wait ([policy.WithWait]) or are charged by
+// the response ([policy.WithChargeIf], [policy.WithFinalCost]) are decided exactly. The
+// constructor fails (an adapter panics) for an invalid bound, a stepped
+// limit, or beside [policy.WithPath]; a limit [policy.WithLimitFunc] picks that leases
+// cannot serve fails its requests, logged once. docs/hotkeys.md says when
+// leases pay and when not.
+//
+// Default: off; every decision is one Redis call.
+//
+// The same option as every adapter's: [policy.WithTokenLeases], for echo v4.
+func WithTokenLeases(bound core.LeaseBound) Option {
+	return policy.WithTokenLeases[echo.Context, Handlers](bound)
+}
+
 // WithWait makes a request that would be denied wait up to max for its
 // tokens instead (traffic smoothing): it reserves them and continues when
 // they are due. One whose tokens cannot be due within max is denied at

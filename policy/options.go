@@ -47,6 +47,8 @@ type Config[C, H any] struct {
 	pathRoot  string             // WithPath's root level
 	path      []PathLevel        // WithPath's levels below the root
 	pathSet   bool
+	leases    core.LeaseBound // WithTokenLeases
+	leaseSet  bool
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -169,6 +171,26 @@ func WithScope[C, H any](name string) Option[C, H] {
 // Default: the engine's penalty ([core.WithPenalty]), none unless set there.
 func WithPenalty[C, H any](d time.Duration) Option[C, H] {
 	return func(c *Config[C, H]) { c.penalty, c.penSet = d, true }
+}
+
+// WithTokenLeases decides the middleware's hot keys from token leases
+// (see [core.Rule.WithTokenLeases]): each replica takes a lease of tokens
+// from a key's buckets in one Redis call and admits from it at memory
+// speed, so a key every replica hits costs one round trip per lease, not
+// one per request. Admissions never exceed the limits; the only error is
+// under-admission, at most bound tokens at any moment across all replicas.
+// A cold key is decided by Redis exactly, as without leases. It applies to
+// every limit the middleware decides (its limit, [WithLimits], the limits
+// [WithLimitFunc] picks); requests that wait ([WithWait]) or are charged by
+// the response ([WithChargeIf], [WithFinalCost]) are decided exactly. The
+// constructor fails (an adapter panics) for an invalid bound, a stepped
+// limit, or beside [WithPath]; a limit [WithLimitFunc] picks that leases
+// cannot serve fails its requests, logged once. docs/hotkeys.md says when
+// leases pay and when not.
+//
+// Default: off; every decision is one Redis call.
+func WithTokenLeases[C, H any](bound core.LeaseBound) Option[C, H] {
+	return func(c *Config[C, H]) { c.leases, c.leaseSet = bound, true }
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run

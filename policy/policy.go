@@ -90,6 +90,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if (cfg.chargeIf != nil || cfg.finalSet) && cfg.wait > 0 {
 		return nil, cfg.Adapter, errSettleWait
 	}
+	if cfg.leaseSet && cfg.pathSet {
+		return nil, cfg.Adapter, errors.New("WithTokenLeases cannot be used with WithPath: a path is decided level by level in one Redis call")
+	}
 	var capr *capRule
 	if cfg.concSet {
 		var err error
@@ -100,6 +103,10 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: cfg.scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr, penalty: cfg.penalty, penaltySet: cfg.penSet}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	p.jitter, p.cap = cfg.jitter, capr
+	if cfg.leaseSet {
+		b := cfg.leases
+		p.rules.set.leases = &b
+	}
 	if err := initLists(p, &cfg); err != nil {
 		return nil, cfg.Adapter, err
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type ruleSettings struct {
 	cap        *capRule      // the concurrency cap (see WithConcurrency); nil: none
 	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
 	penaltySet bool
+	leases     *core.LeaseBound // token leases (see WithTokenLeases); nil: none
 }
 
 // unmatched is the route of every request that matched no route, or whose
@@ -92,6 +94,13 @@ func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Li
 	}
 	if err == nil && set.dryRun {
 		r, err = r.DryRun()
+	}
+	if err == nil && set.leases != nil {
+		// Last: DryRun and WithPenalty return rules without leases.
+		r, err = r.WithTokenLeases(*set.leases)
+		if err != nil {
+			err = fmt.Errorf("WithTokenLeases: %w", err)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -103,8 +103,9 @@ type fleetKey struct {
 // fleetRun is one round's measurement of a fleet cell.
 type fleetRun struct {
 	t         *tally
-	redisCPU  float64 // Redis CPU seconds over the measured part; -1 if unknown
-	clientCPU float64 // CPU seconds of the process(es) running the limiters; -1 if unknown
+	redisCPU  float64          // Redis CPU seconds over the measured part; -1 if unknown
+	clientCPU float64          // CPU seconds of the process(es) running the limiters; -1 if unknown
+	cmds      map[string]int64 // Redis commands over the measured part, scripts' own included; nil if unknown
 }
 
 // fleetCell holds a cell's runs, one per round.
@@ -227,15 +228,16 @@ func (h *harness) fleetInProcess(sc fleetScenario, s shape, p bench.Peer) (fleet
 // between two readings of Redis's CPU time.
 func (h *harness) aroundRedis(measure func() (*tally, float64, error)) (fleetRun, error) {
 	ctx := context.Background()
-	r0, err0 := bench.UsedCPU(ctx, h.admin)
+	r0, err0 := readStats(ctx, h.admin)
 	t, ccpu, err := measure()
 	if err != nil {
 		return fleetRun{}, err
 	}
-	r1, err1 := bench.UsedCPU(ctx, h.admin)
-	run := fleetRun{t: t, clientCPU: ccpu, redisCPU: r1 - r0}
-	if err0 != nil || err1 != nil {
-		run.redisCPU = -1
+	r1, err1 := readStats(ctx, h.admin)
+	run := fleetRun{t: t, clientCPU: ccpu, redisCPU: -1}
+	if err0 == nil && err1 == nil {
+		c := costBetween(r0, r1)
+		run.redisCPU, run.cmds = c.cpu, c.byCmd
 	}
 	return run, nil
 }
@@ -265,8 +267,9 @@ func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, 
 // unknown), the spread of its decisions/s, and counts summed over them.
 type fleetSummary struct {
 	rate, redisUS, clientUS float64
-	rateMin, rateMax        float64 // the slowest and the fastest round's decisions/s
-	admitted, measured      float64 // median admissions per run, and median seconds measured
+	rateMin, rateMax        float64            // the slowest and the fastest round's decisions/s
+	cmdsPer                 map[string]float64 // Redis commands per decision, over the rounds that counted them
+	admitted, measured      float64            // median admissions per run, and median seconds measured
 	p50, p99                time.Duration
 	counts                  *tally // calls by outcome, over all runs; no latencies
 }
@@ -289,6 +292,22 @@ func (c *fleetCell) summary() fleetSummary {
 		s.counts.errs += r.t.errs
 	}
 	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	var counted float64
+	cmds := map[string]int64{}
+	for _, r := range c.runs {
+		if r.cmds != nil {
+			counted += float64(r.t.decisions())
+			for name, n := range r.cmds {
+				cmds[name] += n
+			}
+		}
+	}
+	if counted > 0 {
+		s.cmdsPer = map[string]float64{}
+		for name, n := range cmds {
+			s.cmdsPer[name] = float64(n) / counted
+		}
+	}
 	s.rateMin, s.rateMax = math.NaN(), math.NaN()
 	if len(rate) > 0 {
 		s.rateMin, s.rateMax = slices.Min(rate), slices.Max(rate)

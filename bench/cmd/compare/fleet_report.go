@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/bench"
@@ -21,10 +23,34 @@ var fleetMetrics = []fleetMetric{
 	{"admitted in the measured time", func(s fleetSummary) string {
 		return orNA(s.admitted, grouped) + " in " + orNA(s.measured, func(v float64) string { return fmt.Sprintf("%.2f s", v) })
 	}},
+	{"Redis commands per decision", commandsPer},
 	{"p50 / p99 µs", func(s fleetSummary) string { return micros(s.p50) + " / " + micros(s.p99) }},
 	{"without Redis / failed", func(s fleetSummary) string {
 		return grouped(float64(s.counts.degraded)) + " / " + grouped(float64(s.counts.errs))
 	}},
+}
+
+// commandsPer lists the Redis commands per decision of a cell, those the
+// scripts ran included, by name; commands below one in a thousand
+// decisions are summed as "other".
+func commandsPer(s fleetSummary) string {
+	if s.cmdsPer == nil {
+		return "n/a"
+	}
+	names := slices.Sorted(maps.Keys(s.cmdsPer))
+	var parts []string
+	other := 0.0
+	for _, name := range names {
+		if v := s.cmdsPer[name]; v >= 0.001 {
+			parts = append(parts, fmt.Sprintf("%s %.3f", name, v))
+		} else {
+			other += v
+		}
+	}
+	if other > 0 {
+		parts = append(parts, fmt.Sprintf("other %.4f", other))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // spread is the slowest and fastest round of a cell, " (min–max)", when
@@ -83,7 +109,7 @@ func (h *harness) fleetIntro(out *report) {
 	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
 		"%d round(s), the peers in an order that rotates from one shape to the next. "+
 		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
-		"Redis CPU is the change in INFO cpu over the measured part; client CPU is getrusage of this process (one process) "+
+		"Redis CPU is the change in INFO cpu over the measured part, and Redis commands the change in INFO commandstats calls (the scripts' own commands included, the harness's INFO left out); client CPU is getrusage of this process (one process) "+
 		"or the sum of the workers' own (worker processes), over the measured part; both per decision. "+
 		"Latency is per call, as the caller sees it.\n\n",
 		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)

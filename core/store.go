@@ -170,13 +170,17 @@ func (s *redisStore) submit(ctx context.Context, n *node, c *call, budget time.D
 	if s.detached {
 		return s.submitDetached(ctx, n, c, budget)
 	}
+	// The I/O time is counted from before the deadline is set, so a call
+	// that fails at its deadline has run for the whole budget however late
+	// this goroutine ran after setting it (unbatched: kept simple, a timer
+	// per call).
+	start := time.Now()
 	rctx, cancel := ctx, context.CancelFunc(nil)
 	if budget > 0 {
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
 			rctx, cancel = context.WithTimeout(ctx, budget)
 		}
 	}
-	start := time.Now() // unbatched: kept simple, a timer per call
 	var d decision
 	var err error
 	if s.ack != nil {

@@ -60,6 +60,22 @@ func (l *Limiter) replaceForeign(ctx context.Context, nd *node, rkey, kind strin
 	return true
 }
 
+// foreignLevel logs, once per stored key (within keyFailed's bound), that
+// path.lua found a value of another type at a path's level, named level,
+// and deleted it: the level's bucket starts full, and the path was decided
+// by Redis.
+func (l *Limiter) foreignLevel(nd *node, rkey, level string) {
+	if l.keyLogCount.Load() >= keyLogs {
+		return
+	}
+	if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
+		return
+	}
+	l.keyLogCount.Add(1)
+	l.log().Warn("sluice: a path level's key held a value of another type; it was deleted, and the level's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+		"node", nd.brk.node, "key", rkey, "level", level)
+}
+
 // maxNotForeign bounds the keys remembered as faulty for another reason.
 const maxNotForeign = 1024
 

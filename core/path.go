@@ -298,6 +298,9 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	})
 	d, lv := ans.d, ans.lv
 	if routed && err == nil {
+		if ans.foreign > 0 {
+			l.foreignLevel(nd, pd.rkeys[ans.foreign-1], r.names[ans.foreign-1])
+		}
 		l.maybeSweep(ctx, now)
 		if d.allowed {
 			for i, p := range plans {
@@ -343,15 +346,22 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 // parsePathReply checks and decodes path.lua's reply (see its layout
 // table) for a path under plans.
 func parsePathReply(v []int64, plans []*plan) (decision, int, error) {
+	a, err := parsePathAnswer(v, plans)
+	return a.d, a.lv, err
+}
+
+// parsePathAnswer is parsePathReply with the level whose value of another
+// type the script deleted, if any.
+func parsePathAnswer(v []int64, plans []*plan) (pathAnswer, error) {
 	if len(v) != pathReplyWidth {
-		return decision{}, 0, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), pathReplyWidth)
+		return pathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), pathReplyWidth)
 	}
-	lv := int(v[5])
-	if lv < 0 || lv >= len(plans) {
-		return decision{}, 0, fmt.Errorf("%w %v", errBadReply, v)
+	lv, foreign := int(v[5]%16), int(v[5]/16)
+	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) {
+		return pathAnswer{}, fmt.Errorf("%w %v", errBadReply, v)
 	}
 	d, err := parseReply(v[:replyWidth], plans[lv])
-	return d, lv, err
+	return pathAnswer{d: d, lv: lv, foreign: foreign}, err
 }
 
 // resultPath turns a path's decision, made by level lv, into a Result.
@@ -523,8 +533,9 @@ type pathCall struct {
 
 // pathAnswer is a path's decision and its deciding level.
 type pathAnswer struct {
-	d  decision
-	lv int
+	d       decision
+	lv      int
+	foreign int // 1-based: the level whose value of another type was deleted; 0: none
 }
 
 // submitPath decides c on node n, as submit decides a key's call: batched
@@ -566,10 +577,7 @@ var pathForm = &form[*pathCall, pathAnswer]{
 	decode: func(g []*batch.Member[*pathCall, pathAnswer], cmd *redis.Cmd) {
 		vals, err := cmd.Int64Slice()
 		if len(g) == 1 && err == nil {
-			var d decision
-			var lv int
-			d, lv, err = parsePathReply(vals, g[0].Req.plans)
-			g[0].Res = pathAnswer{d, lv}
+			g[0].Res, err = parsePathAnswer(vals, g[0].Req.plans)
 		}
 		if len(g) == 1 {
 			g[0].Err = err
@@ -608,8 +616,7 @@ func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, 
 			m.Err = errKeyFailed
 			continue
 		}
-		d, lv, perr := parsePathReply(v, m.Req.plans)
-		m.Res, m.Err = pathAnswer{d, lv}, perr
+		m.Res, m.Err = parsePathAnswer(v, m.Req.plans)
 	}
 }
 

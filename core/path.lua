@@ -46,7 +46,9 @@
 --   | 6 | level     | the deciding level, 0-based: of the levels that deny,  |
 --   |   |           | the one with the longest retry (the first of equals);  |
 --   |   |           | when all admit, the one with the fewest requests left  |
---   |   |           | (the first of equals)                                  |
+--   |   |           | (the first of equals); plus 16 times the 1-based index |
+--   |   |           | of a level whose value of another type was deleted     |
+--   |   |           | (see read_level), if any                               |
 --
 -- Batch form reply: six integers per path, in order; flags -1 (and five
 -- zeros) for a path that raised an error of its own (WRONGTYPE, ERR): it
@@ -74,8 +76,19 @@ local max = math.max
 -- 10 MB value, say), or a lock ahead of now on a value without an expiry
 -- (every value the scripts write has one), which would otherwise lock the
 -- level for good.
-local function read_level(key, nlimits)
-  local stored = call('GET', key)
+--
+-- A value of another type (a hash another program wrote at the level's
+-- name) is deleted and read as a full bucket too, and foreign remembers
+-- which level held it (1-based; 0: none): the reply reports it (see the
+-- layout table), and the limiter logs it once.
+local foreign = 0
+local function read_level(key, nlimits, lv)
+  local stored = redis.pcall('GET', key)
+  if type(stored) == 'table' then
+    call('DEL', key)
+    foreign = lv
+    return nil
+  end
   if not stored then return nil end
   if #stored > 24 * (1 + 2 * nlimits) then return nil end
   local lock = match(stored, '^(%-?%d+) ')
@@ -85,9 +98,9 @@ end
 
 -- judge_one is judge for a level of one continuous limit, as bucket.lua's
 -- decide_one decides it, writing nothing.
-local function judge_one(key, L)
+local function judge_one(key, L, lv)
   local r, p, b = L.r1, L.p1, L.b1
-  local stored = read_level(key, 1)
+  local stored = read_level(key, 1, lv)
   local exists, lock_until, debt = false, 0, 0
   if stored then
     local sl, su, sf = match(stored, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
@@ -127,9 +140,9 @@ end
 -- nothing: it returns the decision (allowed, lock_flag, index, remaining,
 -- delay_us, reset_us, next_us) and, in the level's table, what an
 -- admission or a lock would write.
-local function judge(key, L)
+local function judge(key, L, lv)
   local cost, nlimits, r, p, b, step = L.cost, L.n, L.r, L.p, L.b, L.step
-  local stored = read_level(key, nlimits)
+  local stored = read_level(key, nlimits, lv)
   local exists, lock_until = false, 0
   local arrival_us, arrival_frac = {}, {}
   if stored then
@@ -237,6 +250,7 @@ end
 -- the layout table). It writes only once every level is judged, so a path
 -- that fails part way writes nothing.
 local function decide_path(k0, at)
+  foreign = 0
   -- Parse the levels.
   local nlevels = ARGV[at] + 0
   at = at + 1
@@ -289,9 +303,9 @@ local function decide_path(k0, at)
     local L = levels[lv]
     local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
     if L.one then
-      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(keys[lv], L)
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(keys[lv], L, lv)
     else
-      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(keys[lv], L)
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(keys[lv], L, lv)
     end
     local take = false
     if allowed == 1 then
@@ -320,7 +334,7 @@ local function decide_path(k0, at)
         call('SET', keys[lv], table.concat(parts, ' '), 'PX', ceildiv(L.ttl, 1000))
       end
     end
-    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 }
+    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 + 16 * foreign }
   end
 
   -- Denied: nothing is charged. A penalty locks the deciding level's key
@@ -338,7 +352,7 @@ local function decide_path(k0, at)
       if L.exists then us, frac = L.s_us, L.s_frac end
       ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
       call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
-      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
     end
     local parts = { format('%d', lock_until) }
     for i = 1, L.n do
@@ -356,7 +370,7 @@ local function decide_path(k0, at)
     ttl = max(ttl, 1)
     call('SET', keys[dl], table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
   end
-  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 }
+  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
 end
 
 if ARGV[1] ~= '0' then -- the lone form

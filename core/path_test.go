@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"regexp"
@@ -263,9 +264,10 @@ func TestPathDifferential(t *testing.T) {
 	}
 }
 
-// TestPathBatchKeyFault: in a batch, a path whose level holds another
-// program's value (WRONGTYPE) fails alone, charging nothing, and the
-// other paths are decided; a batch whose every path fails fails.
+// TestPathBatchKeyFault: in a batch, a path that raises an error of its
+// own (a calendar quota whose windows, computed on a clock two days off,
+// do not hold the server's) fails alone, charging nothing, and the other
+// paths are decided; a batch whose every path fails fails.
 func TestPathBatchKeyFault(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, redistest.Addr(t))
@@ -273,16 +275,99 @@ func TestPathBatchKeyFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := lim.PreparePath("fault", Level{Name: "org", Limits: []Limit{PerHour(10)}}, Level{Name: "user", Limits: []Limit{PerHour(5)}})
+	r, err := lim.PreparePath("fault", Level{Name: "org", Limits: []Limit{PerHour(10)}}, Level{Name: "user", Limits: []Limit{PerCalendarDay(5, "UTC")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prefix := uniquePrefix()
-	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
+	now := time.Now().UnixMicro()
+	mk := func(at int64, path ...string) *batch.Member[*pathCall, pathAnswer] {
 		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
 		for lv, p := range c.plans {
 			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
-			cl := call{plan: p, cost: 1}
+			cl := call{plan: p, cost: 1, now: at}
+			c.args = cl.appendGroup(c.args)
+		}
+		return &batch.Member[*pathCall, pathAnswer]{Req: c}
+	}
+	skewed := now - 2*24*3600*1_000_000
+	bad, good := mk(skewed, "acme", "mallory"), mk(now, "acme", "alice")
+	s := &redisStore{rdb: rdb}
+	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
+	if !errors.Is(bad.Err, errKeyFailed) {
+		t.Fatalf("the path whose calendar windows miss the server's clock: %v, want errKeyFailed", bad.Err)
+	}
+	if good.Err != nil || !good.Res.d.allowed {
+		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
+	}
+	// The failed path charged nothing: the organisation holds one request.
+	org := mk(now, "acme")
+	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
+	if org.Err != nil || org.Res.d.remaining != 8 {
+		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
+	}
+	both := []*batch.Member[*pathCall, pathAnswer]{mk(skewed, "acme", "mallory"), mk(skewed, "acme", "mallory")}
+	s.sendPaths(false, nil)(ctx, both)
+	if both[0].Err == nil || !keyFault(both[0].Err) {
+		t.Fatalf("a batch whose every path fails: %v, want the script's error, a fault of the key", both[0].Err)
+	}
+}
+
+// TestPathForeignLevel: a value of another type at a path's level (a hash
+// another program wrote) is deleted by path.lua and read as a full
+// bucket, so the path is decided by Redis, not by the fallback, alone
+// and in a batch; the limiter logs the key and the level once.
+func TestPathForeignLevel(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	for lv, name := range []string{"org", "user"} {
+		t.Run(name, func(t *testing.T) {
+			logs := &logLines{}
+			lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()), WithLogger(slog.New(logs)))
+			r, err := lim.PreparePath("foreign", Level{Name: "org", Limits: []Limit{PerHour(100)}}, Level{Name: "user", Limits: []Limit{PerHour(5)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rkey := redisKeyFrom(lim.prefix, r.plans[lv].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
+			for round := range 2 {
+				if err := rdb.Del(ctx, rkey).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.HSet(ctx, rkey, "x", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				res, err := r.Allow(ctx, "acme", "mallory")
+				if err != nil || !res.Allowed || res.Degraded {
+					t.Fatalf("round %d: the decision after a hash at the %s level: %+v, %v; want admitted by Redis", round, name, res, err)
+				}
+				if typ := rdb.Type(ctx, rkey).Val(); typ != "string" {
+					t.Fatalf("round %d: the %s level's key is a %s after the decision; want the level's bucket", round, name, typ)
+				}
+			}
+			var said []string
+			for _, l := range logs.take() {
+				if strings.Contains(l, "path level's key held a value of another type") {
+					said = append(said, l)
+				}
+			}
+			if len(said) != 1 || !strings.Contains(said[0], "level="+name) {
+				t.Errorf("log lines about the foreign value: %q; want one (once per key) naming level=%s", said, name)
+			}
+		})
+	}
+	// The batch form: the path with the hash is decided beside another.
+	lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()))
+	r, err := lim.PreparePath("foreign", Level{Name: "org", Limits: []Limit{PerHour(100)}}, Level{Name: "user", Limits: []Limit{PerHour(5)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMicro()
+	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
+		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
+		for lv, p := range c.plans {
+			c.rkeys = append(c.rkeys, redisKeyFrom(lim.prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			cl := call{plan: p, cost: 1, now: now}
 			c.args = cl.appendGroup(c.args)
 		}
 		return &batch.Member[*pathCall, pathAnswer]{Req: c}
@@ -293,22 +378,11 @@ func TestPathBatchKeyFault(t *testing.T) {
 	}
 	s := &redisStore{rdb: rdb}
 	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
-	if !errors.Is(bad.Err, errKeyFailed) {
-		t.Fatalf("the path with a hash at its user level: %v, want errKeyFailed", bad.Err)
+	if bad.Err != nil || !bad.Res.d.allowed || bad.Res.foreign != 2 {
+		t.Fatalf("the path with a hash at its user level, in a batch: %+v, %v; want admitted, the user level reported", bad.Res, bad.Err)
 	}
-	if good.Err != nil || !good.Res.d.allowed {
-		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
-	}
-	// The failed path charged nothing: the organisation holds one request.
-	org := mk("acme")
-	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
-	if org.Err != nil || org.Res.d.remaining != 8 {
-		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
-	}
-	both := []*batch.Member[*pathCall, pathAnswer]{mk("acme", "mallory"), mk("acme", "mallory")}
-	s.sendPaths(false, nil)(ctx, both)
-	if both[0].Err == nil || !keyFault(both[0].Err) {
-		t.Fatalf("a batch whose every path fails: %v, want the WRONGTYPE error, a fault of the key", both[0].Err)
+	if good.Err != nil || !good.Res.d.allowed || good.Res.foreign != 0 {
+		t.Fatalf("the other path: %+v, %v; want admitted, nothing reported", good.Res, good.Err)
 	}
 }
 

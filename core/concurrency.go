@@ -453,7 +453,11 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 	if len(due) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 100*time.Millisecond))
+	// No caller waits on a round, so it has a second (or the budget, if
+	// longer): a restarted node must hear from its holders within its
+	// grace period, and a round cut short by a pause of this process, or
+	// by a fresh connection's handshake, would wait for the next.
+	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
 	defer cancel()
 	// One round per node, in one pipeline, on the road: sent even while
 	// the node's breaker is open (see Limiter.aside), so a restarted node

@@ -522,10 +522,18 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	_, a := mk()
 	blim, b := mk(WithFailurePolicy(FailClosed))
 	ctx := context.Background()
-	if _, err := blim.Allow(ctx, "x", PerSecond(10)); err != nil {
-		t.Fatal(err)
+	// The replica learns which server the node is from the INFO its
+	// first answer starts in the background; a read that failed (a busy
+	// machine) is made again at a later answer.
+	for deadline := time.Now().Add(10 * time.Second); blim.keeper().server(&blim.store.whole).run == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never learnt which server the node is")
+		}
+		if _, err := blim.Allow(ctx, "x", PerSecond(1000)); err != nil {
+			t.Fatal(err)
+		}
+		blim.bg.wg.Wait()
 	}
-	blim.bg.wg.Wait()
 	for range 3 {
 		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
 			t.Fatalf("%+v, %v", ls, err)

@@ -22,8 +22,8 @@ func (l *Limiter) readPolicy(nd *node) {
 	if nd.client == nil || !nd.policy.CompareAndSwap(false, true) {
 		return
 	}
-	l.bg.run(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
+	l.bg.run(func(bg context.Context) {
+		ctx, cancel := context.WithTimeout(bg, max(l.timeout, time.Second))
 		defer cancel()
 		// Like the fleet heartbeat (see sendOp), the read is governed by
 		// no failure policy and feeds no breaker: a slow answer must not
@@ -34,7 +34,8 @@ func (l *Limiter) readPolicy(nd *node) {
 		// slot.
 		start := time.Now()
 		info, err := nd.client.Info(ctx).Result()
-		if l.obs != nil {
+		if l.obs != nil && (err == nil || bg.Err() == nil) {
+			// A read that Close cut short is not the node's failure.
 			l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
 		}
 		if redis.HasErrorPrefix(err, "NOPERM") {

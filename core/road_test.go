@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ type roadRecorder struct {
 	mu       sync.Mutex
 	ops      map[string]int
 	opErrs   map[string]int
+	firstErr map[string]string
 	degraded []StoreOutage
 	sources  map[Source]int
 	acquired map[bool]int
@@ -26,7 +28,7 @@ type roadRecorder struct {
 }
 
 func newRoadRecorder() *roadRecorder {
-	return &roadRecorder{ops: map[string]int{}, opErrs: map[string]int{}, sources: map[Source]int{}, acquired: map[bool]int{}}
+	return &roadRecorder{ops: map[string]int{}, opErrs: map[string]int{}, firstErr: map[string]string{}, sources: map[Source]int{}, acquired: map[bool]int{}}
 }
 
 func (r *roadRecorder) ObserveDecision(_ Result, src Source) {
@@ -40,6 +42,9 @@ func (r *roadRecorder) ObserveStore(c StoreCall) {
 	r.ops[c.Op]++
 	if c.Err != nil {
 		r.opErrs[c.Op]++
+		if _, ok := r.firstErr[c.Op]; !ok {
+			r.firstErr[c.Op] = c.Err.Error()
+		}
 	}
 	r.mu.Unlock()
 }
@@ -74,14 +79,30 @@ func (r *roadRecorder) outages() []StoreOutage {
 // with its own client and the default time budget, make 300 simultaneous
 // acquisitions on one key with a cap of 10, while each also decides an
 // unrelated key. The acquisitions travel the node's batched road like
-// decisions do, so no breaker opens and Redis grants exactly the cap.
-// Where every store call answered within the budget, nothing degrades and
-// exactly 10 are granted; on a machine so loaded that some calls outlive
-// the 50 ms budget (measured: p90 of 150 ms beside two CPU hogs per
-// core), those calls alone are decided under the failure policy, and
-// the breaker still stays closed (failures of calls under way together
-// count as one).
+// decisions do.
+//
+// After Ready (what a pod's readiness probe calls, docs/production.md),
+// no breaker opens, and where every store call answered within the
+// budget nothing degrades and Redis grants exactly the cap. On a machine
+// so loaded that some calls outlive the 50 ms budget (measured: p90 of
+// 150 ms beside two CPU hogs per core) those calls alone are decided
+// under the failure policy; the breaker still stays closed (failures of
+// calls under way together count as one).
+//
+// Without Ready, the first calls dial and shake hands inside their
+// budget; under -race beside CPU hogs most of them time out (measured: 1
+// breaker of 30 opened in 10 runs). What must hold then too: an
+// acquisition whose answer came too late may still hold its slot in Redis
+// (it expires within its lease), so Redis's grants heard by callers are
+// at most the cap, each is in Redis's set, and the set holds at most the
+// cap.
 func TestAcquireBurstKeepsBreakerClosed(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) { acquireBurst(t, ready) })
+	}
+}
+
+func acquireBurst(t *testing.T, ready bool) {
 	addr := redistest.Addr(t)
 	prefix := uniquePrefix()
 	const instances, perInstance, deciders, decisions, most = 3, 100, 4, 40, 10
@@ -90,16 +111,23 @@ func TestAcquireBurstKeepsBreakerClosed(t *testing.T) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var leases sync.Map
+	var rkey string
 	for range instances {
 		lim, err := New(redistest.NewClient(t, addr), WithPrefix(prefix), WithObserver(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = lim.Close() })
+		if ready {
+			if err := lim.Ready(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: most, Lease: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
+		rkey = lim.rkey(c.fp, "hot")
 		for range perInstance {
 			wg.Go(func() {
 				<-start
@@ -140,6 +168,21 @@ func TestAcquireBurstKeepsBreakerClosed(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
+	// What Redis holds: the slots granted to callers that heard the answer,
+	// and those of acquisitions whose answer came after their budget (the
+	// caller was decided by the fallback; the slot expires within its
+	// lease).
+	held, err := redistest.NewClient(t, addr).ZRange(context.Background(), rkey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byRedisIDs []string
+	leases.Range(func(k, _ any) bool {
+		if ls := k.(*Lease); ls.rkey != "" {
+			byRedisIDs = append(byRedisIDs, ls.id)
+		}
+		return true
+	})
 	leases.Range(func(k, _ any) bool {
 		_ = k.(*Lease).Release(context.Background())
 		return true
@@ -149,16 +192,32 @@ func TestAcquireBurstKeepsBreakerClosed(t *testing.T) {
 	for _, n := range rec.opErrs {
 		storeErrs += n
 	}
+	errs := fmt.Sprint(rec.opErrs, rec.firstErr)
 	rec.mu.Unlock()
-	t.Logf("%d acquired (%d by the fallback), %d refused, %d acquisitions and %d decisions degraded, %d store calls failed, outages %v",
-		acquired.Load(), degradedGrants.Load(), refused.Load(), degradedAcq.Load(), degradedAllow.Load(), storeErrs, rec.outages())
-	if o := rec.outages(); len(o) != 0 {
+	t.Logf("%d acquired (%d by the fallback), %d refused, %d acquisitions and %d decisions degraded, %d store calls failed %s, outages %v",
+		acquired.Load(), degradedGrants.Load(), refused.Load(), degradedAcq.Load(), degradedAllow.Load(), storeErrs, errs, rec.outages())
+	if o := rec.outages(); ready && len(o) != 0 {
 		t.Errorf("breakers opened on a healthy Redis: %v", o)
 	}
-	if byRedis := acquired.Load() - degradedGrants.Load(); byRedis != most {
-		t.Errorf("Redis granted %d slots, want exactly the cap of %d", byRedis, most)
+	byRedis := acquired.Load() - degradedGrants.Load()
+	if byRedis > most {
+		t.Errorf("Redis granted %d slots, more than the cap of %d", byRedis, most)
 	}
-	if storeErrs == 0 && (acquired.Load() != most || degradedAcq.Load() != 0 || degradedAllow.Load() != 0) {
+	for _, id := range byRedisIDs {
+		if !slices.Contains(held, id) {
+			t.Errorf("lease %s granted by Redis is not in its set %v", id, held)
+		}
+	}
+	if g := degradedGrants.Load(); g > instances*most {
+		t.Errorf("the fallback granted %d slots, more than the cap of %d on each of %d replicas", g, most, instances)
+	}
+	if len(held) > most {
+		t.Errorf("Redis holds %d slots, more than the cap of %d", len(held), most)
+	}
+	if ready && storeErrs == 0 && byRedis != most {
+		t.Errorf("with every store call answered, Redis granted %d slots, want exactly the cap of %d", byRedis, most)
+	}
+	if ready && storeErrs == 0 && (acquired.Load() != most || degradedAcq.Load() != 0 || degradedAllow.Load() != 0) {
 		t.Errorf("with every store call answered: %d acquired, %d acquisitions and %d decisions degraded; want exactly %d, none and none",
 			acquired.Load(), degradedAcq.Load(), degradedAllow.Load(), most)
 	}

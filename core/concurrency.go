@@ -178,6 +178,12 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 		// (onNode itself asks again after a pause of this process.)
 		routed, storeErr = l.onNode(ctx, nd, l.now(), OpAcquire, rkey, send)
 	}
+	if routed && storeErr != nil && (ErrorReason(storeErr) == ReasonTimeout || callerGone(ctx) != nil) {
+		// Redis may hold the slot though nobody heard it was given:
+		// the keeper gives it back, or it would keep one of Max for a
+		// whole lease after a blip.
+		l.keeper().orphan(c, rkey, id)
+	}
 	if routed && storeErr == nil {
 		ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
 		if ls.Acquired {
@@ -316,6 +322,7 @@ type leaseKeeper struct {
 	l      *Limiter
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
+	lost   []orphan      // slots to give back in the next round
 	stop   chan struct{} // closed by Close
 	done   chan struct{} // closed when the loop has returned; nil: not running
 	closed bool
@@ -392,10 +399,41 @@ func (k *leaseKeeper) add(ls *Lease, expiry time.Time) {
 	defer k.mu.Unlock()
 	ls.expiry = expiry
 	k.leases[ls] = struct{}{}
+	k.startLocked()
+}
+
+// startLocked starts the loop unless it runs or the keeper is closed.
+func (k *leaseKeeper) startLocked() {
 	if k.done == nil && !k.closed {
 		k.done = make(chan struct{})
 		go k.loop(k.done)
 	}
+}
+
+// orphan is a slot that Redis may hold for an acquisition whose caller
+// never heard the answer (it outlived its budget, or the caller gave up
+// after the script was sent). Nothing would release it: the keeper gives
+// it back, trying each round until the slot would have expired anyway.
+type orphan struct {
+	c        *Concurrency
+	rkey, id string
+	until    time.Time
+}
+
+// maxOrphans bounds the slots waiting to be given back; past it, a slot
+// expires by itself within its lease.
+const maxOrphans = 4096
+
+// orphan asks the keeper to give back, in its next round, the slot that
+// Redis may hold for id in rkey.
+func (k *leaseKeeper) orphan(c *Concurrency, rkey, id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed || len(k.lost) >= maxOrphans {
+		return
+	}
+	k.lost = append(k.lost, orphan{c: c, rkey: rkey, id: id, until: time.Now().Add(c.lease)})
+	k.startLocked()
 }
 
 func (k *leaseKeeper) remove(ls *Lease) {
@@ -416,7 +454,7 @@ func (k *leaseKeeper) loop(done chan struct{}) {
 		case <-tick.C:
 		}
 		k.mu.Lock()
-		if len(k.leases) == 0 {
+		if len(k.leases) == 0 && len(k.lost) == 0 {
 			k.done = nil
 			k.mu.Unlock()
 			return
@@ -425,8 +463,10 @@ func (k *leaseKeeper) loop(done chan struct{}) {
 		for ls := range k.leases {
 			due = append(due, ls)
 		}
+		lost := k.lost
+		k.lost = nil
 		k.mu.Unlock()
-		k.renew(due)
+		k.renew(due, lost)
 	}
 }
 
@@ -437,9 +477,10 @@ func (k *leaseKeeper) period() time.Duration { return minLease / 3 }
 // minLease is the shortest lease a ConcurrencyLimit may have.
 const minLease = 300 * time.Millisecond
 
-// renew renews leases whose next renewal is due: those with less than two
-// thirds of their lease left.
-func (k *leaseKeeper) renew(leases []*Lease) {
+// renew renews leases whose next renewal is due (those with less than two
+// thirds of their lease left) and gives back the lost slots; a slot whose
+// release failed is tried again next round.
+func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 	l := k.l
 	now := time.Now()
 	k.mu.Lock()
@@ -450,7 +491,7 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		}
 	}
 	k.mu.Unlock()
-	if len(due) == 0 {
+	if len(due) == 0 && len(lost) == 0 {
 		return
 	}
 	// No caller waits on a round, so it has a second (or the budget, if
@@ -464,23 +505,45 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 	// hears from its holders within its grace period; a renewal that
 	// fails is tried again next round; a lease that has expired is found
 	// out by its Release.
-	byNode := map[*node][]*Lease{}
+	type round struct {
+		leases []*Lease
+		lost   []orphan
+		key    string // a key of the node's, for the road
+	}
+	byNode := map[*node]*round{}
 	var order []*node
-	for _, ls := range due {
-		nd := l.store.node(ctx, ls.rkey)
-		if _, ok := byNode[nd]; !ok {
+	of := func(rkey string) *round {
+		nd := l.store.node(ctx, rkey)
+		r, ok := byNode[nd]
+		if !ok {
+			r = &round{key: rkey}
+			byNode[nd] = r
 			order = append(order, nd)
 		}
-		byNode[nd] = append(byNode[nd], ls)
+		return r
 	}
+	for _, ls := range due {
+		r := of(ls.rkey)
+		r.leases = append(r.leases, ls)
+	}
+	for _, o := range lost {
+		if now.Before(o.until) {
+			r := of(o.rkey)
+			r.lost = append(r.lost, o)
+		}
+	}
+	var retry []orphan
 	for _, nd := range order {
-		group := byNode[nd]
-		ops := make([]*op, len(group))
-		for i, ls := range group {
-			ops[i] = &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.limit.Max, ls.c.lease.Milliseconds(), ls.id}}
+		r := byNode[nd]
+		ops := make([]*op, 0, len(r.leases)+len(r.lost))
+		for _, ls := range r.leases {
+			ops = append(ops, &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.limit.Max, ls.c.lease.Milliseconds(), ls.id}})
+		}
+		for _, o := range r.lost {
+			ops = append(ops, &op{script: releaseScript, keys: []string{o.rkey}, args: []any{o.c.lease.Milliseconds(), o.id}})
 		}
 		var replies []*batch.Member[*op, []int64]
-		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, group[0].rkey, func() (time.Duration, error) {
+		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, r.key, func() (time.Duration, error) {
 			start := time.Now()
 			replies = l.store.runOps(ctx, nd, ops)
 			for _, m := range replies {
@@ -492,10 +555,16 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 		})
 		k.mu.Lock()
 		for i, m := range replies {
+			if i >= len(r.leases) {
+				if m.Err != nil && !keyFault(m.Err) {
+					retry = append(retry, r.lost[i-len(r.leases)])
+				}
+				continue
+			}
 			if m.Err != nil || len(m.Res) != 2 {
 				continue // tried again next round
 			}
-			ls := group[i]
+			ls := r.leases[i]
 			switch m.Res[0] {
 			case 1:
 				ls.expiry = now.Add(ls.c.lease)
@@ -505,12 +574,20 @@ func (k *leaseKeeper) renew(leases []*Lease) {
 				delete(k.leases, ls)
 			}
 		}
+		if replies == nil {
+			retry = append(retry, r.lost...) // the breaker kept the round away
+		}
 		k.mu.Unlock()
 		for i, m := range replies {
 			if m.Err == nil && len(m.Res) == 2 {
-				l.foreignLease(group[i].rkey, m.Res[1])
+				l.foreignLease(ops[i].keys[0], m.Res[1])
 			}
 		}
+	}
+	if len(retry) > 0 {
+		k.mu.Lock()
+		k.lost = append(k.lost, retry...)
+		k.mu.Unlock()
 	}
 }
 

@@ -328,6 +328,86 @@ func TestConcurrencyDegraded(t *testing.T) {
 	})
 }
 
+// TestAcquireLostAnswerGivesSlotBack: with Redis 100 ms away and a 50 ms
+// budget, both sends of an acquisition outlive the budget and the caller
+// is decided by the fallback, yet Redis ran the script and holds the
+// slot. The lease keeper gives it back in its next rounds (which have a
+// second), so the cap is whole again long before the lease (10 s) would
+// have freed it.
+func TestAcquireLostAnswerGivesSlotBack(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	lim, err := New(outageClient(t, proxy.Addr()), WithTimeout(50*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	ctx := context.Background()
+	if err := lim.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := lim.PrepareConcurrency(ConcurrencyLimit{Max: 2, Lease: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkey := lim.rkey(c.fp, "k")
+	direct := redistest.NewClient(t, srv.Addr())
+	held := func() int64 {
+		n, err := direct.ZCard(ctx, rkey).Result()
+		if err != nil {
+			t.Error(err)
+		}
+		return n
+	}
+	// The slot is held from the first send's script (during Acquire) until
+	// the keeper's release (a round, over 100 ms, after Acquire returned):
+	// a watcher started first sees it.
+	var sawHeld atomic.Bool
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	defer func() {
+		close(stop)
+		<-watched
+	}()
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if held() > 0 {
+				sawHeld.Store(true)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	proxy.SetDelay(100 * time.Millisecond)
+	ls, err := c.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ls.Degraded {
+		t.Fatalf("Acquire with Redis 100 ms away = %+v; want a degraded lease (the premise)", ls)
+	}
+	returned := time.Now()
+	deadline := returned.Add(3 * time.Second)
+	defer func() {
+		t.Logf("the slot was given back %v after Acquire returned", time.Since(returned).Round(time.Millisecond))
+	}()
+	for n := held(); n != 0 || !sawHeld.Load(); n = held() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis holds %d slots of the lost acquisition 3 s after it (seen held: %v); want it given back long before its 10 s lease", n, sawHeld.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConcurrencyLeaseLost: a release of a slot that expired in Redis
 // (here: deleted) says so.
 func TestConcurrencyLeaseLost(t *testing.T) {

@@ -40,8 +40,8 @@ if missing or knownRun == 0 then
       since = start
     end
   end
-  if missing and knownRun ~= 0 and since ~= 0 and since + lease > now then
-    g = since + lease
+  if missing and knownRun ~= 0 and since ~= 0 and since + SLACK + lease > now then
+    g = since + SLACK + lease
     redis.call('ZADD', KEYS[1], g, GRACE)
     redis.call('PEXPIRE', KEYS[1], g - now)
   end

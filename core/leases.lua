@@ -17,6 +17,12 @@
 -- Replies of the lease scripts end with that flag, so the limiter logs
 -- the key once.
 local GRACE = '~grace'
+-- SLACK is how far a start read from INFO may lie before the real one:
+-- uptime_in_seconds is the difference of two whole-second clocks, so
+-- now - uptime is within a second of the start either way. A grace period
+-- ends SLACK + lease after the start read, never before a lease after the
+-- real start (a holder re-asserts within it).
+local SLACK = 1000
 local function tidy(lease)
   local n = redis.pcall('ZCARD', KEYS[1])
   if type(n) == 'table' and n.err then
@@ -53,7 +59,7 @@ local function held()
 end
 
 -- server reads INFO: when the server started, in ms on its clock,
--- rounded toward earlier (INFO counts whole seconds), and which process
+-- within a second either way (see SLACK), and which process
 -- it is: the first 13 hex digits of its run_id (new at every start), as a
 -- number.
 local function server()

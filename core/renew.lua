@@ -18,8 +18,8 @@ if held() >= tonumber(ARGV[1]) then
 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
   local start = server()
-  if start + lease > now then
-    redis.call('ZADD', KEYS[1], start + lease, GRACE)
+  if start + SLACK + lease > now then
+    redis.call('ZADD', KEYS[1], start + SLACK + lease, GRACE)
   end
 end
 hold(ARGV[3], lease)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -20,7 +21,16 @@ func TestRun(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no summary line in the output:\n%s", out.String())
 	}
-	if n, _ := strconv.Atoi(m[1]); n < 10 || n > 11 {
+	n, _ := strconv.Atoi(m[1])
+	// On a machine so busy that the embedded Redis answers past the
+	// budget, a replica decides alone and says so: the shared bucket then
+	// admitted at most its burst (and a slow refill), and each local
+	// decision at most one more.
+	local := strings.Count(out.String(), "(decided locally")
+	if local == 0 && (n < 10 || n > 11) {
 		t.Errorf("%d of 15 admitted, want 10 (the burst):\n%s", n, out.String())
+	}
+	if local > 0 && n > 11+local {
+		t.Errorf("%d of 15 admitted with %d decided locally, want at most 11 + %d:\n%s", n, local, local, out.String())
 	}
 }

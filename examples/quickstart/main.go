@@ -48,6 +48,13 @@ func run(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		defer lim.Close()
+		// Ready is what a readiness probe calls: it checks the server,
+		// loads the scripts and opens the connections, so the first
+		// decisions do not spend their budget on handshakes.
+		if err := lim.Ready(ctx); err != nil {
+			return err
+		}
 		replicas = append(replicas, lim)
 	}
 

@@ -169,7 +169,9 @@ func (o Override) String() string {
 // is meant to change now and then, not per request.
 //
 // [Overrides.Set] and [Overrides.Remove] change the set in one call each
-// within the limiter's time budget (see [WithTimeout]), then read it back
+// within the limiter's time budget (see [WithTimeout]) and at least one
+// second, since an operator's write is on no request's path and a busy
+// client should not fail it, then read it back
 // as [Overrides.Sync] does; a read, which may carry the whole set, is
 // bounded as the poller's are, by the refresh interval and at least one
 // second. Each budget runs from the call's send, and the caller's own
@@ -341,7 +343,8 @@ func checkOverrideKey(key string) error {
 // such as "300.1.2.3" or "10.0.0.0/33": see [keyfunc.ParseListEntry]), an
 // invalid override (wrapping [ErrInvalidLimit]), a full set (see
 // [WithOverridesMax]), and, wrapping [ErrUnavailable], a store failure
-// (such as no answer within the limiter's time budget, see [WithTimeout]): the
+// (such as no answer within the limiter's time budget, see [WithTimeout],
+// or one second if that is longer): the
 // change was then not made, unless the failure came from reading the set
 // back (its text says "read"), when it was made but this replica learns it
 // at its next refresh; after a timeout it may have been made
@@ -372,7 +375,7 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 		})
 	}
 	var n int64
-	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
+	err := ov.budgeted(ctx, ov.writeTimeout(), func(ctx context.Context) error {
 		var err error
 		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID()).Int64()
 		return err
@@ -390,7 +393,8 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 // interval, and on this one at once. Removing a key without one is not an
 // error. It returns an error for an empty key and, wrapping
 // [ErrUnavailable], a store failure, such as no answer within the
-// limiter's time budget (see [WithTimeout]).
+// limiter's time budget (see [WithTimeout]) or one second if that is
+// longer.
 func (ov *Overrides) Remove(ctx context.Context, key string) error {
 	if err := checkOverrideKey(key); err != nil {
 		return err
@@ -401,7 +405,7 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 			return nil
 		})
 	}
-	err := ov.budgeted(ctx, ov.lim.timeout, func(ctx context.Context) error {
+	err := ov.budgeted(ctx, ov.writeTimeout(), func(ctx context.Context) error {
 		return overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.write}, key, newLeaseID()).Err()
 	})
 	if err != nil {
@@ -556,6 +560,15 @@ func (ov *Overrides) run() {
 
 // pollTimeout bounds one poll: the refresh interval, at least one second.
 func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
+
+// writeTimeout bounds one change (Set, Remove): the limiter's budget, and
+// at least a second, as an operator's write waits on no request.
+func (ov *Overrides) writeTimeout() time.Duration {
+	if ov.lim.timeout <= 0 {
+		return 0 // no budget at all (see WithTimeout)
+	}
+	return max(ov.lim.timeout, time.Second)
+}
 
 // poll reads the set if it changed, and logs the first failure and the
 // recovery.

@@ -421,9 +421,10 @@ func TestOverridesEntries(t *testing.T) {
 }
 
 // TestOverridesBudget checks that Set, Remove and Sync keep a time budget
-// against a Redis that swallows every command: the limiter's for a change,
-// the poller's (the refresh interval, at least one second) for a read,
-// and the caller's deadline when it is shorter.
+// against a Redis that swallows every command: the limiter's and at least
+// a second for a change (an operator's write on a busy machine must not
+// fail at a request's budget), the poller's (the refresh interval, at least
+// one second) for a read, and the caller's deadline when it is shorter.
 func TestOverridesBudget(t *testing.T) {
 	srv := redistest.Start(t)
 	px := redistest.NewProxy(t, srv.Addr())
@@ -443,21 +444,22 @@ func TestOverridesBudget(t *testing.T) {
 		ctx  context.Context
 		call func(context.Context) error
 		want error
+		min  time.Duration
 		max  time.Duration // generous: the machine may be busy
 	}{
-		{"Set", ctx, func(ctx context.Context) error { return ov.Set(ctx, "tenant:b", Override{Deny: true}) }, ErrUnavailable, 5 * budget},
-		{"Remove", ctx, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, ErrUnavailable, 5 * budget},
-		{"Sync", ctx, ov.Sync, ErrUnavailable, 3 * time.Second},
-		{"List", ctx, func(ctx context.Context) error { _, err := ov.List(ctx); return err }, ErrUnavailable, 3 * time.Second},
-		{"Remove, shorter caller", short, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, context.DeadlineExceeded, 5 * budget},
+		{"Set", ctx, func(ctx context.Context) error { return ov.Set(ctx, "tenant:b", Override{Deny: true}) }, ErrUnavailable, time.Second, 3 * time.Second},
+		{"Remove", ctx, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, ErrUnavailable, time.Second, 3 * time.Second},
+		{"Sync", ctx, ov.Sync, ErrUnavailable, time.Second, 3 * time.Second},
+		{"List", ctx, func(ctx context.Context) error { _, err := ov.List(ctx); return err }, ErrUnavailable, time.Second, 3 * time.Second},
+		{"Remove, shorter caller", short, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, context.DeadlineExceeded, 0, 5 * budget},
 	} {
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() { done <- tt.call(tt.ctx) }()
 		select {
 		case err := <-done:
-			if took := time.Since(start); !errors.Is(err, tt.want) || took > tt.max {
-				t.Errorf("%s against a hung Redis = %v after %v, want %v within %v", tt.name, err, took, tt.want, tt.max)
+			if took := time.Since(start); !errors.Is(err, tt.want) || took < tt.min || took > tt.max {
+				t.Errorf("%s against a hung Redis = %v after %v, want %v after %v to %v", tt.name, err, took, tt.want, tt.min, tt.max)
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s against a hung Redis: no answer after 30s", tt.name)

@@ -310,10 +310,11 @@ func newLeaseID() string {
 //
 // What Redis forgets: a renewal re-asserts a lease Redis no longer holds,
 // if the key has a free slot, so a holder reclaims its slot after a
-// restart or a failover that lost writes; and a key whose set is missing
-// less than a lease after the server started is in its grace period, in
-// which only such re-assertions take slots, so newcomers cannot take the
-// slots of holders the restart forgot before those re-assert.
+// restart or a failover that lost writes; and for a lease after the
+// limiter saw the node's server replace another (a restart, a failover) a
+// key is in its grace period, in which only such re-assertions take
+// slots, so newcomers cannot take the slots of holders the new server
+// never heard of before those re-assert.
 
 // leaseKeeper renews the limiter's leases held in Redis, every third of
 // their lease, in one pipeline per round. It runs while leases are held:
@@ -336,9 +337,11 @@ type leaseKeeper struct {
 // serverSeen is what a limiter knows of the server process behind a node:
 // its LASTSAVE when last read (the second it started, or its last save),
 // which process it is (from its run_id), and, if the limiter saw it
-// replace another (a restart, or a failover to another server), when it
-// started (ms on its clock). A key's missing lease set within a lease of
-// such a start may hide holders the restart forgot (see acquire.lua).
+// replace another, since when (ms on its clock): its start after a
+// restart, or, for a server that had run longer than a lease (a failover
+// to a replica, a restart that loaded a file), the moment the change was
+// noticed. A key's lease set within a lease of then may lack holders the
+// server never heard of (see acquire.lua).
 type serverSeen struct{ lastsave, run, restart int64 }
 
 // server returns what the keeper knows of nd's server.

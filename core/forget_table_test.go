@@ -2,8 +2,10 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -15,68 +17,106 @@ import (
 )
 
 // A loss is one way Redis forgets: a restart without persistence, a
-// failover that loses the last writes (emulated: every key of the prefix
-// is put back as it was at a snapshot taken before those writes, with its
-// expiry, as a promoted replica that had not received them would hold
-// it), and an eviction (emulated: the key deleted, as a policy that can
-// evict it would).
+// failover that loses the last writes (a replica whose link to the master
+// is cut is promoted, and the clients' address leads to it: see
+// failoverLosing), and an eviction (emulated: the key deleted, as a
+// policy that can evict it would).
 type loss struct {
 	name string
 	// before is called before the writes the loss may lose; it returns
 	// the loss itself.
-	before func(t *testing.T, srv *redistest.Server, rdb *redis.Client, prefix string, keys func() []string) func()
+	before func(t *testing.T, env *forgetEnv, keys func() []string) func()
 }
 
 var losses = []loss{
-	{"restart", func(_ *testing.T, srv *redistest.Server, _ *redis.Client, _ string, _ func() []string) func() {
-		return func() { srv.Kill(); srv.Restart() }
+	{"restart", func(_ *testing.T, env *forgetEnv, _ func() []string) func() {
+		return func() { env.srv.Kill(); env.srv.Restart() }
 	}},
-	{"lost-write failover", func(t *testing.T, _ *redistest.Server, rdb *redis.Client, prefix string, _ func() []string) func() {
-		ctx := context.Background()
-		type saved struct {
-			dump string
-			ttl  time.Duration
+	{"lost-write failover", func(t *testing.T, env *forgetEnv, _ func() []string) func() {
+		promote, _ := failoverLosing(t, env.srv, env.front)
+		return promote
+	}},
+	{"eviction", func(t *testing.T, env *forgetEnv, keys func() []string) func() {
+		return func() {
+			if err := env.rdb.Del(context.Background(), keys()...).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		snap := map[string]saved{}
-		names, err := rdb.Keys(ctx, prefix+"*").Result()
+	}},
+}
+
+// failoverLosing starts a replica of master, waits until it holds what
+// master holds, and cuts its link: it hears of no write from then on. The
+// returned func is the failover: the replica is promoted, and front (the
+// clients' one address, as a Sentinel client or a DNS name gives them)
+// leads to it, its connections to the old master reset. The replica's
+// address is returned too.
+func failoverLosing(t *testing.T, master *redistest.Server, front *redistest.Proxy) (promote func(), replicaAddr string) {
+	t.Helper()
+	ctx := context.Background()
+	replica := redistest.Start(t)
+	mc, rc := redistest.NewClient(t, master.Addr()), redistest.NewClient(t, replica.Addr())
+	// Two servers that started in the same second and never saved answer
+	// LASTSAVE alike, and the lease scripts would not read INFO to tell
+	// them apart (docs/topologies.md): a replica that has saved since
+	// differs.
+	for {
+		ms, err1 := mc.LastSave(ctx).Result()
+		rs, err2 := rc.LastSave(ctx).Result()
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if ms != rs {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		if err := rc.Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := redistest.NewProxy(t, master.Addr())
+	host, port, _ := net.SplitHostPort(link.Addr())
+	// A diskless sync waits 5s for more replicas by default.
+	if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := rc.Info(ctx, "replication").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range names {
-			d, err := rdb.Dump(ctx, k).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ttl, _ := rdb.PTTL(ctx, k).Result()
-			if ttl < 0 {
-				ttl = 0
-			}
-			snap[k] = saved{d, ttl}
+		if strings.Contains(info, "master_link_status:up") {
+			break
 		}
-		return func() {
-			now, err := rdb.Keys(ctx, prefix+"*").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(now) > 0 {
-				if err := rdb.Del(ctx, now...).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for k, s := range snap {
-				if err := rdb.RestoreReplace(ctx, k, s.ttl, s.dump).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not sync:\n%s", info)
 		}
-	}},
-	{"eviction", func(t *testing.T, _ *redistest.Server, rdb *redis.Client, _ string, keys func() []string) func() {
-		return func() {
-			if err := rdb.Del(context.Background(), keys()...).Err(); err != nil {
-				t.Fatal(err)
-			}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Everything master has taken so far has reached the replica.
+	if n, err := mc.Wait(ctx, 1, 5000).Result(); err != nil || n < 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
+	link.SetBlackhole(true)
+	return func() {
+		if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+			t.Fatal(err)
 		}
-	}},
+		front.SetTarget(replica.Addr())
+	}, replica.Addr()
+}
+
+// forgetEnv is one cell's private server, the clients' address in front
+// of it (a proxy, which a failover points at the promoted replica), a
+// client of the server itself, and the key prefix.
+type forgetEnv struct {
+	srv    *redistest.Server
+	front  *redistest.Proxy
+	rdb    *redis.Client
+	prefix string
 }
 
 // forgetRow measures one kind of key under one loss, and returns the
@@ -86,19 +126,19 @@ type forgetRow struct {
 	measure func(t *testing.T, l loss) string
 }
 
-// forgetSetup starts a private server and returns it, a client and a
-// limiter maker (each limiter with its own client, closed at cleanup).
-func forgetSetup(t *testing.T) (*redistest.Server, *redis.Client, string, func(opts ...Option) *Limiter) {
+// forgetSetup starts a private server and returns its env and a limiter
+// maker (each limiter with its own client of env.front, closed at
+// cleanup).
+func forgetSetup(t *testing.T) (*forgetEnv, func(opts ...Option) *Limiter) {
 	srv := redistest.Start(t)
-	prefix := "fg:"
-	rdb := redistest.NewClient(t, srv.Addr())
+	env := &forgetEnv{srv: srv, front: redistest.NewProxy(t, srv.Addr()), rdb: redistest.NewClient(t, srv.Addr()), prefix: "fg:"}
 	mk := func(opts ...Option) *Limiter {
-		lim := newRedisLimiter(t, srv.Addr(), append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond),
+		lim := newRedisLimiter(t, env.front.Addr(), append([]Option{WithPrefix(env.prefix), WithTimeout(200 * time.Millisecond),
 			WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 		t.Cleanup(func() { _ = lim.Close() })
 		return lim
 	}
-	return srv, rdb, prefix, mk
+	return env, mk
 }
 
 // bucketAfterLoss empties a bucket of limit (burst b, slow refill) by one
@@ -106,7 +146,7 @@ func forgetSetup(t *testing.T) (*redistest.Server, *redis.Client, string, func(o
 // tries at once after the loss (the first one's deny cache would refuse
 // them without asking Redis).
 func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
-	srv, rdb, prefix, mk := forgetSetup(t)
+	env, mk := forgetSetup(t)
 	lim, other := mk(opts...), mk(opts...)
 	ctx := context.Background()
 	p, err := lim.plans.get([]Limit{limit})
@@ -114,7 +154,7 @@ func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
 		t.Fatal(err)
 	}
 	rkey := lim.rkey(p.fp, "k")
-	forget := l.before(t, srv, rdb, prefix, func() []string { return []string{rkey} })
+	forget := l.before(t, env, func() []string { return []string{rkey} })
 	before := 0
 	for range 3 * limit.Burst {
 		if r, err := lim.Allow(ctx, "k", limit); err == nil && r.Allowed {
@@ -155,7 +195,7 @@ var forgetRows = []forgetRow{
 		return bucketAfterLoss(t, l, PerMinute(2), WithPenalty(time.Hour))
 	}},
 	{"concurrency lease set (cap 10, lease 1s)", func(t *testing.T, l loss) string {
-		srv, rdb, prefix, mk := forgetSetup(t)
+		env, mk := forgetSetup(t)
 		a, b := mk(), mk(WithFailurePolicy(FailClosed))
 		ca, _ := a.PrepareConcurrency(ConcurrencyLimit{Name: "s", Max: 10, Lease: time.Second})
 		cb, _ := b.PrepareConcurrency(ConcurrencyLimit{Name: "s", Max: 10, Lease: time.Second})
@@ -165,7 +205,7 @@ var forgetRows = []forgetRow{
 		} else {
 			_ = ls.Release(ctx)
 		}
-		forget := l.before(t, srv, rdb, prefix, func() []string { return []string{a.rkey(ca.fp, "k")} })
+		forget := l.before(t, env, func() []string { return []string{a.rkey(ca.fp, "k")} })
 		var held []*Lease
 		for range 10 {
 			ls, err := ca.Acquire(ctx, "k")
@@ -192,7 +232,7 @@ var forgetRows = []forgetRow{
 		return fmt.Sprintf("%d in flight (%d newcomers); %d of the holder's 10 leases lost", 10+taken, taken, lost)
 	}},
 	{"overrides set, version and epoch", func(t *testing.T, l loss) string {
-		srv, rdb, prefix, mk := forgetSetup(t)
+		env, mk := forgetSetup(t)
 		a, b := mk(), mk()
 		ctx := context.Background()
 		oa, err := NewOverrides(a, "plans", WithOverridesRefresh(time.Hour))
@@ -208,8 +248,8 @@ var forgetRows = []forgetRow{
 		if err := oa.Set(ctx, "w", Override{Deny: true}); err != nil {
 			t.Fatal(err)
 		}
-		forget := l.before(t, srv, rdb, prefix, func() []string {
-			keys, _ := rdb.Keys(ctx, prefix+"{ovr:plans}*").Result()
+		forget := l.before(t, env, func() []string {
+			keys, _ := env.rdb.Keys(ctx, env.prefix+"{ovr:plans}*").Result()
 			return keys
 		})
 		if err := oa.Set(ctx, "x", Override{Deny: true}); err != nil {

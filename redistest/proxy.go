@@ -32,7 +32,7 @@ const (
 // A Proxy is safe for concurrent use. Its goroutines all exit before
 // [Proxy.Close] returns.
 type Proxy struct {
-	target string
+	target atomic.Pointer[string] // see SetTarget
 	addr   string
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -106,13 +106,13 @@ func ListenProxy(target string) (*Proxy, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
-		target: target,
 		addr:   ln.Addr().String(),
 		ln:     ln,
 		ctx:    ctx,
 		cancel: cancel,
 		links:  make(map[*link]struct{}),
 	}
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.serve(ln)
 	return p, nil
@@ -139,6 +139,20 @@ func (p *Proxy) SetDelay(d time.Duration) {
 // after a timeout.
 func (p *Proxy) SetBlackhole(on bool) {
 	p.blackhole.Store(on)
+}
+
+// SetTarget makes the proxy forward new connections to target, and resets
+// the existing ones, as clients see a failover that a Sentinel or a DNS
+// name hides behind one address: the connections to the old master drop,
+// and the next ones reach the new master.
+func (p *Proxy) SetTarget(target string) {
+	p.target.Store(&target)
+	p.mu.Lock()
+	victims := p.linksLocked()
+	p.mu.Unlock()
+	for _, l := range victims {
+		l.close(true)
+	}
 }
 
 // SetRefuse makes the proxy reset connections while on: existing ones are
@@ -284,7 +298,7 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	d := net.Dialer{Timeout: proxyDialTimeout}
-	up, err := d.DialContext(p.ctx, "tcp", p.target)
+	up, err := d.DialContext(p.ctx, "tcp", *p.target.Load())
 	if err != nil {
 		// Pass the failure on the way a client would see a dead Redis.
 		resetConn(c)

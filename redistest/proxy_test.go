@@ -135,6 +135,29 @@ func TestProxyTargetDown(t *testing.T) {
 	mustPing(t, ctx, c)
 }
 
+// TestProxySetTarget: after SetTarget the client's connection is reset,
+// and its next command reaches the other server.
+func TestProxySetTarget(t *testing.T) {
+	ctx := t.Context()
+	a, b := Start(t), Start(t)
+	p := NewProxy(t, a.Addr())
+	c := NewClient(t, p.Addr())
+	if err := c.Set(ctx, "where", "a", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.SetTarget(b.Addr())
+	var got string
+	var err error
+	for range 3 { // the first command may meet the reset connection
+		if got, err = c.Get(ctx, "where").Result(); err == nil || errors.Is(err, redis.Nil) {
+			break
+		}
+	}
+	if !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET through the proxy after SetTarget = %q, %v; want nil from the other server", got, err)
+	}
+}
+
 func TestProxyCloseInterruptsDelay(t *testing.T) {
 	ctx := t.Context()
 	s := Start(t)

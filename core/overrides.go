@@ -374,12 +374,9 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 			return nil
 		})
 	}
-	var n int64
-	err := ov.budgeted(ctx, ov.writeTimeout(), func(ctx context.Context) error {
-		var err error
-		n, err = overrideSetScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID()).Int64()
-		return err
-	})
+	wctx, cancel := ov.writeContext(ctx)
+	n, err := ov.lim.sendScriptInt(wctx, overrideSetScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID())
+	cancel()
 	if err != nil {
 		return ov.storeErr(ctx, "set", err)
 	}
@@ -405,9 +402,9 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 			return nil
 		})
 	}
-	err := ov.budgeted(ctx, ov.writeTimeout(), func(ctx context.Context) error {
-		return overrideRemoveScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.write}, key, newLeaseID()).Err()
-	})
+	wctx, cancel := ov.writeContext(ctx)
+	_, err := ov.lim.sendScriptInt(wctx, overrideRemoveScript, []string{ov.hash, ov.version, ov.write}, key, newLeaseID())
+	cancel()
 	if err != nil {
 		return ov.storeErr(ctx, "remove", err)
 	}
@@ -447,7 +444,9 @@ func (ov *Overrides) Sync(ctx context.Context) error {
 		return ov.storeErr(ctx, "read", fmt.Errorf("core: a read in flight took the whole bound: %w", err))
 	}
 	defer ov.unlock()
-	err = ov.budgeted(ctx, max(time.Until(deadline), time.Millisecond), ov.load)
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	err = ov.load(rctx)
+	cancel()
 	var big *oversizeError
 	switch {
 	case errors.As(err, &big):
@@ -470,23 +469,6 @@ func (ov *Overrides) lock(ctx context.Context) error {
 }
 
 func (ov *Overrides) unlock() { <-ov.loading }
-
-// budgeted runs f, one call to the store, within budget (none when zero)
-// measured from the send, as the limiter's other calls do: with a client
-// that ignores deadlines it runs apart, and the caller stops waiting at
-// the budget. The caller's own context bounds the caller's wait.
-func (ov *Overrides) budgeted(ctx context.Context, budget time.Duration, f func(context.Context) error) error {
-	if budget <= 0 {
-		return f(ctx)
-	}
-	if ov.lim.store.detached {
-		_, err := runApart(ctx, budget, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
-		return err
-	}
-	bctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
-	return f(bctx)
-}
 
 // Close stops the goroutine that keeps the local copy current, and waits
 // for it to end. Lookup keeps answering from the last copy; Set, Remove and
@@ -561,13 +543,15 @@ func (ov *Overrides) run() {
 // pollTimeout bounds one poll: the refresh interval, at least one second.
 func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
 
-// writeTimeout bounds one change (Set, Remove): the limiter's budget, and
-// at least a second, as an operator's write waits on no request.
-func (ov *Overrides) writeTimeout() time.Duration {
+// writeContext bounds one change (Set, Remove): the limiter's budget, and
+// at least a second, as an operator's write waits on no request; none
+// without a budget (see WithTimeout). The caller's own deadline, when
+// sooner, stays.
+func (ov *Overrides) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ov.lim.timeout <= 0 {
-		return 0 // no budget at all (see WithTimeout)
+		return ctx, func() {}
 	}
-	return max(ov.lim.timeout, time.Second)
+	return context.WithTimeout(ctx, max(ov.lim.timeout, time.Second))
 }
 
 // poll reads the set if it changed, and logs the first failure and the
@@ -638,7 +622,11 @@ func (ov *Overrides) load(ctx context.Context) error {
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	reply, err := overrideLoadScript.Run(ctx, ov.lim.store.rdb, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max).Slice()
+	cmd, err := ov.lim.sendScript(ctx, OpOverrides, overrideLoadScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max)
+	if err != nil {
+		return err
+	}
+	reply, err := cmd.Slice()
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ const (
 	OpReset     = "reset"     // Reset: a key's state deleted
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
+	OpOverrides = "overrides" // an overrides set read or changed (Overrides)
 )
 
 // fault says whose failure a store error is.
@@ -271,14 +272,34 @@ type keyLog struct {
 // decisions' budget, which a Redis slower than that would never meet, and
 // the fleet would stop counting while decisions go to the fallback.
 func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
-	nd := l.store.node(ctx, o.keys[0])
+	cmd, err := l.sendScript(ctx, kind, o.script, o.keys, o.args...)
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Int64Slice()
+}
+
+// sendScriptInt is sendScript of an overrides change, whose reply is one
+// integer.
+func (l *Limiter) sendScriptInt(ctx context.Context, sc *redis.Script, keys []string, args ...any) (int64, error) {
+	cmd, err := l.sendScript(ctx, OpOverrides, sc, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return cmd.Int64()
+}
+
+// sendScript is sendOp for a script whose reply is not a list of
+// integers (the overrides' scripts): the caller decodes the reply.
+func (l *Limiter) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	nd := l.store.node(ctx, keys[0])
 	budget := l.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		budget = max(time.Until(dl), time.Millisecond)
 	}
-	v, took, err := l.store.runOpAlone(ctx, o, budget)
+	cmd, took, err := l.store.runScript(ctx, sc, keys, args, budget)
 	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
 		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}
-	return v, err
+	return cmd, err
 }

@@ -272,13 +272,21 @@ func TestObserverSeesEveryOp(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = refusedLease.Release(ctx) // a refusal releases nothing
+			ov, err := NewOverrides(lim, "obs", WithOverridesRefresh(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ov.Set(ctx, "tenant:a", Override{Deny: true}); err != nil { // the change, and reading it back
+				t.Fatal(err)
+			}
+			ov.Close()
 			waitFor(t, 10*time.Second, "the fleet's first heartbeat", func() bool { return lim.fleet.live.Load() > 0 })
 			if err := lim.Close(); err != nil {
 				t.Fatal(err)
 			}
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
-			want := map[string]int{OpDecide: 2, OpPeek: 1, OpSettle: 1, OpReset: 1, OpAcquire: 2, OpRelease: 1}
+			want := map[string]int{OpDecide: 2, OpPeek: 1, OpSettle: 1, OpReset: 1, OpAcquire: 2, OpRelease: 1, OpOverrides: 3}
 			for op, n := range want {
 				if rec.ops[op] != n {
 					t.Errorf("ObserveStore saw %d calls of kind %q, want %d (all: %v)", rec.ops[op], op, n, rec.ops)

@@ -337,11 +337,6 @@ type op struct {
 	args   []any
 }
 
-// run sends o alone: EVALSHA, and EVAL after NOSCRIPT.
-func (o *op) run(ctx context.Context, rdb redis.Scripter) ([]int64, error) {
-	return o.script.Run(ctx, rdb, o.keys, o.args...).Int64Slice()
-}
-
 // runOp sends o to node n and reports how long the store I/O took, under
 // the same rules as a decision (see submit): batched with the node's other
 // ops when the node has a batcher, where time queued is not the store's;
@@ -358,10 +353,27 @@ func (s *redisStore) runOp(ctx context.Context, n *node, o *op, budget time.Dura
 // apart from the caller for a client that ignores deadlines; it reports
 // how long the store I/O took.
 func (s *redisStore) runOpAlone(ctx context.Context, o *op, budget time.Duration) ([]int64, time.Duration, error) {
+	cmd, took, err := s.runScript(ctx, o.script, o.keys, o.args, budget)
+	if err != nil {
+		return nil, took, err
+	}
+	v, err := cmd.Int64Slice()
+	return v, took, err
+}
+
+// runScript sends one call of sc alone (EVALSHA, and EVAL after
+// NOSCRIPT), under ctx bounded by budget, or apart from the caller for a
+// client that ignores deadlines; it returns the reply for the caller to
+// decode, and how long the store I/O took. Every call sent alone takes it.
+func (s *redisStore) runScript(ctx context.Context, sc *redis.Script, keys []string, args []any, budget time.Duration) (*redis.Cmd, time.Duration, error) {
 	start := time.Now()
+	run := func(rctx context.Context) (*redis.Cmd, error) {
+		cmd := sc.Run(rctx, s.rdb, keys, args...)
+		return cmd, cmd.Err()
+	}
 	if s.detached {
-		v, err := runApart(ctx, budget, func(rctx context.Context) ([]int64, error) { return o.run(rctx, s.rdb) })
-		return v, time.Since(start), err
+		cmd, err := runApart(ctx, budget, run)
+		return cmd, time.Since(start), err
 	}
 	rctx, cancel := ctx, context.CancelFunc(nil)
 	if budget > 0 {
@@ -369,12 +381,12 @@ func (s *redisStore) runOpAlone(ctx context.Context, o *op, budget time.Duration
 			rctx, cancel = context.WithTimeout(ctx, budget)
 		}
 	}
-	v, err := o.run(rctx, s.rdb)
+	cmd, err := run(rctx)
 	took := time.Since(start)
 	if cancel != nil {
 		cancel()
 	}
-	return v, took, err
+	return cmd, took, err
 }
 
 // opForm is how every other operation travels: each op its own script

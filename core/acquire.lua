@@ -3,14 +3,21 @@
 -- since_ms: what the limiter knows of this node's server (0: nothing):
 -- its LASTSAVE when last read (the second it started, or its last save),
 -- which process it is (see server() in leases.lua), and, if the limiter
--- saw it replace another, since when (below). Replies {acquired,
--- held, foreign, save, run, start_ms}: acquired 1 when the lease is taken
--- (or was already: an acquisition sent again with its id takes no second
--- slot), 0 when the key is at its cap or in its grace period; held the
--- slots held after it; foreign 1 when the key held a value of another
+-- saw it replace another, since when (below); myid: on a Cluster the
+-- node id (CLUSTER MYID, its first 13 hex digits as a number) the limiter
+-- knows for the node (0: none yet), elsewhere -1; then the replication
+-- histories (see history() in leases.lua) of the servers the limiter knows
+-- on its other nodes. Replies {acquired, held, foreign, save, run,
+-- start_ms, replaced, replid, myid}: acquired 1 when the lease is
+-- taken (or was already: an acquisition sent again with its id takes no
+-- second slot), 0 when the key is at its cap or in its grace period; held
+-- the slots held after it; foreign 1 when the key held a value of another
 -- type, which was deleted; save the server's LASTSAVE, run and start_ms
--- the process and when it started when it read INFO (else 0s), start_ms
--- being the new since_ms when run is another process than the limiter's.
+-- the process and when it started when it read INFO (else 0s); replaced
+-- 1 when the server replaced another the limiter knew, start_ms then
+-- being the new since_ms; replid the server's replication history when
+-- read (on first contact), else 0; myid the node's id on a Cluster, else
+-- 0.
 --
 -- The grace period: a key's set may lack holders that the server the
 -- limiter now talks to never heard of. A restart without persistence
@@ -22,7 +29,15 @@
 -- server's start if it started less than a lease ago (a restart), else the
 -- moment a limiter first noticed the change (a failover to a server that
 -- ran before: when the switch happened is not known, and it was not
--- later than that). The marker '~grace' remembers the end in the set for
+-- later than that). A limiter notices a change behind one address (a
+-- single server, Sentinel) by the process (run_id); on a Cluster the new
+-- master is another node, met for the first time, and its previous
+-- history (master_replid2) being one the limiter knew on another node
+-- says it was promoted from that node's replica. On a Cluster the script
+-- also reads CLUSTER MYID (cheap) on every call: a call that a stale slot
+-- map sent to the old master reaches the new one through a redirect, and
+-- servers that started in the same second and never saved answer LASTSAVE
+-- alike. The marker '~grace' remembers the end in the set for
 -- every limiter. The script reads LASTSAVE (cheap) on every call, and INFO
 -- only when that changed or is less than 2s old (a server restarted
 -- within the second it started keeps its LASTSAVE). Runs after clock.lua
@@ -33,22 +48,37 @@ local n = held()
 if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
   -- Sent again after an answer that came too late: the lease is ours.
   hold(ARGV[3], lease)
-  return {1, n, foreign, 0, 0, 0}
+  return {1, n, foreign, 0, 0, 0, 0, 0, 0}
 end
 local g = tonumber(redis.call('ZSCORE', KEYS[1], GRACE) or '0')
 local knownSave, knownRun, since = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local knownID = tonumber(ARGV[7])
 local save = redis.call('LASTSAVE')
-local run, start = 0, 0
-if knownRun == 0 or save ~= knownSave or now < save * 1000 + 2000 then
+local run, start, replaced, replid, me = 0, 0, 0, 0, 0
+if knownID >= 0 then
+  me = tonumber(string.sub(redis.call('CLUSTER', 'MYID'), 1, 13), 16) or 0
+end
+if knownRun == 0 or me ~= knownID and knownID > 0 or save ~= knownSave or now < save * 1000 + 2000 then
   start, run = server()
   if knownRun ~= 0 and run ~= knownRun then
+    replaced = 1
+  elseif knownRun == 0 then
+    local before
+    replid, before = history()
+    for i = 8, #ARGV do
+      if before ~= 0 and tonumber(ARGV[i]) == before then
+        replaced = 1
+      end
+    end
+  end
+  if replaced == 1 then
     if start + SLACK + lease <= now then
       start = now - SLACK -- noticed now; SLACK as for a start read from INFO
     end
     since = start
   end
 end
-if knownRun ~= 0 and since ~= 0 and since + SLACK + lease > g and since + SLACK + lease > now then
+if since ~= 0 and since + SLACK + lease > g and since + SLACK + lease > now then
   g = since + SLACK + lease
   redis.call('ZADD', KEYS[1], g, GRACE)
   if n == 0 then
@@ -56,10 +86,10 @@ if knownRun ~= 0 and since ~= 0 and since + SLACK + lease > g and since + SLACK 
   end
 end
 if now < g then
-  return {0, n, foreign, save, run, start}
+  return {0, n, foreign, save, run, start, replaced, replid, me}
 end
 if n >= tonumber(ARGV[1]) then
-  return {0, n, foreign, save, run, start}
+  return {0, n, foreign, save, run, start, replaced, replid, me}
 end
 hold(ARGV[3], lease)
-return {1, n + 1, foreign, save, run, start}
+return {1, n + 1, foreign, save, run, start, replaced, replid, me}

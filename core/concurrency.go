@@ -156,17 +156,24 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	id := newLeaseID()
 	var vals []int64
 	seen := l.keeper().server(nd)
-	o := op{script: acquireScript, keys: []string{rkey}, args: []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart}}
+	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1)}
+	if l.store.reload != nil { // a Cluster (see acquire.lua)
+		args[6] = seen.myid
+		args = l.keeper().histories(nd, args)
+	} else if seen.run == 0 {
+		args = l.keeper().histories(nd, args)
+	}
+	o := op{script: acquireScript, keys: []string{rkey}, args: args}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-		if err == nil && (len(vals) != 6 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
 		if err == nil {
 			l.foreignLease(rkey, vals[2])
-			l.keeper().saw(nd, vals[3], vals[4], vals[5])
+			l.keeper().saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
 		}
 		return took, err
 	}
@@ -336,13 +343,15 @@ type leaseKeeper struct {
 
 // serverSeen is what a limiter knows of the server process behind a node:
 // its LASTSAVE when last read (the second it started, or its last save),
-// which process it is (from its run_id), and, if the limiter saw it
+// which process it is (from its run_id), its replication history (from
+// master_replid: see history() in leases.lua), on a Cluster its node id,
+// and, if the limiter saw it
 // replace another, since when (ms on its clock): its start after a
 // restart, or, for a server that had run longer than a lease (a failover
 // to a replica, a restart that loaded a file), the moment the change was
 // noticed. A key's lease set within a lease of then may lack holders the
 // server never heard of (see acquire.lua).
-type serverSeen struct{ lastsave, run, restart int64 }
+type serverSeen struct{ lastsave, run, restart, replid, myid int64 }
 
 // server returns what the keeper knows of nd's server.
 func (k *leaseKeeper) server(nd *node) serverSeen {
@@ -351,10 +360,28 @@ func (k *leaseKeeper) server(nd *node) serverSeen {
 	return k.servers[nd]
 }
 
-// saw records what the acquire script read of nd's server: its LASTSAVE
-// (0: not read), and its process and start (0: INFO not read).
-func (k *leaseKeeper) saw(nd *node, lastsave, run, start int64) {
-	if lastsave == 0 && run == 0 {
+// histories appends to args the replication histories of the servers the
+// keeper knows on nodes other than nd: a server on nd whose previous
+// history is one of them was promoted from that node's replica (a Cluster
+// failover; see acquire.lua).
+func (k *leaseKeeper) histories(nd *node, args []any) []any {
+	k.srvMu.Lock()
+	defer k.srvMu.Unlock()
+	for other, s := range k.servers {
+		if other != nd && s.replid != 0 {
+			args = append(args, s.replid)
+		}
+	}
+	return args
+}
+
+// saw records what a lease script or an INFO reply read of nd's server
+// (zero fields: not read). With replaced, the server replaced one the
+// limiter knew, since got.restart; a new process behind a known one
+// replaced it since its start (the acquire script's verdict, which knows
+// the lease, comes with replaced).
+func (k *leaseKeeper) saw(nd *node, got serverSeen, replaced bool) {
+	if got.lastsave == 0 && got.run == 0 {
 		return
 	}
 	k.srvMu.Lock()
@@ -363,30 +390,43 @@ func (k *leaseKeeper) saw(nd *node, lastsave, run, start int64) {
 		k.servers = make(map[*node]serverSeen)
 	}
 	s := k.servers[nd]
-	if lastsave != 0 {
-		s.lastsave = lastsave
+	if got.lastsave != 0 {
+		s.lastsave = got.lastsave
 	}
-	if run != 0 {
-		if s.run != 0 && run != s.run {
-			s.restart = start
-		}
-		s.run = run
+	if replaced || (got.run != 0 && s.run != 0 && got.run != s.run) {
+		s.restart = got.restart
+	}
+	if got.run != 0 {
+		s.run = got.run
+	}
+	if got.replid != 0 {
+		s.replid = got.replid
+	}
+	if got.myid != 0 {
+		s.myid = got.myid
 	}
 	k.servers[nd] = s
 }
 
 // seed records what an INFO reply of nd's server says of it, as the
-// acquire script would have (see saw): its LASTSAVE (rdb_last_save_time)
-// and which process it is (run_id).
+// acquire script would have (see saw): its LASTSAVE (rdb_last_save_time),
+// which process it is (run_id), and its replication history
+// (master_replid).
 func (k *leaseKeeper) seed(nd *node, info string) {
 	save, _ := strconv.ParseInt(infoField(info, "rdb_last_save_time"), 10, 64)
-	id := infoField(info, "run_id")
-	run, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
+	run := hexPrefix(infoField(info, "run_id"))
 	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
 	if run == 0 {
 		return
 	}
-	k.saw(nd, save, run, time.Now().UnixMilli()-up*1000)
+	k.saw(nd, serverSeen{lastsave: save, run: run, restart: time.Now().UnixMilli() - up*1000, replid: hexPrefix(infoField(info, "master_replid"))}, false)
+}
+
+// hexPrefix is the number of id's first 13 hex digits, as the lease
+// scripts read run_id and master_replid (0 for none).
+func hexPrefix(id string) int64 {
+	n, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
+	return n
 }
 
 // keeper returns the limiter's lease keeper, made on first use.

@@ -150,6 +150,116 @@ func TestCapAcrossFailover(t *testing.T) {
 	}
 }
 
+// TestCapAcrossClusterFailover: on a real Cluster, one instance holds 5
+// of a key's 10 slots and another has met the key's master; the master's
+// replica takes over (CLUSTER FAILOVER). The new master is a node the
+// limiters meet for the first time; its previous replication history is
+// the old master's, so the newcomer keeps the key in its grace period for
+// a lease (it cannot know whether the failover lost acquisitions), and is
+// admitted after it; the holder's leases are renewed on the new master.
+// Before, the newcomer was admitted at once.
+func TestCapAcrossClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	ctx := context.Background()
+	cl := redistest.StartCluster(t)
+	prefix := uniquePrefix()
+	mk := func(opts ...Option) *Concurrency {
+		rdb := cl.Client(t)
+		if err := rdb.Ping(ctx).Err(); err != nil { // the slot map, before any budget
+			t.Fatal(err)
+		}
+		lim, err := New(rdb, append([]Option{WithPrefix(prefix), WithTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lim.Close() })
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: 10, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := mk(), mk(WithFailurePolicy(FailClosed))
+	var held []*Lease
+	for range 5 {
+		ls, err := a.Acquire(ctx, "stream")
+		if err != nil || !ls.Acquired || ls.Degraded {
+			t.Fatalf("a: %+v, %v", ls, err)
+		}
+		held = append(held, ls)
+	}
+	ls, err := b.Acquire(ctx, "stream") // b meets the key's master
+	if err != nil || !ls.Acquired {
+		t.Fatalf("b before the failover: %+v, %v", ls, err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slot := redistest.Slot(held[0].rkey)
+	old := cl.MasterOf(slot)
+	mc := redistest.NewClient(t, old)
+	id, err := mc.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := mc.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("CLUSTER REPLICAS of %s: %v, %v", old, lines, err)
+	}
+	f := strings.Fields(lines[0])
+	replica, _, _ := strings.Cut(f[1], "@")
+	if err := redistest.NewClient(t, replica).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); cl.MasterOf(slot) != replica; {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d still on %s 10s after CLUSTER FAILOVER on %s", slot, cl.MasterOf(slot), replica)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	switched := time.Now()
+	cl.WaitHealthy()
+	// b's first answer from the new master: refused, though 5 of 10 are free.
+	var first *Lease
+	for deadline := time.Now().Add(5 * time.Second); first == nil; {
+		if ls, err := b.Acquire(ctx, "stream"); err == nil && !ls.Degraded {
+			first = ls
+		} else if time.Now().After(deadline) {
+			t.Fatalf("b after the failover: no answer from Redis in 5s (%+v, %v)", ls, err)
+		}
+	}
+	if first.Acquired {
+		k := b.lim.keeper()
+		k.srvMu.Lock()
+		for nd, sv := range k.servers {
+			t.Logf("b knows %s: %+v", nd.brk.node, sv)
+		}
+		k.srvMu.Unlock()
+		t.Fatalf("b right after the failover took a slot (%d in flight): want refused for the grace period", first.InFlight)
+	}
+	// After a lease (and the grace's slack), b is admitted.
+	var took time.Duration
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ls, err := b.Acquire(ctx, "stream")
+		if err == nil && ls.Acquired && !ls.Degraded {
+			took = time.Since(switched)
+			_ = ls.Release(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b still refused 5s after the failover: %+v, %v", ls, err)
+		}
+	}
+	t.Logf("b admitted %v after the switch", took)
+	for _, ls := range held {
+		if err := ls.Release(ctx); err != nil {
+			t.Errorf("a's lease after the failover: %v, want renewed on the new master", err)
+		}
+	}
+}
+
 // TestReassertWithinCap: the lease set of a key is deleted (as an
 // eviction under allkeys-* would), a newcomer takes two of the three
 // slots, and then the holder of all three renews: one lease is re-asserted,

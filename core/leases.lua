@@ -68,3 +68,15 @@ local function server()
   local id = tonumber(string.sub(string.match(info, 'run_id:(%x+)') or '1', 1, 13), 16) or 1
   return now - up * 1000, id
 end
+
+-- history reads INFO replication: the replication history the server
+-- carries (master_replid) and the one it carried before it was promoted
+-- (master_replid2; none: 0), each as the number of its first 13 hex
+-- digits.
+local function history()
+  local info = redis.call('INFO', 'replication')
+  local function num(field)
+    return tonumber(string.sub(string.match(info, field .. ':(%x+)') or '0', 1, 13), 16) or 0
+  end
+  return num('master_replid'), num('master_replid2')
+end

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // localKey names one bucket in local memory: the plan's 64-bit fingerprint
@@ -112,6 +113,11 @@ const numShards = 64
 type shardedMap[V any] struct {
 	shards   [numShards]shard[V]
 	perShard int
+	// live counts the entries of all shards, so that a lookup in an empty
+	// map (the deny cache and the fallback's buckets while no key is near
+	// its limit) touches neither a shard's lock nor its map: on the hot
+	// path those are cache misses.
+	live atomic.Int64
 	// weight ranks entries for eviction at time now: lower goes first;
 	// a weight <= 0 means the entry carries no information (a full
 	// bucket, an expired denial) and is dropped at once.
@@ -159,6 +165,7 @@ func (s *shardedMap[V]) entry(sh *shard[V], k localKey, now int64, create bool) 
 			nk.key = strings.Clone(k.key)
 		}
 		sh.m[nk] = v
+		s.live.Add(1)
 	}
 	return v
 }
@@ -210,6 +217,7 @@ const compactEvery = 4
 // rebuild per compactEvery*perShard removals costs a quarter of a map
 // insert per removal. The caller holds sh.mu.
 func (s *shardedMap[V]) removedOne(sh *shard[V]) {
+	s.live.Add(-1)
 	if sh.removed++; sh.removed < compactEvery*s.perShard {
 		return
 	}
@@ -284,6 +292,9 @@ func (s *localStore) take(id uint64, key string, now int64, ticks []tickLimit, c
 // key's recent use instead of a full bucket. The debt is capped at one full
 // bucket. A key not held yet is added only if insert is set.
 func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit, cost int64, insert bool) {
+	if !insert && s.m.live.Load() == 0 {
+		return // nothing to charge
+	}
 	k := makeLocalKey(id, key)
 	sh := s.m.shard(k)
 	sh.mu.Lock()
@@ -372,6 +383,9 @@ const (
 
 // check looks key up at now.
 func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, chan struct{}) {
+	if c.m.live.Load() == 0 {
+		return denial{}, denyMiss, nil
+	}
 	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
 	sh.mu.Lock()

@@ -50,6 +50,53 @@ func TestLocalEvictionKeepsLimitedKeys(t *testing.T) {
 	}
 }
 
+// TestShardedMapLive: the entry count that lets an empty map be skipped
+// stays equal to the entries through inserts, evictions and deletes, and
+// an empty deny cache and fallback answer as a full lookup would.
+func TestShardedMapLive(t *testing.T) {
+	const capacity = 64 * 4
+	s := newLocalStore(capacity)
+	p, _ := newPlan([]Limit{PerHour(3)}, nil)
+	now := int64(1_000_000_000)
+	check := func(when string) {
+		t.Helper()
+		if live, n := s.m.live.Load(), s.m.len(); live != int64(n) {
+			t.Fatalf("%s: live %d, entries %d", when, live, n)
+		}
+	}
+	for i := range 10 * capacity { // evictions from full shards
+		s.take(p.id, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+	}
+	check("after inserts and evictions")
+	for i := range 10 * capacity {
+		s.delete(p.id, "k"+strconv.Itoa(i))
+	}
+	check("after deletes")
+	if n := s.m.len(); n != 0 {
+		t.Fatalf("%d entries after deleting every key", n)
+	}
+	s.charge(p.id, "x", now, p.ticks, 1, false) // nothing to charge: stays empty
+	check("after a charge of a missing key")
+	s.charge(p.id, "x", now, p.ticks, 1, true)
+	check("after an inserting charge")
+	if d := s.take(p.id, "x", now, p.ticks, 3, 0, 0); d.allowed {
+		t.Fatal("the charged key admitted 3 more of PerHour(3)")
+	}
+
+	c := newDenyCache(capacity)
+	if _, st, _ := c.check(p.id, "k", now); st != denyMiss {
+		t.Fatalf("empty deny cache: state %v, want a miss", st)
+	}
+	c.put(p.id, "k", now, denial{until: now + 1000, expires: now + 1000})
+	if _, st, _ := c.check(p.id, "k", now); st != denyHit {
+		t.Fatalf("deny cache with the key: state %v, want a hit", st)
+	}
+	c.delete(p.id, "k")
+	if live := c.m.live.Load(); live != 0 {
+		t.Fatalf("deny cache live %d after its only entry was deleted", live)
+	}
+}
+
 func TestLocalDecideNoAlloc(t *testing.T) {
 	s := newLocalStore(1000)
 	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)

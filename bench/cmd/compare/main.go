@@ -113,7 +113,7 @@ func parseFlags() (config, error) {
 	flag.StringVar(&only, "only", "", "comma-separated limiters to measure (default all): "+strings.Join(peerNames(), ", "))
 	flag.StringVar(&c.addr, "addr", "", "use this Redis (host:port) instead of starting one; it is never flushed, and its INFO counts other clients too")
 	flag.BoolVar(&c.pin, "pin", true, "pin redis-server to the first CPU and this process to the others, with taskset (Linux, 2+ CPUs)")
-	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the measuring process to this file")
+	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the measuring process to this file, and one of each worker process to this file with \".worker-<pid>\" added")
 	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
 	flag.BoolVar(&fleet, "fleet", false, "run only the fleet section (-sections fleet)")
 	flag.DurationVar(&c.fleetDuration, "fleet-duration", time.Second, "measured time of each fleet cell in each round")
@@ -232,6 +232,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "compare: -cpuprofile:", err)
 			os.Exit(2)
 		}
+		// Worker processes profile themselves too (see workerMain).
+		_ = os.Setenv(workerProfileEnv, cfg.cpuprofile)
 	}
 	err = run(cfg, pinned)
 	pprof.StopCPUProfile()

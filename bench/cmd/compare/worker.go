@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,9 @@ func (r *workerResult) tally() *tally {
 
 // workerMain runs this process as a fleet worker on stdin and stdout;
 // args are the arguments after workerArg: its lifetime.
+// workerProfileEnv passes -cpuprofile's path to the worker processes.
+const workerProfileEnv = "COMPARE_WORKER_CPUPROFILE"
+
 func workerMain(args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "compare worker: want one argument, the lifetime")
@@ -110,6 +114,17 @@ func workerMain(args []string) int {
 	if err != nil || life <= 0 {
 		fmt.Fprintln(os.Stderr, "compare worker: bad lifetime:", args[0])
 		return 2
+	}
+	if path := os.Getenv(workerProfileEnv); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.worker-%d", path, os.Getpid()))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare worker: -cpuprofile:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	time.AfterFunc(life, func() {
 		fmt.Fprintf(os.Stderr, "compare worker: still running after %s, exiting\n", life)

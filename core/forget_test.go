@@ -30,6 +30,19 @@ type capLoss struct {
 	releaseOK int   // a's releases that returned nil
 }
 
+// check fails t unless the cap of most held: never more in flight, and
+// every one of the holder's leases held again and released without error.
+func (got capLoss) check(t *testing.T, after string, most int64) {
+	t.Helper()
+	t.Logf("after %s: %+v", after, got)
+	if got.peak > most {
+		t.Errorf("in flight reached %d for a cap of %d (newcomers took %d slots)", got.peak, most, got.taken)
+	}
+	if got.reheld != most || int64(got.releaseOK) != most {
+		t.Errorf("the holder's leases: %d of %d held again in Redis, %d released without error; want all", got.reheld, most, got.releaseOK)
+	}
+}
+
 // capAfterLoss runs the story against addr; forget makes Redis lose the
 // state and returns the address of the server that then holds it.
 func capAfterLoss(t *testing.T, addr string, most int, window time.Duration, forget func() string) capLoss {
@@ -117,13 +130,7 @@ func TestCapAcrossRestart(t *testing.T) {
 		srv.Restart()
 		return srv.Addr()
 	})
-	t.Logf("after a restart: %+v", got)
-	if got.peak > 10 {
-		t.Errorf("in flight reached %d for a cap of 10 (newcomers took %d slots)", got.peak, got.taken)
-	}
-	if got.reheld != 10 || got.releaseOK != 10 {
-		t.Errorf("the holder's leases: %d of 10 held again in Redis, %d released without error; want all", got.reheld, got.releaseOK)
-	}
+	got.check(t, "a restart", 10)
 }
 
 // TestCapAcrossFailover: as TestCapAcrossRestart, but the state is lost
@@ -141,13 +148,7 @@ func TestCapAcrossFailover(t *testing.T) {
 		promote()
 		return replica
 	})
-	t.Logf("after a failover that lost the acquisitions: %+v", got)
-	if got.peak > 10 {
-		t.Errorf("in flight reached %d for a cap of 10 (newcomers took %d slots)", got.peak, got.taken)
-	}
-	if got.reheld != 10 || got.releaseOK != 10 {
-		t.Errorf("the holder's leases: %d of 10 held again in Redis, %d released without error; want all", got.reheld, got.releaseOK)
-	}
+	got.check(t, "a failover that lost the acquisitions", 10)
 }
 
 // TestCapAcrossClusterFailover: on a real Cluster, one instance holds 5

@@ -7,8 +7,9 @@
 -- node id (CLUSTER MYID, its first 13 hex digits as a number) the limiter
 -- knows for the node (0: none yet), elsewhere -1; then the replication
 -- histories (see history() in leases.lua) of the servers the limiter knows
--- on its other nodes. Replies {acquired, held, foreign, save, run,
--- start_ms, replaced, replid, myid}: acquired 1 when the lease is
+-- on its other nodes, sent on first contact (run 0). Replies {acquired,
+-- held, foreign, save, run, start_ms, replaced, replid, myid}: acquired 1
+-- when the lease is
 -- taken (or was already: an acquisition sent again with its id takes no
 -- second slot), 0 when the key is at its cap or in its grace period; held
 -- the slots held after it; foreign 1 when the key held a value of another

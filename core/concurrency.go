@@ -159,8 +159,8 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1)}
 	if l.store.reload != nil { // a Cluster (see acquire.lua)
 		args[6] = seen.myid
-		args = l.keeper().histories(nd, args)
-	} else if seen.run == 0 {
+	}
+	if seen.run == 0 { // first contact: the script compares histories
 		args = l.keeper().histories(nd, args)
 	}
 	o := op{script: acquireScript, keys: []string{rkey}, args: args}

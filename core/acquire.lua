@@ -9,9 +9,8 @@
 -- histories (see history() in leases.lua) of the servers the limiter knows
 -- on its other nodes, sent on first contact (run 0). Replies {acquired,
 -- held, foreign, save, run, start_ms, replaced, replid, myid}: acquired 1
--- when the lease is
--- taken (or was already: an acquisition sent again with its id takes no
--- second slot), 0 when the key is at its cap or in its grace period; held
+-- when the lease is taken (or was already: an acquisition sent again with
+-- its id takes no second slot), 0 when the key is at its cap or in its grace period; held
 -- the slots held after it; foreign 1 when the key held a value of another
 -- type, which was deleted; save the server's LASTSAVE, run and start_ms
 -- the process and when it started when it read INFO (else 0s); replaced

@@ -374,9 +374,9 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 			return nil
 		})
 	}
-	wctx, cancel := ov.writeContext(ctx)
-	n, err := ov.lim.sendScriptInt(wctx, overrideSetScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID())
-	cancel()
+	n, err := ov.change(ctx, func(ctx context.Context) (int64, error) {
+		return ov.lim.sendScriptInt(ctx, OpOverrides, overrideSetScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID())
+	})
 	if err != nil {
 		return ov.storeErr(ctx, "set", err)
 	}
@@ -402,9 +402,9 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 			return nil
 		})
 	}
-	wctx, cancel := ov.writeContext(ctx)
-	_, err := ov.lim.sendScriptInt(wctx, overrideRemoveScript, []string{ov.hash, ov.version, ov.write}, key, newLeaseID())
-	cancel()
+	_, err := ov.change(ctx, func(ctx context.Context) (int64, error) {
+		return ov.lim.sendScriptInt(ctx, OpOverrides, overrideRemoveScript, []string{ov.hash, ov.version, ov.write}, key, newLeaseID())
+	})
 	if err != nil {
 		return ov.storeErr(ctx, "remove", err)
 	}
@@ -543,15 +543,17 @@ func (ov *Overrides) run() {
 // pollTimeout bounds one poll: the refresh interval, at least one second.
 func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
 
-// writeContext bounds one change (Set, Remove): the limiter's budget, and
-// at least a second, as an operator's write waits on no request; none
-// without a budget (see WithTimeout). The caller's own deadline, when
-// sooner, stays.
-func (ov *Overrides) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ov.lim.timeout <= 0 {
-		return ctx, func() {}
+// change runs send, one change of the set (Set, Remove), within the
+// limiter's budget and at least a second, as an operator's write waits on
+// no request; without a budget (see WithTimeout) within the caller's
+// deadline alone, which also stays when sooner.
+func (ov *Overrides) change(ctx context.Context, send func(context.Context) (int64, error)) (int64, error) {
+	if ov.lim.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(ov.lim.timeout, time.Second))
+		defer cancel()
 	}
-	return context.WithTimeout(ctx, max(ov.lim.timeout, time.Second))
+	return send(ctx)
 }
 
 // poll reads the set if it changed, and logs the first failure and the

@@ -279,10 +279,9 @@ func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, erro
 	return cmd.Int64Slice()
 }
 
-// sendScriptInt is sendScript of an overrides change, whose reply is one
-// integer.
-func (l *Limiter) sendScriptInt(ctx context.Context, sc *redis.Script, keys []string, args ...any) (int64, error) {
-	cmd, err := l.sendScript(ctx, OpOverrides, sc, keys, args...)
+// sendScriptInt is sendScript for a script whose reply is one integer.
+func (l *Limiter) sendScriptInt(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (int64, error) {
+	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -24,6 +24,17 @@ import (
 // a time and one a second per node), bounded by twice the client's dial
 // timeout and stopped by [Limiter.Close]. The breaker's next probe then
 // finds a connection ready.
+//
+// The two warm-ups differ in what they hold. Ready holds every connection
+// it opens until all are open, so that n of them are distinct. A
+// background warm-up runs beside traffic, often on a node that is
+// struggling or on a machine that is starved of CPU, where a handshake can
+// take a second: holding the pool there starved everyone else of it (the
+// limiter's own probes, and go-redis's reload of the slot map after a
+// Cluster failover, which then waited out its pool timeout; that kept a
+// failed master's keys off Redis for over a second after the cluster had
+// recovered). So it holds a connection only for its own handshake and
+// ping, and runs at most half of the pool's size at once.
 
 // warmState is a node's part of the warm-ups.
 type warmState struct {
@@ -57,7 +68,7 @@ func (l *Limiter) rewarm(nd *node) {
 		defer nd.warm.warming.Store(false)
 		ctx, cancel := context.WithTimeout(ctx, max(time.Second, 2*c.Options().DialTimeout))
 		defer cancel()
-		_ = warmPool(ctx, c, n) // a failure is the breaker's to judge, by the calls
+		topUpPool(ctx, c, n) // a failure is the breaker's to judge, by the calls
 	})
 	if !started {
 		nd.warm.warming.Store(false)
@@ -70,15 +81,7 @@ func (l *Limiter) rewarm(nd *node) {
 // that n calls at once find a connection ready. It returns the first
 // error.
 func warmPool(ctx context.Context, c *redis.Client, n int) error {
-	n = min(n, c.Options().PoolSize)
-	pipes := c.Options().PipelinePoolSize
-	switch {
-	case pipes == 0:
-		pipes = 10 // go-redis's default
-	case pipes < 0:
-		pipes = 0 // no pipeline pool: pipelines use the main one
-	}
-	pipes = min(n, pipes)
+	n, pipes := warmCounts(c, n, c.Options().PoolSize)
 	// One handshake first, alone: go-redis settles on it what the
 	// server supports (its maintenance notifications), and two first
 	// handshakes at once, one on each pool, race in go-redis itself.
@@ -114,4 +117,44 @@ func warmPool(ctx context.Context, c *redis.Client, n int) error {
 		}
 	}
 	return nil
+}
+
+// warmCounts is how many connections of c's main pool and of its pipeline
+// pool a warm-up wanting n opens when it may use at most most connections of a pool.
+func warmCounts(c *redis.Client, n, most int) (conns, pipes int) {
+	n = min(n, most)
+	pipes = c.Options().PipelinePoolSize
+	switch {
+	case pipes == 0:
+		pipes = 10 // go-redis's default
+	case pipes < 0:
+		pipes = 0 // no pipeline pool: pipelines use the main one
+	}
+	return n, min(n, pipes)
+}
+
+// topUpPool is the background warm-up: up to n pings on c's main pool and
+// as many one-command pipelines on its pipeline pool, at once, each holding
+// its connection only while it runs, and never more of a pool than half
+// its size. Pings started together overlap while they dial, so on a pool
+// short of connections each opens one; on a pool with idle connections
+// they find those and open none.
+func topUpPool(ctx context.Context, c *redis.Client, n int) {
+	n, pipes := warmCounts(c, n, max(1, c.Options().PoolSize/2))
+	if c.Ping(ctx).Err() != nil { // alone first, as in warmPool
+		return
+	}
+	var wg sync.WaitGroup
+	for range n { // one of them finds the first ping's connection
+		wg.Go(func() { _ = c.Ping(ctx).Err() })
+	}
+	for range pipes {
+		wg.Go(func() {
+			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
 }

@@ -51,6 +51,11 @@ func run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer lim.Close()
+	// Ready, as a readiness probe calls it: the scripts are loaded and
+	// connections open before the first request spends its budget.
+	if err := lim.Ready(ctx); err != nil {
+		return err
+	}
 
 	run := time.Now().UnixNano() // fresh keys on a shared Redis
 	for _, tn := range []tenant{{"acme", "America/New_York"}, {"kaiju", "Asia/Tokyo"}} {

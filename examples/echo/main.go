@@ -42,6 +42,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, rdb, err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return nil, rdb, err
+		}
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
 		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute per

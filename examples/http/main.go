@@ -41,6 +41,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, rdb, err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return nil, rdb, err
+		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello, %s\n", r.Header.Get("X-Tenant-ID"))

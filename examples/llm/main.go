@@ -63,6 +63,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, rdb, err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return nil, rdb, err
+		}
 		tokens := httplimit.New(lim, budget, keyfunc.Tenant("X-Tenant-ID"),
 			// Reserve the worst case...
 			httplimit.WithCost(func(r *http.Request) int { return maxTokens(r) }),

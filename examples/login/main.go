@@ -61,6 +61,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, rdb, err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return nil, rdb, err
+		}
 		// 3 failed logins a minute per user; a 200 gives its token back
 		// before the answer's header fields are written, so they show
 		// the failures left.

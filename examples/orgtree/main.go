@@ -103,6 +103,11 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer lim.Close()
+	// Ready, as a readiness probe calls it: the scripts are loaded and
+	// connections open before the first request spends its budget.
+	if err := lim.Ready(ctx); err != nil {
+		return err
+	}
 	plans, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(100*time.Millisecond))
 	if err != nil {
 		return err

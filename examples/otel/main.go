@@ -60,6 +60,11 @@ func run(ctx context.Context, w io.Writer, addr string) error {
 	if err != nil {
 		return err
 	}
+	// Ready, as a readiness probe calls it: the scripts are loaded and
+	// connections open before the first request spends its budget.
+	if err := lim.Ready(ctx); err != nil {
+		return err
+	}
 	limit := core.PerMinute(3).WithName("api")
 	for i := range 5 {
 		res, err := lim.Allow(ctx, "tenant:acme", limit)

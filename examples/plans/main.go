@@ -82,6 +82,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return err
+		}
 		ov, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(*refresh))
 		if err != nil {
 			return err

@@ -92,6 +92,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Ready, as a readiness probe calls it: the scripts are loaded and
+	// connections open before the first request spends its budget.
+	if err := lim.Ready(ctx); err != nil {
+		return err
+	}
 
 	api := http.NewServeMux()
 	api.HandleFunc("GET /reports", func(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, rdb, err
 		}
+		// Ready, as a readiness probe calls it: the scripts are loaded and
+		// connections open before the first request spends its budget.
+		if err := lim.Ready(ctx); err != nil {
+			return nil, rdb, err
+		}
 		// 60 uploads a minute per tenant, and at most 2 in flight at once.
 		// RateLimit-Policy says both: "uploads/min";q=60;w=60, "uploads";q=2;qu="concurrent-requests".
 		perTenant := httplimit.New(lim, core.PerMinute(60).WithName("uploads/min"), keyfunc.Tenant("X-Tenant-ID"),

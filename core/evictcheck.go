@@ -3,8 +3,6 @@ package core
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // opPolicy is the operation kind of that read: one INFO per node and
@@ -19,7 +17,7 @@ const opPolicy = "policy"
 // lease keeper which server the node is (see leaseKeeper.seed). It is
 // called on the caller's goroutine and returns at once.
 func (l *Limiter) readPolicy(nd *node) {
-	if nd.client == nil || !nd.policy.CompareAndSwap(false, true) {
+	if !nd.visible() || !nd.policy.CompareAndSwap(false, true) {
 		return
 	}
 	l.bg.run(func(bg context.Context) {
@@ -33,12 +31,12 @@ func (l *Limiter) readPolicy(nd *node) {
 		// of a restart (see serverSeen) even before this limiter's first
 		// slot.
 		start := time.Now()
-		info, err := nd.client.Info(ctx).Result()
+		info, err := nd.info(ctx)
 		if l.obs != nil && (err == nil || bg.Err() == nil) {
 			// A read that Close cut short is not the node's failure.
 			l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
 		}
-		if redis.HasErrorPrefix(err, "NOPERM") {
+		if ErrorReason(err) == ReasonNoPerm {
 			return // cannot be read; the ACL in docs/production.md allows INFO
 		}
 		if err != nil {

@@ -6,14 +6,7 @@ import (
 	"errors"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-//go:embed foreign.lua
-var foreignLua string
-
-var foreignScript = redis.NewScript(foreignLua)
 
 // replaceForeign handles a decision on rkey that failed for a reason of the
 // key (see keyFault): if the key holds a value of another type, which no

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // This file holds token leases for hot keys (see Rule.WithTokenLeases): a
@@ -37,16 +35,6 @@ import (
 // The keeper goroutine gives back the hands of keys that cooled or near
 // their end; a hand whose lease ended before it was given back is lost
 // (counted as such): the tokens stay spent, never spent twice.
-
-//go:embed lease.lua
-var leaseSrc string
-
-// leaseLua is lease.lua as Redis runs it (see expandLua).
-var leaseLua = expandLua("lease.lua", leaseSrc)
-
-// leaseScript takes and gives back token leases (see the layout table at
-// the top of core/lease.lua).
-var leaseScript = redis.NewScript(leaseLua)
 
 // Operation kinds of token leases, as [StoreCall.Op] reports them.
 const (

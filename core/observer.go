@@ -1,16 +1,7 @@
 package core
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"os"
-	"strings"
-	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Source says what made a decision.
@@ -150,57 +141,6 @@ const (
 	ReasonNoPerm      = "noperm"      // the Redis user may not run a command or touch a key (NOPERM)
 	ReasonOther       = "other"       // anything else
 )
-
-// ErrorReason classifies a store error for metrics and logs: one of the
-// Reason constants; "" for nil.
-func ErrorReason(err error) string {
-	if err == nil {
-		return ""
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		msg := rerr.Error()
-		for _, r := range redisReasons {
-			if strings.HasPrefix(msg, r.prefix) {
-				return r.reason
-			}
-		}
-		return ReasonOther
-	}
-	var nerr net.Error
-	switch {
-	case errors.Is(err, errKeyFailed), errors.Is(err, errBadReply):
-		return ReasonScript
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &nerr) && nerr.Timeout():
-		return ReasonTimeout
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return ReasonRefused
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.Is(err, redis.ErrClosed),
-		errors.As(err, new(*net.OpError)):
-		return ReasonConnection
-	}
-	return ReasonOther
-}
-
-// redisReasons maps the prefixes of Redis error replies to reasons.
-var redisReasons = [...]struct{ prefix, reason string }{
-	{"LOADING", ReasonLoading},
-	{"NOAUTH", ReasonAuth},
-	{"WRONGPASS", ReasonAuth},
-	{"NOPERM", ReasonNoPerm},
-	{"READONLY", ReasonReadOnly},
-	{"CLUSTERDOWN", ReasonClusterDown},
-	{"MASTERDOWN", ReasonClusterDown},
-	{"TRYAGAIN", ReasonClusterDown},
-	{"OOM", ReasonOOM},
-	{"BUSY", ReasonScript},
-	{"NOSCRIPT", ReasonScript},
-	{"WRONGTYPE", ReasonScript},
-	{"ERR Error running script", ReasonScript},
-	{"ERR user_script", ReasonScript},
-}
 
 // asConcurrencyObserver returns o if it observes caps too, else nil.
 func asConcurrencyObserver(o Observer) ConcurrencyObserver {

@@ -624,11 +624,7 @@ func (ov *Overrides) load(ctx context.Context) error {
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	cmd, err := ov.lim.sendScript(ctx, OpOverrides, overrideLoadScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max)
-	if err != nil {
-		return err
-	}
-	reply, err := cmd.Slice()
+	reply, err := ov.lim.sendScriptSlice(ctx, OpOverrides, overrideLoadScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // sweepEvery bounds, in microseconds, how often decisions look for nodes to
@@ -31,12 +29,12 @@ func (l *Limiter) maybeSweep(ctx context.Context, now int64) {
 		if !n.brk.isOpen() || key == nil {
 			return true
 		}
-		owner, err := l.store.nodeOf(ctx, *key)
-		if err != nil || owner == nil || owner == k.(*redis.Client) {
+		owner, addr, ok := l.store.ownerOf(ctx, *key)
+		if !ok || owner == k {
 			return true
 		}
 		l.store.nodes.Delete(k)
-		l.recovered(n.brk, now, owner.Options().Addr)
+		l.recovered(n.brk, now, addr)
 		return true
 	})
 }

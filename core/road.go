@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/pause"
 )
 
@@ -61,29 +59,6 @@ const (
 // errBadReply marks a reply the library cannot decode: a fault of the key
 // (its stored value is not one the scripts write), not of the node.
 var errBadReply = errors.New("core: unexpected script reply")
-
-// keyFault reports whether err is a fault of the key: Redis answered, and
-// the answer concerns this key's value or arguments alone.
-func keyFault(err error) bool {
-	if errors.Is(err, errKeyFailed) || errors.Is(err, errBadReply) {
-		return true
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := rerr.Error()
-	switch {
-	case strings.HasPrefix(msg, "WRONGTYPE"):
-		return true
-	case strings.HasPrefix(msg, "ERR "):
-		// An error raised in a script (a runtime error, or one of the
-		// scripts' own "sluice:" refusals) names the script; an ERR of
-		// the server's own state (too many clients, ...) does not.
-		return strings.Contains(msg, "script") || strings.Contains(msg, "sluice:")
-	}
-	return false
-}
 
 // excuseFor, in microseconds, is how long a node's timeouts may be
 // excused by pauses of this process with no answer between them before
@@ -272,33 +247,5 @@ type keyLog struct {
 // decisions' budget, which a Redis slower than that would never meet, and
 // the fleet would stop counting while decisions go to the fallback.
 func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
-	cmd, err := l.sendScript(ctx, kind, o.script, o.keys, o.args...)
-	if err != nil {
-		return nil, err
-	}
-	return cmd.Int64Slice()
-}
-
-// sendScriptInt is sendScript for a script whose reply is one integer.
-func (l *Limiter) sendScriptInt(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (int64, error) {
-	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
-	if err != nil {
-		return 0, err
-	}
-	return cmd.Int64()
-}
-
-// sendScript is sendOp for a script whose reply is not a list of
-// integers (the overrides' scripts): the caller decodes the reply.
-func (l *Limiter) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	nd := l.store.node(ctx, keys[0])
-	budget := l.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		budget = max(time.Until(dl), time.Millisecond)
-	}
-	cmd, took, err := l.store.runScript(ctx, sc, keys, args, budget)
-	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
-	}
-	return cmd, err
+	return l.sendScriptInts(ctx, kind, o.script, o.keys, o.args...)
 }

@@ -47,6 +47,25 @@ type redisStore struct {
 	ack       *replicaAck  // WAIT after every script call; nil for none (see WithReplicaAck)
 }
 
+// ownerOf returns the master that owns rkey now, as the key of s.nodes,
+// and its address; ok is false when the client cannot say.
+func (s *redisStore) ownerOf(ctx context.Context, rkey string) (owner any, addr string, ok bool) {
+	c, err := s.nodeOf(ctx, rkey)
+	if err != nil || c == nil {
+		return nil, "", false
+	}
+	return c, c.Options().Addr, true
+}
+
+// visible reports whether the limiter can see into nd's client (see
+// readPolicy); nodes of other redis.Scripter types it cannot.
+func (nd *node) visible() bool { return nd.client != nil }
+
+// info reads nd's INFO, default sections (see readPolicy).
+func (nd *node) info(ctx context.Context) (string, error) {
+	return nd.client.Info(ctx).Result()
+}
+
 // reloadEvery bounds how often a failing node makes the store ask for a
 // fresh slot map. go-redis reloads in the background and coalesces.
 const reloadEvery = 100 * time.Millisecond
@@ -425,4 +444,50 @@ func (s *redisStore) runOps(ctx context.Context, n *node, ops []*op) []*batch.Me
 		m.Res, _, m.Err = s.runOp(ctx, n, m.Req, 0)
 	}
 	return members
+}
+
+// sendScriptInt is sendScript for a script whose reply is one integer.
+func (l *Limiter) sendScriptInt(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (int64, error) {
+	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return cmd.Int64()
+}
+
+// sendScriptInts is sendScript for a script whose reply is a list of
+// integers (see sendOp).
+func (l *Limiter) sendScriptInts(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]int64, error) {
+	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Int64Slice()
+}
+
+// sendScriptSlice is sendScript for a script whose reply is a list of
+// values of several types (the overrides' load), which the caller decodes.
+func (l *Limiter) sendScriptSlice(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]any, error) {
+	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Slice()
+}
+
+// sendScript sends a script alone to the node of its first key, under
+// ctx's deadline as its budget (or the limiter's), through the store's
+// one runner of lone calls, and reports it to the observer; it feeds no
+// breaker (see sendOp). The callers above decode its reply.
+func (l *Limiter) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	nd := l.store.node(ctx, keys[0])
+	budget := l.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = max(time.Until(dl), time.Millisecond)
+	}
+	cmd, took, err := l.store.runScript(ctx, sc, keys, args, budget)
+	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	}
+	return cmd, err
 }

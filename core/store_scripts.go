@@ -60,3 +60,20 @@ func scriptSources() []string {
 	return []string{bucketLua, settleLua, clockLua + leasesLua + acquireLua, clockLua + leasesLua + renewLua, clockLua + leasesLua + releaseLua,
 		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, pathLua}
 }
+
+//go:embed foreign.lua
+var foreignLua string
+
+// foreignScript deletes a value of another type where a bucket belongs
+// (see replaceForeign).
+var foreignScript = redis.NewScript(foreignLua)
+
+//go:embed lease.lua
+var leaseSrc string
+
+// leaseLua is lease.lua as Redis runs it (see expandLua).
+var leaseLua = expandLua("lease.lua", leaseSrc)
+
+// leaseScript takes and gives back token leases (see the layout table at
+// the top of core/lease.lua).
+var leaseScript = redis.NewScript(leaseLua)

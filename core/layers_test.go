@@ -1,0 +1,90 @@
+package core
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// goRedis is the import path of the client library the store layer wraps.
+const goRedis = "github.com/redis/go-redis/v9"
+
+// TestOnlyTheStoreTalksToRedis keeps the layering docs/architecture.md
+// draws: in core, only the store layer's files (store.go and store_*.go)
+// import go-redis. The one exception is limiter.go, whose New takes the
+// user's client and hands it to the store: there, go-redis may be named in
+// New's signature and nowhere else. Every other file reaches Redis through
+// the store's operations.
+func TestOnlyTheStoreTalksToRedis(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var store, engine int
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := ""
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == goRedis {
+				local = "redis"
+				if imp.Name != nil {
+					local = imp.Name.Name
+				}
+			}
+		}
+		if name == "store.go" || strings.HasPrefix(name, "store_") {
+			store++
+			continue
+		}
+		engine++
+		if local == "" {
+			continue
+		}
+		if name != "limiter.go" {
+			t.Errorf("%s imports go-redis: only the store layer (store.go, store_*.go) may talk to Redis", name)
+			continue
+		}
+		// limiter.go: go-redis named only in New's parameters.
+		ast.Inspect(f, func(n ast.Node) bool {
+			if fd, ok := n.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.Name == "New" {
+				ast.Inspect(fd.Body, func(n ast.Node) bool {
+					checkNoRedis(t, fset, n, local)
+					return true
+				})
+				return false
+			}
+			checkNoRedis(t, fset, n, local)
+			return true
+		})
+	}
+	t.Logf("%d files of the store layer, %d of the engine", store, engine)
+	if store == 0 || engine == 0 {
+		t.Fatalf("found %d store files and %d engine files in core; is the test running in core's directory?", store, engine)
+	}
+}
+
+// checkNoRedis fails t if n names the go-redis package imported as local.
+func checkNoRedis(t *testing.T, fset *token.FileSet, n ast.Node, local string) {
+	t.Helper()
+	if sel, ok := n.(*ast.SelectorExpr); ok {
+		if id, ok := sel.X.(*ast.Ident); ok && id.Name == local {
+			t.Errorf("%s: limiter.go names %s.%s outside New's signature: only the store layer may", fset.Position(sel.Pos()), local, sel.Sel.Name)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrorReason classifies a store error for metrics and logs: one of the
+// Reason constants; "" for nil.
+func ErrorReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, r := range redisReasons {
+			if strings.HasPrefix(msg, r.prefix) {
+				return r.reason
+			}
+		}
+		return ReasonOther
+	}
+	var nerr net.Error
+	switch {
+	case errors.Is(err, errKeyFailed), errors.Is(err, errBadReply):
+		return ReasonScript
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &nerr) && nerr.Timeout():
+		return ReasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ReasonRefused
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.Is(err, redis.ErrClosed),
+		errors.As(err, new(*net.OpError)):
+		return ReasonConnection
+	}
+	return ReasonOther
+}
+
+// redisReasons maps the prefixes of Redis error replies to reasons.
+var redisReasons = [...]struct{ prefix, reason string }{
+	{"LOADING", ReasonLoading},
+	{"NOAUTH", ReasonAuth},
+	{"WRONGPASS", ReasonAuth},
+	{"NOPERM", ReasonNoPerm},
+	{"READONLY", ReasonReadOnly},
+	{"CLUSTERDOWN", ReasonClusterDown},
+	{"MASTERDOWN", ReasonClusterDown},
+	{"TRYAGAIN", ReasonClusterDown},
+	{"OOM", ReasonOOM},
+	{"BUSY", ReasonScript},
+	{"NOSCRIPT", ReasonScript},
+	{"WRONGTYPE", ReasonScript},
+	{"ERR Error running script", ReasonScript},
+	{"ERR user_script", ReasonScript},
+}
+
+// keyFault reports whether err is a fault of the key: Redis answered, and
+// the answer concerns this key's value or arguments alone.
+func keyFault(err error) bool {
+	if errors.Is(err, errKeyFailed) || errors.Is(err, errBadReply) {
+		return true
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGTYPE"):
+		return true
+	case strings.HasPrefix(msg, "ERR "):
+		// An error raised in a script (a runtime error, or one of the
+		// scripts' own "sluice:" refusals) names the script; an ERR of
+		// the server's own state (too many clients, ...) does not.
+		return strings.Contains(msg, "script") || strings.Contains(msg, "sluice:")
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package core
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
+)
+
+//go:embed path.lua
+var pathSrc string
+
+// pathLua is path.lua as Redis runs it (see expandLua).
+var pathLua = expandLua("path.lua", pathSrc)
+
+// pathScript decides a path of keys as one (see the layout table at the
+// top of core/path.lua).
+var pathScript = redis.NewScript(pathLua)
+
+// pathReplyWidth is the number of integers path.lua returns.
+const pathReplyWidth = 6
+
+// submitPath decides c on node n, as submit decides a key's call: batched
+// with the node's other paths when it has a batcher, else alone under ctx
+// bounded by budget, or apart from the caller for a client that ignores
+// deadlines.
+func (s *redisStore) submitPath(ctx context.Context, n *node, c *pathCall, budget time.Duration) (pathAnswer, time.Duration, error) {
+	if n.paths != nil {
+		return n.paths.Do(ctx, c)
+	}
+	start := time.Now()
+	if s.detached {
+		a, err := runApart(ctx, budget, func(rctx context.Context) (pathAnswer, error) { return evalPath(rctx, s.rdb, c) })
+		return a, time.Since(start), err
+	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
+			rctx, cancel = context.WithTimeout(ctx, budget)
+		}
+	}
+	a, err := evalPath(rctx, s.rdb, c)
+	cancel()
+	return a, time.Since(start), err
+}
+
+// evalPath decides c alone, in path.lua's lone form.
+func evalPath(ctx context.Context, rdb redis.Scripter, c *pathCall) (pathAnswer, error) {
+	return pathForm.one(ctx, rdb, c)
+}
+
+// pathForm is how paths travel: path.lua's lone form for one, its batch
+// form for several in one call, grouped by the root's hash tag (see form).
+var pathForm = &form[*pathCall, pathAnswer]{
+	script: func([]*batch.Member[*pathCall, pathAnswer]) *redis.Script { return pathScript },
+	tag:    func(c *pathCall) string { return c.rkeys[0] },
+	lone:   func(c *pathCall) ([]string, []any) { return c.rkeys, c.args },
+	many:   pathBatchArgs,
+	decode: func(g []*batch.Member[*pathCall, pathAnswer], cmd *redis.Cmd) {
+		vals, err := cmd.Int64Slice()
+		if len(g) == 1 && err == nil {
+			g[0].Res, err = parsePathAnswer(vals, g[0].Req.plans)
+		}
+		if len(g) == 1 {
+			g[0].Err = err
+			return
+		}
+		deliverPaths(g, vals, err)
+	},
+}
+
+// pathBatchArgs returns the keys and arguments of path.lua's batch form
+// deciding members in order.
+func pathBatchArgs(members []*batch.Member[*pathCall, pathAnswer]) ([]string, []any) {
+	var keys []string
+	args := []any{"0", strconv.Itoa(len(members))}
+	for _, m := range members {
+		keys = append(keys, m.Req.rkeys...)
+		args = append(args, strconv.Itoa(len(m.Req.args)))
+		args = append(args, m.Req.args...)
+	}
+	return keys, args
+}
+
+// deliverPaths decodes a batch-form reply for members, or gives them its
+// error; each path's reply is checked on its own.
+func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, err error) {
+	if err == nil && len(vals) != pathReplyWidth*len(members) {
+		err = fmt.Errorf("%w of %d values for %d paths", errBadReply, len(vals), len(members))
+	}
+	for i, m := range members {
+		if err != nil {
+			m.Err = err
+			continue
+		}
+		v := vals[i*pathReplyWidth : (i+1)*pathReplyWidth]
+		if v[0] == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 && v[5] == 0 {
+			m.Err = errKeyFailed
+			continue
+		}
+		m.Res, m.Err = parsePathAnswer(v, m.Req.plans)
+	}
+}
+
+// sendPaths returns the sender of a node's paths: with split (a Cluster
+// master or Ring shard) one script call per root's hash tag, pipelined;
+// else one call.
+func (s *redisStore) sendPaths(split bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
+	return pathForm.sender(s.rdb, split, pipeline)
+}

@@ -101,10 +101,7 @@ func warmPool(ctx context.Context, c *redis.Client, n int) error {
 	// takes a connection of its own.
 	for i := range pipes {
 		wg.Go(func() {
-			_, errs[n+i] = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.Ping(ctx)
-				return nil
-			})
+			errs[n+i] = pingPipeline(ctx, c)
 		})
 	}
 	wg.Wait()
@@ -120,7 +117,8 @@ func warmPool(ctx context.Context, c *redis.Client, n int) error {
 }
 
 // warmCounts is how many connections of c's main pool and of its pipeline
-// pool a warm-up wanting n opens when it may use at most most connections of a pool.
+// pool a warm-up wanting n opens, when it may use at most most connections
+// of a pool at once.
 func warmCounts(c *redis.Client, n, most int) (conns, pipes int) {
 	n = min(n, most)
 	pipes = c.Options().PipelinePoolSize
@@ -149,12 +147,17 @@ func topUpPool(ctx context.Context, c *redis.Client, n int) {
 		wg.Go(func() { _ = c.Ping(ctx).Err() })
 	}
 	for range pipes {
-		wg.Go(func() {
-			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.Ping(ctx)
-				return nil
-			})
-		})
+		wg.Go(func() { _ = pingPipeline(ctx, c) })
 	}
 	wg.Wait()
+}
+
+// pingPipeline sends a one-command pipeline on c: it takes a connection of
+// c's pipeline pool, opening one if none is idle.
+func pingPipeline(ctx context.Context, c *redis.Client) error {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		return nil
+	})
+	return err
 }

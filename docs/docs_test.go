@@ -505,7 +505,7 @@ func goCmd(dir string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// TestGoSnippets builds and vets every ```go block of README.md and
+// TestGoSnippets type-checks and vets every ```go block of README.md and
 // docs/*.md, all in one scratch module so that the build cache is shared.
 // Errors name the Markdown file and line.
 func TestGoSnippets(t *testing.T) {
@@ -542,13 +542,18 @@ func TestGoSnippets(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// go vet type-checks every snippet against its imports' compiled
+	// export data, so it reports every compile error, then vets. A go
+	// build of the same packages found nothing more and cost about 2 s of
+	// CPU per snippet (over 60 s in all, minutes beside CPU hogs).
+	// -mod=readonly: a snippet may import only what this module requires,
+	// at the versions the repository tests (snippetdeps_test.go), never
+	// whatever version the proxy serves that day.
 	start := time.Now()
-	for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}} {
-		if out, err := goCmd(mod, args...); err != nil {
-			t.Fatalf("go %s on %d snippets: %v\n%s", strings.Join(args, " "), len(snippets), err, out)
-		}
+	if out, err := goCmd(mod, "vet", "-mod=readonly", "./..."); err != nil {
+		t.Fatalf("go vet on %d snippets: %v\n%s", len(snippets), err, out)
 	}
-	t.Logf("%d snippets built and vetted in %v", len(snippets), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d snippets type-checked and vetted in %v", len(snippets), time.Since(start).Round(time.Millisecond))
 }
 
 // TestGenerate pins down how snippets are wrapped.

@@ -4,6 +4,9 @@ package docs
 // this module's go.mod and go.sum, at the versions this repository tests,
 // for the scratch module the snippets are built in (see scratchModule).
 import (
+	_ "github.com/sluicehq/sluice/echolimit"
+	_ "github.com/sluicehq/sluice/fiberlimit"
+	_ "github.com/sluicehq/sluice/ginlimit"
 	_ "github.com/sluicehq/sluice/grpclimit"
 	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 	_ "google.golang.org/grpc/health/grpc_health_v1"

@@ -264,7 +264,7 @@ func (c *cluster) scale(a approach, prefix string, rec *recorder, weights []int)
 			return err
 		}
 		c.replicas = append(c.replicas, r)
-		c.servers = append(c.servers, httptest.NewServer(rec.measure(r.handler)))
+		c.servers = append(c.servers, httptest.NewServer(rec.measure(i, r.handler)))
 	}
 	var urls []string
 	for _, s := range c.servers {
@@ -444,6 +444,7 @@ type decision struct {
 	at      time.Duration // when it arrived, from the phase's start
 	latency time.Duration // time spent limiting it (and writing "ok" or 429)
 	allowed bool
+	replica int // which replica decided it
 }
 
 func newRecorder() *recorder { return &recorder{} }
@@ -456,15 +457,15 @@ func (r *recorder) begin(start time.Time) {
 	r.mu.Unlock()
 }
 
-// measure wraps a replica's limited handler, timing each request through it.
-func (r *recorder) measure(h http.Handler) http.Handler {
+// measure wraps replica's limited handler, timing each request through it.
+func (r *recorder) measure(replica int, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		t := time.Now()
 		h.ServeHTTP(sw, req)
 		lat := time.Since(t)
 		r.mu.Lock()
-		r.decisions = append(r.decisions, decision{at: t.Sub(r.start), latency: lat, allowed: sw.status == http.StatusOK})
+		r.decisions = append(r.decisions, decision{at: t.Sub(r.start), latency: lat, allowed: sw.status == http.StatusOK, replica: replica})
 		r.mu.Unlock()
 	})
 }

@@ -193,6 +193,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	con.clear()
+	if onOutage != nil && out != nil {
+		onOutage(cfg, out)
+	}
 	printResults(stdout, cfg, main, out)
 	if cfg.chart != "" {
 		if err := writeChart(cfg.chart, cfg, main, out); err != nil {
@@ -202,3 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// onOutage, when set (by a test), receives the outage phase's records
+// before they are printed.
+var onOutage func(*config, *outagePhase)

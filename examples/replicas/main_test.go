@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +35,9 @@ func TestRun(t *testing.T) {
 		addr = redistest.Start(t).Addr()
 	}
 	t.Setenv("REDIS_ADDR", addr)
+	var allowed map[string]allowance
+	onOutage = func(cfg *config, out *outagePhase) { allowed = outageAllowances(cfg, out) }
+	t.Cleanup(func() { onOutage = nil })
 	chart := filepath.Join(t.TempDir(), "out.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -77,11 +81,28 @@ func TestRun(t *testing.T) {
 	// A limiter that counted fewer replicas at the cut (late heartbeats on
 	// a busy machine) allows 1/n for the n it counted, and the band's top
 	// grows with what the counts allow together.
-	if r, top := outageRatio(t, s, "sluice (core.WithFleet)"), 1.25*fleetShare(t, s); r < 0.8 || r > top {
-		t.Errorf("during the outage sluice's fleet admitted %.2f× the limit, want 0.8× to %.2f×", r, top)
+	//
+	// Beside CPU hogs the load generator's requests reach a replica in
+	// clumps, and a bucket of 2 tokens cannot bank what a clump's gap
+	// earned: the fleet then admits less than the limit although every
+	// replica keeps to its share. So the floors are against what 1/n
+	// buckets allow on the arrivals each replica saw (allowance), and
+	// the ceiling, the safety property, stays against the limit.
+	if r, top := outageRatio(t, s, "sluice (core.WithFleet)"), 1.25*fleetShare(t, s); r > top {
+		t.Errorf("during the outage sluice's fleet admitted %.2f× the limit, want at most %.2f×", r, top)
 	}
-	if r := outageRatio(t, s, "sluice, WithFallbackReplicas(3)"); r < 1.5 {
-		t.Errorf("during the outage sluice sized for 3 replicas admitted %.2f× the limit, want at least 1.5× (6 replicas, each at 1/3)", r)
+	fleet, static := allowed["sluice"], allowed["sluice, WithFallbackReplicas(3)"]
+	t.Logf("outage, admitted against what 1/n buckets allow on each replica's arrivals: fleet %d of %.0f, WithFallbackReplicas(3) %d of %.0f",
+		fleet.admitted, fleet.allows, static.admitted, static.allows)
+	for name, a := range map[string]allowance{"the fleet": fleet, "WithFallbackReplicas(3)": static} {
+		if float64(a.admitted) < 0.85*a.allows {
+			t.Errorf("during the outage %s admitted %d, want at least 0.85 × the %.0f its replicas' 1/n buckets allow on the requests each saw", name, a.admitted, a.allows)
+		}
+	}
+	// A static 1/3 allows 6 replicas about 1.8× the limit, the fleet's
+	// 1/6 1×; on the same arrivals that holds whatever the machine does.
+	if static.allows < 1.4*fleet.allows {
+		t.Errorf("WithFallbackReplicas(3) allowed %.0f during the outage, the fleet %.0f: want the static sizing at least 1.4× the fleet's", static.allows, fleet.allows)
 	}
 
 	// Every limiter was closed: no fleet heartbeat outlives the demo.
@@ -218,4 +239,56 @@ func TestFleetShare(t *testing.T) {
 			t.Errorf("fleetShare(%q) = %.4f, want %.4f", tt.out, got, tt.want)
 		}
 	}
+}
+
+// allowance is what one outage run's replicas admitted while Redis was cut
+// off, and what buckets at their fallback shares allow on the requests
+// each replica saw.
+type allowance struct {
+	admitted int
+	allows   float64
+}
+
+// outageAllowances returns the allowance of each sluice outage run, by
+// name. A replica's share is 1/n of the limit and ⌈burst/n⌉ of the burst,
+// n the count its limiter held at the cut (the fleet) or the configured
+// replicas (static); its bucket starts empty at the cut, as sluice charges
+// the local bucket for what Redis admitted.
+func outageAllowances(cfg *config, out *outagePhase) map[string]allowance {
+	res := map[string]allowance{}
+	for _, r := range []*outageRun{out.fleet, out.static} {
+		r.rec.mu.Lock()
+		var a allowance
+		for i := range out.weights {
+			n := cfg.replicas()
+			if i < len(r.sizes) {
+				n = r.sizes[i]
+			}
+			rate := float64(cfg.limit) / float64(n)
+			burst := float64((cfg.limitSpec().Burst + n - 1) / n)
+			var arrivals []time.Duration // decisions are recorded as they end
+			for _, d := range r.rec.decisions {
+				if d.replica != i || d.at < r.cut || d.at >= r.restored {
+					continue
+				}
+				arrivals = append(arrivals, d.at)
+				if d.allowed {
+					a.admitted++
+				}
+			}
+			slices.Sort(arrivals)
+			tokens, last := 0.0, r.cut
+			for _, at := range arrivals {
+				tokens = min(burst, tokens+rate*(at-last).Seconds())
+				last = at
+				if tokens >= 1 {
+					tokens--
+					a.allows++
+				}
+			}
+		}
+		r.rec.mu.Unlock()
+		res[r.name] = a
+	}
+	return res
 }

@@ -92,6 +92,9 @@ func TestRun(t *testing.T) {
 		t.Errorf("during the outage sluice's fleet admitted %.2f× the limit, want at most %.2f×", r, top)
 	}
 	fleet, static := allowed["sluice"], allowed["sluice, WithFallbackReplicas(3)"]
+	if fleet.allows == 0 || static.allows == 0 {
+		t.Fatalf("no requests reached the replicas during the outage, or the demo passed on no records (allowances %v)", allowed)
+	}
 	t.Logf("outage, admitted against what 1/n buckets allow on each replica's arrivals: fleet %d of %.0f, WithFallbackReplicas(3) %d of %.0f",
 		fleet.admitted, fleet.allows, static.admitted, static.allows)
 	for name, a := range map[string]allowance{"the fleet": fleet, "WithFallbackReplicas(3)": static} {

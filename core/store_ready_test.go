@@ -88,26 +88,7 @@ func TestReadyWarmsThePool(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	proxy.SetDelay(60 * time.Millisecond)
-	decide := func(lim *Limiter) (degraded int64) {
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 12 {
-			wg.Go(func() {
-				for j := range 5 {
-					res, err := lim.Allow(context.Background(), "k"+string(rune('a'+i))+string(rune('a'+j)), PerSecond(100))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Degraded {
-						n.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return n.Load()
-	}
+	decide := func(lim *Limiter) int64 { return degradedAmong(t, lim, 12, 5) }
 	fresh := func() *Limiter {
 		lim, err := New(outageClient(t, proxy.Addr()), WithPrefix(uniquePrefix()), WithLogger(quietLogger()), WithTimeout(110*time.Millisecond))
 		if err != nil {
@@ -172,26 +153,7 @@ func TestFarRedisRecoversFromABlip(t *testing.T) {
 	if err := lim.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
-	decide := func(rounds int) (degraded int64) {
-		var n atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 12 {
-			wg.Go(func() {
-				for j := range rounds {
-					res, err := lim.Allow(context.Background(), fmt.Sprintf("k%d-%d", i, j), PerSecond(100))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Degraded {
-						n.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return n.Load()
-	}
+	decide := func(rounds int) int64 { return degradedAmong(t, lim, 12, rounds) }
 	if d := decide(5); d != 0 {
 		t.Fatalf("%d decisions degraded after Ready, before the blip", d)
 	}
@@ -214,4 +176,28 @@ func TestFarRedisRecoversFromABlip(t *testing.T) {
 	if d := decide(5); d != 0 {
 		t.Errorf("%d of 60 decisions degraded after the recovery", d)
 	}
+}
+
+// degradedAmong has callers goroutines make rounds decisions each on lim,
+// every one on a key of its own, and returns how many were degraded.
+func degradedAmong(t *testing.T, lim *Limiter, callers, rounds int) int64 {
+	t.Helper()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for j := range rounds {
+				res, err := lim.Allow(context.Background(), fmt.Sprintf("k%d-%d", i, j), PerSecond(100))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Degraded {
+					n.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return n.Load()
 }

@@ -246,6 +246,9 @@ else
   -- indexed by group (and each limit's numbers by limit).
   local max = math.max
   --#include arith.lua
+  --#include waits.lua
+  local parse_limit, judge, store
+  --#include limits.lua
 
   local ngroups = argv[1] + 0
   local group_cost, group_max_wait_us, group_penalty_us, group_nlimits = {}, {}, {}, {}
@@ -255,198 +258,21 @@ else
   for group = 1, ngroups do
     group_cost[group], group_max_wait_us[group], group_penalty_us[group], group_nlimits[group] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0, argv[arg_at + 3] + 0
     arg_at = arg_at + 4
-    local limit_ticks_per_us, limit_ticks_per_event, limit_burst, limit_step = {}, {}, {}, nil
+    local r, p, b, step = {}, {}, {}, nil
     for i = 1, group_nlimits[group] do
-      limit_ticks_per_us[i], limit_ticks_per_event[i], limit_burst[i] = argv[arg_at] + 0, argv[arg_at + 1] + 0, argv[arg_at + 2] + 0
-      arg_at = arg_at + 3
-      if limit_ticks_per_us[i] < 1 then
-        -- A stepped limit: it counts in events, and step says where
-        -- Redis's clock stands among its windows (see the layout table).
-        local step = { refill = limit_ticks_per_event[i] }
-        if limit_ticks_per_us[i] == 0 then
-          step.every = argv[arg_at] + 0
-          step.idx = floordiv(now, step.every)
-          arg_at = arg_at + 1
-        else
-          local first, starts = argv[arg_at] + 0, {}
-          for j = 1, 5 do starts[j] = argv[arg_at + j] + 0 end
-          arg_at = arg_at + 6
-          for j = 0, 2 do
-            if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
-          end
-          if not step.idx then
-            step.idx, step.base = first + 1, 1
-            group_error[group] = { err = 'ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)' }
-          end
-          step.starts = starts
-        end
-        limit_ticks_per_us[i], limit_ticks_per_event[i] = 1, 1
-        limit_step = limit_step or {}
-        limit_step[i] = step
+      local s, bad
+      r[i], p[i], b[i], s, arg_at, bad = parse_limit(argv, arg_at, now)
+      if s then
+        step = step or {}
+        step[i] = s
       end
+      if bad then group_error[group] = bad end
     end
-    group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group], group_step[group] = limit_ticks_per_us, limit_ticks_per_event, limit_burst, limit_step
+    group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group], group_step[group] = r, p, b, step
   end
   -- arg_at is now the first key's group, when ngroups > 1.
 
-  --#include waits.lua
-
-  -- decide_many decides a key under several limits, with tables indexed by
-  -- limit, in the order of decide in gcra.go.
-  -- step, if not nil, holds each stepped limit's place among its windows:
-  -- such a limit's debt is in events, stored as debt and window index, and
-  -- falls by its refill at each window's start.
   local no_step = {}
-  local function decide_many(key, cost, max_wait_us, penalty_us, nlimits, ticks_per_us, ticks_per_event, burst, step)
-    step = step or no_step
-    local stored = call('GET', key)
-    local exists = false -- a stored value of the plan's shape
-    local lock_until, clamped = 0, false
-    local arrival_us, arrival_frac = {}, {}
-    if stored and #stored <= 24 * (1 + 2 * nlimits) then -- longer: not the plan's shape (see decide_one)
-      local fields = {}
-      for field in string.gmatch(stored, '%-?%d+') do
-        fields[#fields + 1] = field + 0
-      end
-      if #fields == 1 + 2 * nlimits then
-        exists = true
-        lock_until = fields[1]
-        if lock_until > now + penalty_us and call('PTTL', key) == -1 then
-          -- A lock without an expiry: clamped, and written so (as in
-          -- decide_one).
-          lock_until, clamped = now + penalty_us, true
-        end
-        for i = 1, nlimits do
-          arrival_us[i] = fields[2 * i]
-          arrival_frac[i] = fields[2 * i + 1]
-        end
-      end
-    end
-
-    local debt = {}
-    for i = 1, nlimits do
-      debt[i] = 0
-      if exists then
-        local stored_debt
-        if step[i] then
-          stored_debt = arrival_us[i]
-          local crossed = step[i].idx - arrival_frac[i]
-          if crossed > 0 then stored_debt = stored_debt - crossed * step[i].refill end
-        else
-          stored_debt = (arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i]
-        end
-        if stored_debt > 0 then debt[i] = stored_debt end
-      end
-    end
-    for i = 1, nlimits do
-      if debt[i] > burst[i] * ticks_per_event[i] then
-        -- A debt beyond a burst: if the value has no expiry, no script
-        -- wrote it (see decide_one); read as a full bucket.
-        if call('PTTL', key) == -1 then
-          exists, lock_until, clamped = false, 0, false
-          for j = 1, nlimits do debt[j] = 0 end
-        end
-        break
-      end
-    end
-
-    local denied = false
-    local retry_us, wait_us, retry_index = 0, 0, 0
-    for i = 1, nlimits do
-      local excess = debt[i] + cost * ticks_per_event[i] - burst[i] * ticks_per_event[i]
-      if excess > 0 then
-        local limit_wait_us = until_us(excess, ticks_per_us[i], step[i])
-        if step[i] then
-          -- A stepped limit waits for its next window at most.
-          if excess > step[i].refill or limit_wait_us > max_wait_us then denied = true end
-        elseif excess > max_wait_us * ticks_per_us[i] then denied = true end
-        if limit_wait_us > retry_us then retry_us, retry_index = limit_wait_us, i - 1 end
-        if limit_wait_us > wait_us then wait_us = limit_wait_us end
-      end
-    end
-
-    local locked = exists and now < lock_until
-    local allowed, remaining, reset_us, index, lock_flag, next_us = 0, -1, 0, 0, 0, 0
-    local write = clamped
-    if locked or denied then
-      for i = 1, nlimits do
-        if not denied then -- locked: the limit with the fewest requests left decides
-          local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
-          if remaining < 0 or limit_remaining < remaining then
-            remaining, index = limit_remaining, i - 1
-          end
-        end
-        next_us = max(next_us, unit_wait(debt[i], ticks_per_us[i], ticks_per_event[i], burst[i], step[i]))
-      end
-      if denied then -- the limit with the longest retry decides
-        index = retry_index
-        local i = retry_index + 1
-        remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt[i]), ticks_per_event[i])
-      end
-      reset_us = until_us(debt[index + 1], ticks_per_us[index + 1], step[index + 1])
-      if locked then
-        lock_flag = 1
-        remaining = 0
-        retry_us = max(retry_us, lock_until - now)
-        next_us = max(next_us, lock_until - now)
-      elseif penalty_us > 0 then
-        lock_flag = 1
-        remaining = 0
-        retry_us = max(retry_us, penalty_us)
-        next_us = max(next_us, penalty_us)
-        if not exists then
-          for i = 1, nlimits do
-            if step[i] then
-              arrival_us[i], arrival_frac[i] = 0, step[i].idx
-            else
-              arrival_us[i], arrival_frac[i] = now, 0
-            end
-          end
-        end
-        lock_until = now + penalty_us
-        write = true
-      end
-    else
-      allowed = 1
-      for i = 1, nlimits do
-        local debt_after = debt[i] + cost * ticks_per_event[i]
-        if step[i] then
-          arrival_us[i], arrival_frac[i] = debt_after, step[i].idx
-          debt[i] = debt_after -- for the expiry
-        else
-          local whole_us = floordiv(debt_after, ticks_per_us[i])
-          arrival_us[i], arrival_frac[i] = now + whole_us, debt_after - whole_us * ticks_per_us[i]
-        end
-        local limit_remaining = floordiv(max(0, burst[i] * ticks_per_event[i] - debt_after), ticks_per_event[i])
-        if remaining < 0 or limit_remaining < remaining then
-          remaining, index, reset_us = limit_remaining, i - 1, until_us(debt_after, ticks_per_us[i], step[i])
-        end
-        next_us = max(next_us, unit_wait(debt_after, ticks_per_us[i], ticks_per_event[i], burst[i], step[i]))
-      end
-      lock_until = 0
-      write = cost > 0 -- cost 0 is a peek: nothing is written
-      retry_us = 0
-    end
-
-    if write then
-      local ttl = lock_until - now
-      local parts = { format('%d', lock_until) }
-      for i = 1, nlimits do
-        parts[#parts + 1] = format('%d %d', arrival_us[i], arrival_frac[i])
-        if step[i] then
-          ttl = max(ttl, until_us(debt[i], 1, step[i]))
-        else
-          ttl = max(ttl, ceildiv((arrival_us[i] - now) * ticks_per_us[i] + arrival_frac[i], ticks_per_us[i]))
-        end
-      end
-      ttl = max(ttl, 1)
-      call('SET', key, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
-    end
-
-    local delay_us = retry_us
-    if allowed == 1 then delay_us = wait_us end
-    return allowed + 2 * lock_flag + 4 * index, remaining, delay_us, reset_us, next_us
-  end
 
   -- Each key is decided by its group.
   decide_from = function(first_key)
@@ -461,7 +287,21 @@ else
         reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
           decide_one(keys[k], now, call, format, match, group_cost[group] * ticks_per_event, group_max_wait_us[group] * ticks_per_us, group_penalty_us[group], ticks_per_us, ticks_per_event, group_burst[group][1] * ticks_per_event)
       else
-        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_many(keys[k], group_cost[group], group_max_wait_us[group], group_penalty_us[group], nlimits, limit_ticks_per_us, limit_ticks_per_event, group_burst[group], group_step[group])
+        -- Several limits, or stepped ones (see limits.lua): charged when
+        -- admitted, locked when denied with a penalty.
+        local key, cost, penalty_us, r, step = keys[k], group_cost[group], group_penalty_us[group], limit_ticks_per_us, group_step[group] or no_step
+        local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, exists, lock_until, clamped, us, frac, debt = judge(key, call('GET', key), nlimits, cost, group_max_wait_us[group], r, limit_ticks_per_event, group_burst[group], step, now + penalty_us)
+        if allowed == 1 then
+          if cost > 0 then store(key, exists, us, frac, debt, 0, nlimits, r, step) end -- cost 0 is a peek
+        elseif lock_flag == 0 and penalty_us > 0 then
+          lock_flag, remaining = 1, 0
+          delay_us = max(delay_us, penalty_us)
+          next_us = max(next_us, penalty_us)
+          store(key, exists, us, frac, debt, now + penalty_us, nlimits, r, step)
+        elseif clamped then -- a lock without an expiry, written so (as in decide_one)
+          store(key, exists, us, frac, debt, lock_until, nlimits, r, step)
+        end
+        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = allowed + 2 * lock_flag + 4 * index, remaining, delay_us, reset_us, next_us
       end
     end
   end

@@ -69,6 +69,8 @@ local now = t[1] * 1000000 + t[2]
 local max = math.max
 --#include arith.lua
 --#include waits.lua
+-- Made by the first level that needs them (see limits.lua).
+local parse_limit, judge, store
 
 -- read_level returns a level's stored value, or nil for a value no
 -- script writes, read as a full bucket and overwritten by the level's next
@@ -136,115 +138,6 @@ local function judge_one(key, L, lv)
   return 1, 0, 0, floordiv(max(0, capacity - after), p), wait_us, until_us(after, r, nil), until_us(after + p - capacity, r, nil)
 end
 
--- judge decides one level as bucket.lua's decide_many does, writing
--- nothing: it returns the decision (allowed, lock_flag, index, remaining,
--- delay_us, reset_us, next_us) and, in the level's table, what an
--- admission or a lock would write.
-local function judge(key, L, lv)
-  local cost, nlimits, r, p, b, step = L.cost, L.n, L.r, L.p, L.b, L.step
-  local stored = read_level(key, nlimits, lv)
-  local exists, lock_until = false, 0
-  local arrival_us, arrival_frac = {}, {}
-  if stored then
-    local fields = {}
-    for field in string.gmatch(stored, '%-?%d+') do
-      fields[#fields + 1] = field + 0
-    end
-    if #fields == 1 + 2 * nlimits then
-      exists = true
-      lock_until = fields[1]
-      for i = 1, nlimits do
-        arrival_us[i], arrival_frac[i] = fields[2 * i], fields[2 * i + 1]
-      end
-    end
-  end
-  local debt = {}
-  for i = 1, nlimits do
-    debt[i] = 0
-    if exists then
-      local d
-      if step[i] then
-        d = arrival_us[i]
-        local crossed = step[i].idx - arrival_frac[i]
-        if crossed > 0 then d = d - crossed * step[i].refill end
-      else
-        d = (arrival_us[i] - now) * r[i] + arrival_frac[i]
-      end
-      if d > 0 then debt[i] = d end
-    end
-  end
-  for i = 1, nlimits do
-    if debt[i] > b[i] * p[i] then
-      if call('PTTL', key) == -1 then -- a debt no script writes (see read_level)
-        exists, lock_until = false, 0
-        for j = 1, nlimits do debt[j] = 0 end
-      end
-      break
-    end
-  end
-
-  local denied = false
-  local retry_us, wait_us, retry_index = 0, 0, 0
-  for i = 1, nlimits do
-    local excess = debt[i] + cost * p[i] - b[i] * p[i]
-    if excess > 0 then
-      local w = until_us(excess, r[i], step[i])
-      if step[i] then
-        if excess > step[i].refill or w > L.max_wait_us then denied = true end
-      elseif excess > L.max_wait_us * r[i] then denied = true end
-      if w > retry_us then retry_us, retry_index = w, i - 1 end
-      if w > wait_us then wait_us = w end
-    end
-  end
-
-  local locked = exists and now < lock_until
-  local remaining, reset_us, index, next_us = -1, 0, 0, 0
-  L.exists, L.lock_until, L.arrival_us, L.arrival_frac, L.debt = exists, lock_until, arrival_us, arrival_frac, debt
-  if locked or denied then
-    for i = 1, nlimits do
-      if not denied then
-        local rem = floordiv(max(0, b[i] * p[i] - debt[i]), p[i])
-        if remaining < 0 or rem < remaining then remaining, index = rem, i - 1 end
-      end
-      next_us = max(next_us, unit_wait(debt[i], r[i], p[i], b[i], step[i]))
-    end
-    if denied then
-      index = retry_index
-      local i = retry_index + 1
-      remaining = floordiv(max(0, b[i] * p[i] - debt[i]), p[i])
-    end
-    reset_us = until_us(debt[index + 1], r[index + 1], step[index + 1])
-    local lock_flag = 0
-    if locked then
-      lock_flag, remaining = 1, 0
-      retry_us = max(retry_us, lock_until - now)
-      next_us = max(next_us, lock_until - now)
-    end
-    return 0, lock_flag, index, remaining, retry_us, reset_us, next_us
-  end
-  -- Admitted, were every level to admit: what it would write.
-  local new_us, new_frac = {}, {}
-  local ttl = 1
-  for i = 1, nlimits do
-    local after = debt[i] + cost * p[i]
-    if step[i] then
-      new_us[i], new_frac[i] = after, step[i].idx
-      ttl = max(ttl, until_us(after, 1, step[i]))
-    else
-      local whole = floordiv(after, r[i])
-      new_us[i], new_frac[i] = now + whole, after - whole * r[i]
-      ttl = max(ttl, ceildiv(after, r[i]))
-    end
-    local rem = floordiv(max(0, b[i] * p[i] - after), p[i])
-    if remaining < 0 or rem < remaining then
-      remaining, index, reset_us = rem, i - 1, until_us(after, r[i], step[i])
-    end
-    next_us = max(next_us, unit_wait(after, r[i], p[i], b[i], step[i]))
-  end
-  L.new_us, L.new_frac, L.ttl = new_us, new_frac, ttl
-  return 1, 0, index, remaining, wait_us, reset_us, next_us
-end
-
 -- decide_path decides the path whose keys follow KEYS[k0] and whose
 -- arguments start at ARGV[at] (its nlevels), and returns its reply (see
 -- the layout table). It writes only once every level is judged, so a path
@@ -266,31 +159,14 @@ local function decide_path(k0, at)
       at = at + 3
     else
       L.r, L.p, L.b, L.step = {}, {}, {}, {}
+      if not judge then
+        --#include limits.lua
+      end
     end
     for i = 1, (L.one and 0 or L.n) do
-      L.r[i], L.p[i], L.b[i] = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0
-      at = at + 3
-      if L.r[i] < 1 then
-        local step = { refill = L.p[i] }
-        if L.r[i] == 0 then
-          step.every = ARGV[at] + 0
-          step.idx = floordiv(now, step.every)
-          at = at + 1
-        else
-          local first, starts = ARGV[at] + 0, {}
-          for j = 1, 5 do starts[j] = ARGV[at + j] + 0 end
-          at = at + 6
-          for j = 0, 2 do
-            if starts[j + 1] <= now and now < starts[j + 2] then step.idx, step.base = first + j, j end
-          end
-          if not step.idx then
-            error('ERR sluice: the calendar windows passed do not hold the server clock (client and server clocks differ by more than a period)')
-          end
-          step.starts = starts
-        end
-        L.r[i], L.p[i] = 1, 1
-        L.step[i] = step
-      end
+      local bad
+      L.r[i], L.p[i], L.b[i], L.step[i], at, bad = parse_limit(ARGV, at, now)
+      if bad then error(bad) end
     end
     levels[lv] = L
   end
@@ -305,7 +181,11 @@ local function decide_path(k0, at)
     if L.one then
       allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge_one(keys[lv], L, lv)
     else
-      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = judge(keys[lv], L, lv)
+      -- Several limits, or stepped ones: judged as bucket.lua's batch
+      -- form judges a key (see limits.lua), and written only if every
+      -- level admits (or for a penalty).
+      local lock_until, clamped
+      allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, L.exists, lock_until, clamped, L.us, L.frac, L.debt = judge(keys[lv], read_level(keys[lv], L.n, lv), L.n, L.cost, L.max_wait_us, L.r, L.p, L.b, L.step)
     end
     local take = false
     if allowed == 1 then
@@ -327,11 +207,7 @@ local function decide_path(k0, at)
       if L.cost > 0 and L.one then
         call('SET', keys[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
       elseif L.cost > 0 then
-        local parts = { '0' }
-        for i = 1, L.n do
-          parts[#parts + 1] = format('%d %d', L.new_us[i], L.new_frac[i])
-        end
-        call('SET', keys[lv], table.concat(parts, ' '), 'PX', ceildiv(L.ttl, 1000))
+        store(keys[lv], L.exists, L.us, L.frac, L.debt, 0, L.n, L.r, L.step)
       end
     end
     return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 + 16 * foreign }
@@ -346,29 +222,14 @@ local function decide_path(k0, at)
     d_delay = max(d_delay, penalty_us)
     d_next = max(d_next, penalty_us)
     local lock_until = now + penalty_us
-    local ttl = lock_until - now
     if L.one then
       local us, frac = now, 0
       if L.exists then us, frac = L.s_us, L.s_frac end
-      ttl = max(1, ttl, ceildiv((us - now) * L.r1 + frac, L.r1))
+      local ttl = max(1, lock_until - now, ceildiv((us - now) * L.r1 + frac, L.r1))
       call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
       return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
     end
-    local parts = { format('%d', lock_until) }
-    for i = 1, L.n do
-      local us, frac = L.arrival_us[i], L.arrival_frac[i]
-      if not L.exists then
-        if L.step[i] then us, frac = 0, L.step[i].idx else us, frac = now, 0 end
-      end
-      parts[#parts + 1] = format('%d %d', us, frac)
-      if L.step[i] then
-        ttl = max(ttl, until_us(L.debt[i], 1, L.step[i]))
-      else
-        ttl = max(ttl, ceildiv((us - now) * L.r[i] + frac, L.r[i]))
-      end
-    end
-    ttl = max(ttl, 1)
-    call('SET', keys[dl], table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
+    store(keys[dl], L.exists, L.us, L.frac, L.debt, lock_until, L.n, L.r, L.step)
   end
   return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
 end

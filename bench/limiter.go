@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -199,6 +200,30 @@ func NewClient(env Env, t *Traffic) *redis.Client {
 // builtOnClient wraps a limiter that owns rdb.
 func builtOnClient(l Limiter, rdb *redis.Client, t *Traffic, note string) *Built {
 	return &Built{Limiter: l, Traffic: t, Note: note, Close: func() { _ = rdb.Close() }}
+}
+
+// IdealAdmitsIn returns how many of the requests counted per slot a
+// perfect token bucket for l would admit, the bucket being full when slot
+// 0 begins: counts[i] requests arrive in [i·slot, (i+1)·slot). With atEnd
+// they are placed at their slot's end, the most a bucket could admit of
+// them; else at its start, the least. The fleet comparison uses it where
+// each call is counted but not kept.
+func (l Limit) IdealAdmitsIn(counts []uint32, slot time.Duration, atEnd bool) int {
+	const eps = 1e-9 // float rounding at a token's exact due time
+	perSlot := l.PerSecondRate() * slot.Seconds()
+	burst := float64(l.Burst)
+	tokens, n := burst, 0
+	for i, c := range counts {
+		if i > 0 || atEnd {
+			tokens = min(burst, tokens+perSlot)
+		}
+		take := min(float64(c), math.Floor(tokens+eps))
+		if take > 0 {
+			tokens -= take
+			n += int(take)
+		}
+	}
+	return n
 }
 
 // IdealAdmits returns how many of the requests sent at times sends a perfect

@@ -53,3 +53,50 @@ func TestUluleWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestIdealAdmitsIn(t *testing.T) {
+	hammered := func(slots, each int) []uint32 {
+		c := make([]uint32, slots)
+		for i := range c {
+			c[i] = uint32(each)
+		}
+		return c
+	}
+	stalled := hammered(3000, 10)
+	for i := 1000; i < 1500; i++ {
+		stalled[i] = 0 // half a second when nobody asked
+	}
+	lim := Limit{1000, time.Second, 1000}
+	tests := []struct {
+		name   string
+		counts []uint32
+		atEnd  bool
+		want   int
+	}{
+		// From a full bucket, 3 s of calls admit the burst and a token a
+		// millisecond: placed at their slots' ends, the first slot's refill
+		// is lost to the full bucket, so both placements admit the same.
+		{"hammered 3 s, at the start", hammered(3000, 10), false, 1000 + 2999},
+		{"hammered 3 s, at the end", hammered(3000, 10), true, 1000 + 2999},
+		// A stall of half a second: the bucket refills 500 tokens (below
+		// its burst) and the calls after it take them, so nothing is lost.
+		{"a stall costs nothing below the burst", stalled, false, 1000 + 2999},
+		{"slower than the rate", hammered(100, 0), false, 0},
+		{"one call a slot never denied", hammered(2000, 1), false, 2000},
+		{"a burst over the capacity", []uint32{5000}, false, 1000},
+		{"one slot, at its end", []uint32{5000}, true, 1000},
+	}
+	for _, tt := range tests {
+		if got := lim.IdealAdmitsIn(tt.counts, time.Millisecond, tt.atEnd); got != tt.want {
+			t.Errorf("%s: IdealAdmitsIn = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	// A longer stall, past a full bucket's refill, loses what did not fit.
+	long := hammered(3000, 10)
+	for i := 1000; i < 2500; i++ {
+		long[i] = 0
+	}
+	if got, want := lim.IdealAdmitsIn(long, time.Millisecond, false), 1000+999+1000+499; got != want {
+		t.Errorf("a 1.5 s stall: IdealAdmitsIn = %d, want %d", got, want)
+	}
+}

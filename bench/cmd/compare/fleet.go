@@ -74,6 +74,20 @@ const scHotLimit = "hotlimit"
 // fleetScenarioNames are the scenarios -fleet-scenarios chose.
 var fleetScenarioNames = []string{scMany, scHot}
 
+// idealSlot is the width of the slots in which a scenario set against the
+// ideal counts its calls: a millisecond, a token of hotLimitBound.
+const idealSlot = time.Millisecond
+
+// slot is the width of the slots in which the scenario's calls are
+// counted, for the ideal on the calls made; 0 if it is not set against
+// the ideal.
+func (sc fleetScenario) slot() time.Duration {
+	if !sc.warmApart {
+		return 0
+	}
+	return idealSlot
+}
+
 func allFleetScenarios() []fleetScenario {
 	return []fleetScenario{
 		{scMany, fmt.Sprintf("10,000 keys at %s each", fleetLimit), manyKeys, fleetLimit, false},
@@ -106,6 +120,7 @@ type fleetRun struct {
 	redisCPU  float64          // Redis CPU seconds over the measured part; -1 if unknown
 	clientCPU float64          // CPU seconds of the process(es) running the limiters; -1 if unknown
 	cmds      map[string]int64 // Redis commands over the measured part, scripts' own included; nil if unknown
+	limit     bench.Limit      // the scenario's limit, for the ideal
 }
 
 // fleetCell holds a cell's runs, one per round.
@@ -184,8 +199,13 @@ func (h *harness) runFleetCell(sc fleetScenario, procs bool, s shape, p bench.Pe
 		h.step(label, "failed: "+err.Error())
 		return
 	}
+	run.limit = sc.limit
 	c.runs = append(c.runs, run)
-	h.step(label, fmt.Sprintf("%s decisions/s%s", grouped(perSec(run.t.decisions(), run.t.elapsed)), run.t.health()))
+	note := ""
+	if lo, hi, ok := run.t.idealIn(sc.limit, idealSlot); ok {
+		note = fmt.Sprintf(", admitted %d, ideal on the calls made %d–%d", run.t.allowed, lo, hi)
+	}
+	h.step(label, fmt.Sprintf("%s decisions/s%s%s", grouped(perSec(run.t.decisions(), run.t.elapsed)), run.t.health(), note))
 }
 
 // layoutName says where a cell's instances run.
@@ -215,7 +235,7 @@ func (h *harness) fleetInProcess(sc fleetScenario, s shape, p bench.Peer) (fleet
 	loadAll(lims, warm, s.c, fleetWarmup, 0, 0)
 	return h.aroundRedis(func() (*tally, float64, error) {
 		cpu0, ok := processCPU()
-		t, _ := loadAll(lims, keys, s.c, h.cfg.fleetDuration, 0, 0)
+		t, _ := loadAll(lims, keys, s.c, h.cfg.fleetDuration, sc.slot(), 0)
 		cpu1, _ := processCPU()
 		if !ok {
 			return t, -1, nil
@@ -270,13 +290,16 @@ type fleetSummary struct {
 	rateMin, rateMax        float64            // the slowest and the fastest round's decisions/s
 	cmdsPer                 map[string]float64 // Redis commands per decision, over the rounds that counted them
 	admitted, measured      float64            // median admissions per run, and median seconds measured
+	idealLo, idealHi        float64            // median ideal on the calls made (see tally.idealIn); NaN if not counted
+	under, over             float64            // the largest shortfall below idealLo and excess over idealHi of a run (0: within), and the largest below idealHi; NaN if not counted
+	belowHi                 float64
 	p50, p99                time.Duration
 	counts                  *tally // calls by outcome, over all runs; no latencies
 }
 
 func (c *fleetCell) summary() fleetSummary {
-	var rate, redisUS, clientUS, p50, p99, admitted, measured []float64
-	s := fleetSummary{counts: new(tally)}
+	var rate, redisUS, clientUS, p50, p99, admitted, measured, lo, hi []float64
+	s := fleetSummary{counts: new(tally), under: math.NaN(), over: math.NaN(), belowHi: math.NaN()}
 	for _, r := range c.runs {
 		d := float64(r.t.decisions())
 		rate = append(rate, perSec(r.t.decisions(), r.t.elapsed))
@@ -286,6 +309,13 @@ func (c *fleetCell) summary() fleetSummary {
 		p99 = append(p99, float64(r.t.hist.Quantile(0.99)))
 		admitted = append(admitted, float64(r.t.allowed))
 		measured = append(measured, r.t.elapsed.Seconds())
+		if l, h, ok := r.t.idealIn(r.limit, idealSlot); ok {
+			lo, hi = append(lo, float64(l)), append(hi, float64(h))
+			a := float64(r.t.allowed)
+			s.under = max(nanTo0(s.under), float64(l)-a)
+			s.over = max(nanTo0(s.over), a-float64(h))
+			s.belowHi = max(nanTo0(s.belowHi), float64(h)-a)
+		}
 		s.counts.allowed += r.t.allowed
 		s.counts.denied += r.t.denied
 		s.counts.degraded += r.t.degraded
@@ -313,8 +343,17 @@ func (c *fleetCell) summary() fleetSummary {
 		s.rateMin, s.rateMax = slices.Min(rate), slices.Max(rate)
 	}
 	s.admitted, s.measured = median(admitted), median(measured)
+	s.idealLo, s.idealHi = median(lo), median(hi)
 	s.p50, s.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	return s
+}
+
+// nanTo0 is v, or 0 for NaN.
+func nanTo0(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
 }
 
 // perDecisionUS is seconds of CPU per decision, in µs; NaN if unknown.

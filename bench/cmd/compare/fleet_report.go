@@ -16,6 +16,10 @@ type fleetMetric struct {
 	show func(fleetSummary) string
 }
 
+// idealMetric is the row shown only for scenarios set against the ideal
+// (fleetScenario.slot).
+const idealMetric = "ideal on the calls made"
+
 var fleetMetrics = []fleetMetric{
 	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + spread(s) + s.counts.health() }},
 	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
@@ -23,11 +27,36 @@ var fleetMetrics = []fleetMetric{
 	{"admitted in the measured time", func(s fleetSummary) string {
 		return orNA(s.admitted, grouped) + " in " + orNA(s.measured, func(v float64) string { return fmt.Sprintf("%.2f s", v) })
 	}},
+	{idealMetric, idealOnCalls},
 	{"Redis commands per decision", commandsPer},
 	{"p50 / p99 µs", func(s fleetSummary) string { return micros(s.p50) + " / " + micros(s.p99) }},
 	{"without Redis / failed", func(s fleetSummary) string {
 		return grouped(float64(s.counts.degraded)) + " / " + grouped(float64(s.counts.errs))
 	}},
+}
+
+// idealOnCalls is the range of what a perfect bucket admits of the calls
+// a cell made (see tally.idealIn) and, in the worst run, how far the
+// admitted count rose above its upper end (+n), or fell below its lower
+// end (−n), or else how far below the upper end it stayed (≤ n under).
+func idealOnCalls(s fleetSummary) string {
+	if math.IsNaN(s.idealLo) {
+		return "n/a"
+	}
+	ideal := grouped(s.idealLo)
+	if s.idealHi != s.idealLo {
+		ideal += "–" + grouped(s.idealHi)
+	}
+	var dev string
+	switch {
+	case s.over > 0:
+		dev = fmt.Sprintf("+%.0f above", s.over)
+	case s.under > 0:
+		dev = fmt.Sprintf("−%.0f below", s.under)
+	default:
+		dev = fmt.Sprintf("within; ≤ %.0f under the top", s.belowHi)
+	}
+	return ideal + " (" + dev + ")"
 }
 
 // commandsPer lists the Redis commands per decision of a cell, those the
@@ -132,8 +161,17 @@ func (h *harness) layoutTitle(procs bool) string {
 // fleetRows makes one row per shape and metric, one column per peer.
 func (h *harness) fleetRows(scenario string, procs bool, peers []bench.Peer) [][]string {
 	var rows [][]string
+	counted := false
+	for _, sc := range allFleetScenarios() {
+		if sc.name == scenario {
+			counted = sc.slot() > 0
+		}
+	}
 	for _, s := range h.cfg.fleetShapes {
 		for _, m := range fleetMetrics {
+			if m.name == idealMetric && !counted {
+				continue
+			}
 			row := []string{s.String() + " " + m.name}
 			for _, p := range peers {
 				c := h.fleet[fleetKey{scenario, procs, s, p.Name}]

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -174,5 +175,33 @@ func TestResultRoundTrip(t *testing.T) {
 	if back.allowed != 1 || back.denied != 1 || back.degraded != 1 || back.admitDeg != 1 || back.errs != 1 ||
 		back.firstErr == nil || back.firstErr.Error() != "boom" || back.elapsed != time.Second || back.hist != tl.hist || r.CPU != 0.25 {
 		t.Errorf("round trip of %s lost something", data)
+	}
+}
+
+func TestIdealOnTheCallsMade(t *testing.T) {
+	lim := bench.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+	// Two workers' counts, the second begun 2 slots after the first.
+	a := &tally{sentIn: []uint32{600, 600, 600}, backIn: []uint32{0, 600, 600, 600}}
+	b := &tally{sentIn: []uint32{5, 5}, backIn: []uint32{0, 5, 5}}
+	b.sentIn, b.backIn = shiftSlots(b.sentIn, 2), shiftSlots(b.backIn, 2)
+	if want := []uint32{0, 0, 5, 5}; !slices.Equal(b.sentIn, want) {
+		t.Fatalf("shifted sends = %v, want %v", b.sentIn, want)
+	}
+	total := new(tally)
+	total.add(a)
+	total.add(b)
+	if want := []uint32{600, 600, 605, 5}; !slices.Equal(total.sentIn, want) {
+		t.Fatalf("merged sends = %v, want %v", total.sentIn, want)
+	}
+	lo, hi, ok := total.idealIn(lim, time.Millisecond)
+	// Sends: 600 of the full bucket, then its other 400 and a refill,
+	// then one refill each: 1003. The returns, a slot later, the same;
+	// but the last 5 calls returned a slot after the last send, and
+	// decided then they could take that slot's refill: 1004 at most.
+	if !ok || lo != 1003 || hi != 1004 {
+		t.Errorf("idealIn = %d, %d, %v; want 1003, 1004, true", lo, hi, ok)
+	}
+	if _, _, ok := new(tally).idealIn(lim, time.Millisecond); ok {
+		t.Error("idealIn of a tally without slots is ok")
 	}
 }

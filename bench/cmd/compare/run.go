@@ -22,6 +22,8 @@ type tally struct {
 	sending  time.Duration // from the start until the last call was sent
 	lastSend time.Time     // when the last call was made
 	backIn   []uint32      // calls returned per slot of the load's slot width, if asked
+	sentIn   []uint32      // calls sent per slot, likewise
+	begin    time.Time     // when the load began: slot 0's start
 	hist     bench.Histogram
 }
 
@@ -44,6 +46,7 @@ func (t *tally) add(o *tally) {
 		t.lastSend = o.lastSend
 	}
 	t.backIn = addSlots(t.backIn, o.backIn)
+	t.sentIn = addSlots(t.sentIn, o.sentIn)
 	t.hist.Merge(&o.hist)
 }
 
@@ -80,8 +83,8 @@ func (t *tally) count(ok bool, err error) {
 // its key uniformly from keys, and records every call's latency. All callers
 // start together; the result's elapsed runs from their start until the last
 // call in flight at the deadline has returned, and start is when they began.
-// If slot is not zero, the tally also counts the calls returned in each slot
-// of that width from the start (and a little after the end).
+// If slot is not zero, the tally also counts the calls sent and returned
+// in each slot of that width from the start (and a little after the end).
 func load(lim bench.Limiter, keys []string, callers int, d, slot time.Duration) (t *tally, start time.Time) {
 	return loadAll([]bench.Limiter{lim}, keys, callers, d, slot, 0)
 }
@@ -96,7 +99,7 @@ func loadAll(lims []bench.Limiter, keys []string, each int, d, slot time.Duratio
 	if slot > 0 {
 		n := int((d+d/2)/slot) + 1
 		for i := range parts {
-			parts[i].backIn = make([]uint32, n)
+			parts[i].backIn, parts[i].sentIn = make([]uint32, n), make([]uint32, n)
 		}
 	}
 	gate := make(chan struct{})
@@ -119,6 +122,9 @@ func loadAll(lims []bench.Limiter, keys []string, each int, d, slot time.Duratio
 				ok, err := lim.Allow(ctx, key)
 				t1 := time.Now()
 				if slot > 0 {
+					if i := int(t0.Sub(begin) / slot); i >= 0 && i < len(t.sentIn) {
+						t.sentIn[i]++
+					}
 					if i := int(t1.Sub(begin) / slot); i < len(t.backIn) {
 						t.backIn[i]++
 					}
@@ -136,12 +142,58 @@ func loadAll(lims []bench.Limiter, keys []string, each int, d, slot time.Duratio
 	begin = time.Now()
 	close(gate)
 	wg.Wait()
-	total := &tally{elapsed: time.Since(begin)}
+	total := &tally{elapsed: time.Since(begin), begin: begin}
 	for i := range parts {
 		total.add(&parts[i])
 	}
 	total.sending = total.lastSend.Sub(begin)
 	return total, begin
+}
+
+// idealIn returns the range of what a perfect bucket for lim, full at the
+// load's start, admits of the calls t counted per slot of width slot (see
+// loadAll). A perfect limiter decides each call between its send and its
+// return. lo places every call at the start of its slot of sending, or of
+// return, whichever admits fewer. hi places them at the end of their slot
+// of sending or of return, whichever admits more, and adds what the
+// bucket refills from the last send to the last return, at most the calls
+// that returned then: decided that late, the calls still in flight at the
+// end could take it. ok is false when t has no slots.
+func (t *tally) idealIn(lim bench.Limit, slot time.Duration) (lo, hi int, ok bool) {
+	if len(t.sentIn) == 0 || slot <= 0 {
+		return 0, 0, false
+	}
+	lo = min(lim.IdealAdmitsIn(t.sentIn, slot, false), lim.IdealAdmitsIn(t.backIn, slot, false))
+	hi = max(lim.IdealAdmitsIn(t.sentIn, slot, true), lim.IdealAdmitsIn(t.backIn, slot, true))
+	lastSent, lastBack := lastSlot(t.sentIn), lastSlot(t.backIn)
+	if lastBack > lastSent {
+		late := 0
+		for _, c := range t.backIn[lastSent+1 : lastBack+1] {
+			late += int(c)
+		}
+		refill := int(lim.PerSecondRate() * (time.Duration(lastBack-lastSent) * slot).Seconds())
+		hi += min(late, refill)
+	}
+	return lo, hi, true
+}
+
+// lastSlot is the index of the last slot that counted a call; -1 if none.
+func lastSlot(slots []uint32) int {
+	for i := len(slots) - 1; i >= 0; i-- {
+		if slots[i] > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// shiftSlots returns slots moved later by k slots (k >= 0), for adding
+// counts whose slot 0 began k slots after another's.
+func shiftSlots(slots []uint32, k int) []uint32 {
+	if len(slots) == 0 || k <= 0 {
+		return slots
+	}
+	return append(make([]uint32, k), slots...)
 }
 
 // paced sends one request every interval on key, from start until d has

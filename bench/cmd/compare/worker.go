@@ -56,6 +56,7 @@ type workerSpec struct {
 	Warmup    time.Duration `json:"warmup"`
 	Duration  time.Duration `json:"duration"`
 	Seed      uint64        `json:"seed"` // of the callers' key choices
+	Slot      time.Duration `json:"slot"` // count calls per slot of this width; 0: not
 }
 
 // workerReady says a worker is ready to measure, or why it cannot.
@@ -77,11 +78,14 @@ type workerResult struct {
 	Elapsed  time.Duration    `json:"elapsed"`
 	CPU      float64          `json:"cpu_seconds"`
 	Hist     *bench.Histogram `json:"latency"`
+	Begin    int64            `json:"begin_unix_nano"`   // slot 0's start
+	SentIn   []uint32         `json:"sent_in,omitempty"` // calls sent per slot (workerSpec.Slot)
+	BackIn   []uint32         `json:"back_in,omitempty"` // calls returned per slot
 }
 
 func resultOf(t *tally, cpu float64) workerResult {
 	r := workerResult{Allowed: t.allowed, Denied: t.denied, Degraded: t.degraded, AdmitDeg: t.admitDeg,
-		Errs: t.errs, Elapsed: t.elapsed, CPU: cpu, Hist: &t.hist}
+		Errs: t.errs, Elapsed: t.elapsed, CPU: cpu, Hist: &t.hist, Begin: t.begin.UnixNano(), SentIn: t.sentIn, BackIn: t.backIn}
 	if t.firstErr != nil {
 		r.FirstErr = t.firstErr.Error()
 	}
@@ -90,7 +94,7 @@ func resultOf(t *tally, cpu float64) workerResult {
 
 func (r *workerResult) tally() *tally {
 	t := &tally{allowed: r.Allowed, denied: r.Denied, degraded: r.Degraded, admitDeg: r.AdmitDeg,
-		errs: r.Errs, elapsed: r.Elapsed}
+		errs: r.Errs, elapsed: r.Elapsed, begin: time.Unix(0, r.Begin), sentIn: r.SentIn, backIn: r.BackIn}
 	if r.FirstErr != "" {
 		t.firstErr = errors.New(r.FirstErr)
 	}
@@ -191,7 +195,7 @@ func serveWorker(lines <-chan string, out io.Writer, build func(workerSpec) ([]b
 		return fmt.Errorf("got %q instead of %q", line, goLine)
 	}
 	cpu0, cpuOK := processCPU()
-	t, _ := loadAll(lims, keys, spec.Callers, spec.Duration, 0, spec.Seed)
+	t, _ := loadAll(lims, keys, spec.Callers, spec.Duration, spec.Slot, spec.Seed)
 	cpu1, _ := processCPU()
 	cpu := -1.0
 	if cpuOK {
@@ -300,7 +304,7 @@ func (h *harness) fleetProcesses(sc fleetScenario, s shape, p bench.Peer) (fleet
 	if err != nil {
 		return fleetRun{}, err
 	}
-	return h.aroundRedis(func() (*tally, float64, error) { return runWorkers(ws, h.cfg.fleetDuration+resultGrace) })
+	return h.aroundRedis(func() (*tally, float64, error) { return runWorkers(ws, h.cfg.fleetDuration+resultGrace, sc.slot()) })
 }
 
 // startWorkers starts the workers of one fleet cell and waits until each
@@ -313,7 +317,7 @@ func (h *harness) startWorkers(sc fleetScenario, s shape, p bench.Peer) ([]*work
 	for k := range n {
 		w, err := startWorker(workerSpec{Peer: p.Name, Addr: h.env.Addr, Limit: sc.limit,
 			KeyPrefix: prefix, WarmApart: sc.warmApart, Keys: sc.nkeys, Instances: workerShare(s.n, n, k), Callers: s.c,
-			Warmup: fleetWarmup, Duration: h.cfg.fleetDuration, Seed: uint64(k) << 32})
+			Warmup: fleetWarmup, Duration: h.cfg.fleetDuration, Seed: uint64(k) << 32, Slot: sc.slot()})
 		if err != nil {
 			return ws, err
 		}
@@ -336,9 +340,11 @@ func (h *harness) startWorkers(sc fleetScenario, s shape, p bench.Peer) ([]*work
 }
 
 // runWorkers starts the workers' measurement and gathers their results:
-// the merged tally (elapsed is the longest worker's) and the CPU time the
-// workers used in all (-1 if one could not read its own).
-func runWorkers(ws []*worker, within time.Duration) (*tally, float64, error) {
+// the merged tally (elapsed is the longest worker's; calls per slot of
+// width slot, if the workers counted them, on the earliest worker's
+// slots) and the CPU time the workers used in all (-1 if one could not
+// read its own).
+func runWorkers(ws []*worker, within, slot time.Duration) (*tally, float64, error) {
 	for _, w := range ws {
 		if _, err := io.WriteString(w.in, goLine+"\n"); err != nil {
 			return nil, 0, err
@@ -346,19 +352,33 @@ func runWorkers(ws []*worker, within time.Duration) (*tally, float64, error) {
 	}
 	total := new(tally)
 	cpu := 0.0
+	var parts []*tally
 	for _, w := range ws {
 		var r workerResult
 		if err := w.recv(&r, within); err != nil {
 			return nil, 0, err
 		}
-		t := r.tally()
-		total.add(t)
-		total.elapsed = max(total.elapsed, t.elapsed)
+		parts = append(parts, r.tally())
 		if r.CPU < 0 || cpu < 0 {
 			cpu = -1
 		} else {
 			cpu += r.CPU
 		}
+	}
+	// The workers began within a few milliseconds of one another: their
+	// slots are laid on the earliest one's.
+	for _, t := range parts {
+		if total.begin.IsZero() || t.begin.Before(total.begin) {
+			total.begin = t.begin
+		}
+	}
+	for _, t := range parts {
+		if slot > 0 {
+			k := int(t.begin.Sub(total.begin) / slot)
+			t.sentIn, t.backIn = shiftSlots(t.sentIn, k), shiftSlots(t.backIn, k)
+		}
+		total.add(t)
+		total.elapsed = max(total.elapsed, t.elapsed)
 	}
 	return total, cpu, nil
 }

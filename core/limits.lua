@@ -54,9 +54,10 @@ end
 -- without an expiry is clamped to it (bucket.lua's layout table).
 --
 -- It returns the decision (allowed, lock_flag, index, remaining, delay_us,
--- reset_us, next_us, as in bucket.lua's reply) and a state table S for
--- store: exists, lock_until, clamped, each limit's arrival_us and
--- arrival_frac and its debt in ticks, all as charged when admitted.
+-- reset_us, next_us, as in bucket.lua's reply), then what store needs:
+-- exists, lock_until, clamped, and tables of each limit's arrival_us,
+-- arrival_frac and debt in ticks, all as charged when admitted. They are
+-- return values, not a table: a table per key cost 3k instructions.
 judge = function(key, stored, n, cost, max_wait_us, r, p, b, step, clamp_to)
   local arrival_us, arrival_frac, debt = {}, {}, {}
   local exists, lock_until, clamped = false, 0, false
@@ -161,9 +162,10 @@ judge = function(key, stored, n, cost, max_wait_us, r, p, b, step, clamp_to)
   return 1, 0, index, remaining, wait_us, reset_us, next_us, true, 0, false, arrival_us, arrival_frac, debt
 end
 
--- store writes key's value from S (see judge) with its lock ending at
--- lock_until (0: none; full buckets if S holds none), expiring when every
--- bucket is full again and not before the lock ends.
+-- store writes key's value from what judge returned (exists, us, frac,
+-- debt) with its lock ending at lock_until (0: none; full buckets if the
+-- key held none), expiring when every bucket is full again and not before
+-- the lock ends.
 store = function(key, exists, us, frac, debt, lock_until, n, r, step)
   local ttl = lock_until - now
   local parts = { format('%d', lock_until) }

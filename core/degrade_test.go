@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/pause"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -24,7 +25,8 @@ type recorder struct {
 	mu        sync.Mutex
 	bySource  map[Source]int
 	allowed   int
-	storeErrs int
+	storeErrs int // store calls that failed, paused ones included
+	paused    int // of those, timeouts excused by a pause of this process
 	degraded  []time.Time
 	recovered []time.Time
 	outages   []time.Duration
@@ -45,6 +47,9 @@ func (r *recorder) ObserveStore(c StoreCall) {
 	if c.Err != nil {
 		r.mu.Lock()
 		r.storeErrs++
+		if c.Paused {
+			r.paused++
+		}
 		r.mu.Unlock()
 	}
 }
@@ -238,25 +243,33 @@ func TestSlowRedis(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	proxy.SetDelay(300 * time.Millisecond)
-	var slowest atomic.Int64
+	// slowest is the longest decision that no pause of this process
+	// overlapped (a pause lengthens whatever it stops); slowestAll, any.
+	var slowest, slowestAll atomic.Int64
+	longest := func(m *atomic.Int64, el int64) {
+		for {
+			cur := m.Load()
+			if el <= cur || m.CompareAndSwap(cur, el) {
+				return
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				start := time.Now()
+				start := pause.Now()
 				res, err := lim.Allow(ctx, "k", PerSecond(100))
-				el := time.Since(start)
+				end := pause.Now()
 				if err != nil || !res.Degraded {
 					t.Errorf("slow Allow = %+v, %v; want a degraded decision", res, err)
 					return
 				}
-				for {
-					cur := slowest.Load()
-					if int64(el) <= cur || slowest.CompareAndSwap(cur, int64(el)) {
-						break
-					}
+				longest(&slowestAll, end-start)
+				if !pause.Overlaps(start, end) {
+					longest(&slowest, end-start)
 				}
 			}
 		}()
@@ -264,18 +277,31 @@ func TestSlowRedis(t *testing.T) {
 	wg.Wait()
 	during := runtime.NumGoroutine()
 	rec.mu.Lock()
-	opened, paid := len(rec.degraded), rec.storeErrs
+	opened, paid, paused := len(rec.degraded), rec.storeErrs, rec.paused
 	rec.mu.Unlock()
-	t.Logf("slowest decision %v; %d of 640 decisions paid the budget; goroutines %d before, %d after",
-		time.Duration(slowest.Load()), paid, before, during)
-	if time.Duration(slowest.Load()) > 50*time.Millisecond+150*time.Millisecond {
-		t.Fatalf("a decision took %v, budget 50ms", time.Duration(slowest.Load()))
+	t.Logf("slowest decision %v (%v counting those a pause of this process overlapped); %d of 640 decisions paid the budget, %d of them excused by a pause; goroutines %d before, %d after",
+		time.Duration(slowest.Load()), time.Duration(slowestAll.Load()), paid, paused, before, during)
+	// A decision may wait for its key's batch in flight before its own
+	// is sent: two budgets, and a margin. (A call excused by a pause is
+	// sent once more, but then the pause overlapped the decision: its
+	// time is the pause's as much as the library's.)
+	if took := time.Duration(slowest.Load()); took > 2*50*time.Millisecond+100*time.Millisecond {
+		t.Fatalf("a decision took %v, budget 50ms", took)
+	}
+	if took := time.Duration(slowestAll.Load()); took > time.Second {
+		t.Fatalf("a decision took %v, budget 50ms, even allowing for pauses of this process", took)
 	}
 	if opened != 1 {
 		t.Fatalf("breaker opened %d times, want 1", opened)
 	}
-	if paid > 100 {
-		t.Fatalf("%d decisions waited for the slow Redis; the breaker should spare most", paid)
+	// The breaker opens at its third failure in a row, and a call sent
+	// before the last counted failure ended does not count again: three
+	// rounds of the 32 callers (96) pay for a slow Redis, and a probe or
+	// two while it is open. Timeouts excused by a pause of this process
+	// (a busy machine) count toward no breaker; they are bounded by
+	// excuseFor, not here.
+	if charged := paid - paused; charged > 100 {
+		t.Fatalf("%d decisions were charged for the slow Redis (and %d excused); the breaker should spare the rest", charged, paused)
 	}
 	// The proxy runs two goroutines per connection, and go-redis replaces
 	// each connection that timed out; the limiter itself starts none.

@@ -105,6 +105,12 @@ type StoreCall struct {
 	Latency time.Duration
 	// Err is the call's error, nil on success; [ErrorReason] classifies it.
 	Err error
+	// Paused reports a timeout that overlapped a pause of this process
+	// (descheduled by a busy machine, throttled by its CPU quota, stopped
+	// by the garbage collector): it says nothing of the node, so it is
+	// charged to no breaker, and the call is sent once more. Many of them
+	// mean the process is starved of CPU, not that Redis is slow.
+	Paused bool
 }
 
 // StoreOutage describes an outage of one store node: the time its breaker
@@ -140,7 +146,21 @@ const (
 	ReasonAuth        = "auth"        // authentication failed (NOAUTH, WRONGPASS)
 	ReasonNoPerm      = "noperm"      // the Redis user may not run a command or touch a key (NOPERM)
 	ReasonOther       = "other"       // anything else
+	// ReasonPaused is a timeout that overlapped a pause of this process,
+	// charged to no node (see [StoreCall.Paused]); [StoreCall.Reason]
+	// gives it, ErrorReason never does.
+	ReasonPaused = "paused"
 )
+
+// Reason classifies the call's outcome for metrics: [ReasonPaused] for a
+// timeout excused by a pause of this process, else [ErrorReason] of its
+// error ("" for success).
+func (c StoreCall) Reason() string {
+	if c.Paused {
+		return ReasonPaused
+	}
+	return ErrorReason(c.Err)
+}
 
 // asConcurrencyObserver returns o if it observes caps too, else nil.
 func asConcurrencyObserver(o Observer) ConcurrencyObserver {

@@ -84,10 +84,8 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	}
 	pause.Watch()
 	took, err := run()
-	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err})
-	}
-	if err != nil && callerGone(ctx) == nil && l.faultOf(err, took) == faultPause {
+	f := l.judged(ctx, brk, kind, took, err)
+	if f == faultPause {
 		// The answer was lost to a pause of this process: ask once
 		// more rather than decide without the store. Every kind of
 		// operation may be sent again: settlements, acquisitions (by
@@ -95,9 +93,7 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		// decision sent again may charge its key twice, which errs
 		// toward denying, never toward admitting.
 		took, err = run()
-		if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
-			l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err})
-		}
+		f = l.judged(ctx, brk, kind, took, err)
 	}
 	if err == nil {
 		if brk.excused.Load() != 0 {
@@ -115,7 +111,7 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		brk.abandon(r, now)
 		return true, cerr
 	}
-	switch l.faultOf(err, took) {
+	switch f {
 	case faultKey:
 		if brk.success(r, now) {
 			l.recovered(brk, now, "")
@@ -137,6 +133,25 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	}
 	l.chargeNode(nd, r, now, key, err)
 	return true, err
+}
+
+// judged judges the outcome of one call of kind kind, whose I/O took took
+// and ended with err (nil for an answer), and reports it to the observer
+// with that judgement. A call whose caller gave up is not reported (the
+// store said nothing), and its fault is faultNode, which onNode does not
+// use for it.
+func (l *Limiter) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
+	f := faultNode
+	if err != nil {
+		if callerGone(ctx) != nil {
+			return f
+		}
+		f = l.faultOf(err, took)
+	}
+	if l.obs != nil {
+		l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
+	}
+	return f
 }
 
 // aside runs a background operation of kind kind (the lease keeper's

@@ -49,9 +49,11 @@
 //	    sluice.store.node, the node asked (a Cluster master's address,
 //	    the server's address, or "sentinel", "ring", "cluster", "redis";
 //	    see core.StoreOutage); error.type, only on failure, the class
-//	    core.ErrorReason gives (timeout, refused, connection, loading,
-//	    readonly, clusterdown, oom, script, other). Failed calls are
-//	    counted by this histogram's count with error.type set.
+//	    core.StoreCall.Reason gives (timeout, refused, connection,
+//	    loading, readonly, clusterdown, oom, script, auth, noperm, other,
+//	    and paused: a timeout while this process was paused, charged to
+//	    no node). Failed calls are counted by this histogram's count with
+//	    error.type set.
 //	sluice.store.up                          gauge (asynchronous)
 //	    Per sluice.store.node: 1 while it answers, 0 while its circuit
 //	    breaker is open.

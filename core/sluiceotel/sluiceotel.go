@@ -327,9 +327,9 @@ func (obs *Observer) node(name string) *node {
 	return n
 }
 
-// reasons are the values of error.type, from core.ErrorReason.
+// reasons are the values of error.type, from core.StoreCall.Reason.
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
-	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther}
+	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther, core.ReasonPaused}
 
 // ops are the values of db.operation.name, from core's Op constants; a
 // kind of call not listed is recorded as "other".
@@ -342,7 +342,7 @@ type opResult struct{ op, reason string }
 // ObserveStore implements core.Observer.
 func (obs *Observer) ObserveStore(call core.StoreCall) {
 	n := obs.node(call.Node)
-	k := opResult{op: call.Op, reason: core.ErrorReason(call.Err)}
+	k := opResult{op: call.Op, reason: call.Reason()}
 	opts, ok := n.calls[k]
 	if !ok {
 		k.op = policyOther

@@ -117,6 +117,7 @@ func TestInstruments(t *testing.T) {
 	obs.ObserveStore(core.StoreCall{Node: a, Op: core.OpDecide, Latency: 2 * time.Millisecond})
 	obs.ObserveStore(core.StoreCall{Node: b, Op: core.OpDecide, Latency: 50 * time.Millisecond, Err: context.DeadlineExceeded})
 	obs.ObserveStore(core.StoreCall{Node: b, Op: core.OpDecide, Latency: time.Millisecond, Err: errors.New("boom")})
+	obs.ObserveStore(core.StoreCall{Node: a, Op: core.OpDecide, Latency: 80 * time.Millisecond, Err: context.DeadlineExceeded, Paused: true})
 	obs.ObserveDegraded(core.StoreOutage{Node: b, Start: time.Now().Add(-time.Minute), Err: errors.New("down")})
 
 	const (
@@ -141,6 +142,7 @@ func TestInstruments(t *testing.T) {
 		{"calls to a", dur, "db.operation.name=decide,db.system.name=redis,sluice.store.node=" + a, 2},
 		{"timeouts of b", dur, "db.operation.name=decide,db.system.name=redis,error.type=timeout,sluice.store.node=" + b, 1},
 		{"other errors of b", dur, "db.operation.name=decide,db.system.name=redis,error.type=other,sluice.store.node=" + b, 1},
+		{"a timeout of a while this process was paused", dur, "db.operation.name=decide,db.system.name=redis,error.type=paused,sluice.store.node=" + a, 1},
 		{"a up", up, "sluice.store.node=" + a, 1},
 		{"b down", up, "sluice.store.node=" + b, 0},
 		{"outages of b", outs, "sluice.store.node=" + b, 1},

@@ -57,9 +57,12 @@
 //	    one in progress (computed at each scrape).
 //	sluice_store_errors_total{node, reason}            counter
 //	    Store calls that failed (not counting calls the caller gave up),
-//	    by core.ErrorReason: timeout, refused, connection, loading,
-//	    readonly, clusterdown, oom, script, other. Every reason of a node
-//	    starts at 0 when the node is first seen.
+//	    by core.StoreCall.Reason: timeout, refused, connection, loading,
+//	    readonly, clusterdown, oom, script, auth, noperm, other, and
+//	    paused (a timeout while this process was paused, charged to no
+//	    node: a rising count means the pod is starved of CPU, not that
+//	    Redis is slow). Every reason of a node starts at 0 when the node
+//	    is first seen.
 //	sluice_store_latency_seconds{node, result}         histogram
 //	    Store call latency; result is "ok" or "error".
 //

@@ -65,9 +65,9 @@ type nodeMetrics struct {
 	downSince time.Time     // start of the outage in progress; zero while up
 }
 
-// reasons are the values of the reason label, from core.ErrorReason.
+// reasons are the values of the reason label, from core.StoreCall.Reason.
 var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonConnection, core.ReasonLoading,
-	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther}
+	core.ReasonReadOnly, core.ReasonClusterDown, core.ReasonOOM, core.ReasonScript, core.ReasonAuth, core.ReasonNoPerm, core.ReasonOther, core.ReasonPaused}
 
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
@@ -406,7 +406,7 @@ func (c *Collector) ObserveStore(call core.StoreCall) {
 		calls[0].Inc()
 	}
 	if call.Err != nil {
-		n.errs[core.ErrorReason(call.Err)].Inc()
+		n.errs[call.Reason()].Inc()
 		n.latencyFail.Observe(call.Latency.Seconds())
 		return
 	}

@@ -40,6 +40,7 @@ func TestCollector(t *testing.T) {
 	c.ObserveStore(core.StoreCall{Node: b, Latency: 50 * time.Millisecond, Err: context.DeadlineExceeded})
 	c.ObserveStore(core.StoreCall{Node: b, Latency: time.Millisecond, Err: errors.New("READONLY You can't write against a read only replica.")})
 	c.ObserveStore(core.StoreCall{Node: b, Latency: time.Millisecond, Err: redisErr("READONLY You can't write against a read only replica.")})
+	c.ObserveStore(core.StoreCall{Node: a, Latency: 80 * time.Millisecond, Err: context.DeadlineExceeded, Paused: true})
 	start := time.Now().Add(-2 * time.Second)
 	c.ObserveDegraded(core.StoreOutage{Node: b, Start: start, Err: errors.New("down")})
 	if got := testutil.ToFloat64(c.up.WithLabelValues(b)); got != 0 {
@@ -63,7 +64,8 @@ func TestCollector(t *testing.T) {
 		{"timeouts of b", c.storeErrs.WithLabelValues(b, "timeout"), 1},
 		{"a READONLY reply of b", c.storeErrs.WithLabelValues(b, "readonly"), 1},
 		{"an unclassified error of b", c.storeErrs.WithLabelValues(b, "other"), 1},
-		{"errors of a", c.storeErrs.WithLabelValues(a, "timeout"), 0},
+		{"timeouts of a", c.storeErrs.WithLabelValues(a, "timeout"), 0},
+		{"a timeout of a while this process was paused", c.storeErrs.WithLabelValues(a, "paused"), 1},
 		{"outages of b", c.outages.WithLabelValues(b), 1},
 		{"outages of a", c.outages.WithLabelValues(a), 0},
 		{"b up again", c.up.WithLabelValues(b), 1},
@@ -76,8 +78,8 @@ func TestCollector(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "sluice_store_latency_seconds"); err != nil || n != 4 {
 		t.Errorf("latency series = %d, %v; want 4 (ok and error for each node)", n, err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "sluice_store_errors_total"); err != nil || n != 22 {
-		t.Errorf("error series = %d, %v; want 18 (every reason of each node, from zero)", n, err)
+	if n, err := testutil.GatherAndCount(reg, "sluice_store_errors_total"); err != nil || n != 24 {
+		t.Errorf("error series = %d, %v; want 24 (every reason of each node, from zero)", n, err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
 		t.Errorf("lint: %v %v", problems, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -118,7 +119,7 @@ type Middleware struct {
 	ListClientIP              []keyfunc.IPOption
 	// Overrides, when not nil, returns the override set WithOverrides
 	// gets, made on the scenario's limiter (so called after it).
-	Overrides func() *core.Overrides
+	Overrides func() *overrides.Set
 	// PathRoot and Path map to WithPath; an empty PathRoot means "do not
 	// pass the option".
 	PathRoot string

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -34,18 +35,18 @@ func listScenarios() []Scenario {
 		return Reply{Status: 500, ContentType: textPlain, Body: "unexpected\n"}
 	}}
 
-	var ov *core.Overrides // made with the scenario's limiter
+	var ov *overrides.Set // made with the scenario's limiter
 	withOverrides := func(tb testing.TB) *core.Limiter {
 		tb.Helper()
 		lim := Frozen(tb)
 		var err error
-		if ov, err = core.NewOverrides(lim, "plans"); err != nil {
-			tb.Fatalf("core.NewOverrides() = %v", err)
+		if ov, err = overrides.New(lim, "plans"); err != nil {
+			tb.Fatalf("overrides.New() = %v", err)
 		}
 		tb.Cleanup(func() { _ = ov.Close() })
 		ctx := tb.Context()
 		for key, text := range map[string]string{"tenant:acme": "3/m name pro", "tenant:mallory": "deny", "tenant:vip": "allow", "198.51.100.0/24": "deny"} {
-			o, err := core.ParseOverride(text)
+			o, err := overrides.Parse(text)
 			if err == nil {
 				err = ov.Set(ctx, key, o)
 			}
@@ -93,7 +94,7 @@ func listScenarios() []Scenario {
 			Name:    "run-time overrides: limits, allow and deny entries",
 			Limiter: withOverrides,
 			Use: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.Tenant("X-Tenant"), Headers: policy.HeadersBoth,
-				Overrides: func() *core.Overrides { return ov }},
+				Overrides: func() *overrides.Set { return ov }},
 			Routes: []Route{{Method: "GET", Pattern: "/items/{id}"}},
 			Steps: []Step{
 				{Request: tenant("acme"), Want: Want{Status: 200, Header: with(legacy(3, 2, 20), "RateLimit-Policy", `"pro";q=3;w=60`)}},

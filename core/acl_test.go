@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,29 +32,7 @@ var aclCommands = []string{
 }
 
 // warnings records the limiter's log lines at Warn and above.
-type warnings struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool { b.WriteString(" " + a.String()); return true })
-	w.mu.Lock()
-	w.got = append(w.got, b.String())
-	w.mu.Unlock()
-	return nil
-}
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnings) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnings) lines() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.got)
-}
+type warnings = testkit.Warnings
 
 // startACL starts a redis-server whose only user, "sluice", may run
 // commands on keys under prefix, and returns a client logged in as it.
@@ -133,15 +111,17 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []string {
 		fail("Release", ls.Release(ctx))
 	}
 
-	if ov, err := NewOverrides(lim, "acl"); err != nil {
-		t.Fatal(err)
-	} else {
-		fail("Overrides.Set", ov.Set(ctx, "tenant:a", Override{Limits: []Limit{PerMinute(5)}}))
-		fail("Overrides.Set deny", ov.Set(ctx, "203.0.113.0/24", Override{Deny: true}))
-		fail("Overrides.Remove", ov.Remove(ctx, "tenant:a"))
-		fail("Overrides.Sync", ov.Sync(ctx))
-		_ = ov.Close()
-	}
+	// Package overrides (which imports this one) sends its calls through
+	// what the limiter lends it: the same scripts and commands.
+	ov := lent{lim}
+	_, err = ov.SetOverride(ctx, "acl", "tenant:a", "5/m", 100_000)
+	fail("Overrides.Set", err)
+	_, err = ov.SetOverride(ctx, "acl", "203.0.113.0/24", "deny", 100_000)
+	fail("Overrides.Set deny", err)
+	_, err = ov.RemoveOverride(ctx, "acl", "tenant:a")
+	fail("Overrides.Remove", err)
+	_, err = ov.LoadOverrides(ctx, "acl", "", 100_000)
+	fail("Overrides.Sync", err)
 
 	// The fleet: each limiter counts the other.
 	deadline := time.Now().Add(5 * time.Second)
@@ -153,7 +133,7 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []string {
 	}
 	fail("Close", lim.Close())
 	fail("Close", other.Close())
-	for _, l := range log.lines() {
+	for _, l := range log.Lines() {
 		failed = append(failed, "logged: "+l)
 	}
 	return failed

@@ -1,10 +1,10 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -208,22 +208,7 @@ func TestKillAndRestart(t *testing.T) {
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.SyncBuffer
 
 // TestSlowRedis puts a fault proxy that delays every reply by 300 ms between
 // the limiter and Redis: every decision returns within the 50 ms budget plus

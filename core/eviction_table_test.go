@@ -59,12 +59,9 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 		t.Fatalf("%+v, %v", ls, err)
 	}
 	defer func() { _ = ls.Release(ctx) }()
-	ov, err := NewOverrides(lim, "plans", WithOverridesRefresh(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ov.Close()
-	if err := ov.Set(ctx, "tenant:evil", Override{Deny: true}); err != nil {
+	// An overrides set of one entry, written as package overrides writes
+	// it (that package imports this one).
+	if _, err := (lent{lim}).SetOverride(ctx, "plans", "tenant:evil", "deny", 100_000); err != nil {
 		t.Fatal(err)
 	}
 	ovKey := "ev:{ovr:plans}"

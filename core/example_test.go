@@ -5,64 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/internal/leakcheck"
-	"github.com/sluicehq/sluice/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
-
-// exampleRedis is a private redis-server for the examples, started by
-// TestMain.
-var exampleRedis *redistest.Server
 
 // TestMain starts the examples' Redis, runs the tests and examples, and
 // then checks that no goroutine of sluice outlived them: the limiter
-// starts none of its own, and every test closes what it opens.
-//
-// Without redis-server on PATH, core's tests do not run: TestMain fails
-// under CI (the environment variable CI is "true" or "1") and otherwise
-// says why and exits 0.
-func TestMain(m *testing.M) {
-	redistest.QuietClientLogs()
-	srv, err := redistest.Launch(redistest.ServerOptions{})
-	if err != nil {
-		if ci := os.Getenv("CI"); ci == "1" || strings.EqualFold(ci, "true") {
-			fmt.Fprintf(os.Stderr, "core: CI requires redis-server: %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Printf("core: the tests need redis-server on PATH, so they did not run (%v)\n", err)
-		os.Exit(0)
-	}
-	exampleRedis = srv
-	code := m.Run()
-	if err := srv.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = max(code, 1)
-	}
-	if code == 0 {
-		if err := leakcheck.Check(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// starts none of its own, and every test closes what it opens. Without
+// redis-server on PATH, core's tests do not run: TestMain fails under CI
+// and otherwise says why and exits 0 (see testkit.MainWithRedis).
+func TestMain(m *testing.M) { os.Exit(testkit.MainWithRedis(m, "core")) }
 
-// exampleAddr returns the address of the examples' Redis, emptied first,
-// so that each example starts from nothing even when go test -count runs
-// it again.
-func exampleAddr() string {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleRedis.Addr()})
-	defer rdb.Close()
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		panic(err)
-	}
-	return exampleRedis.Addr()
-}
+// exampleAddr returns the examples' Redis, emptied first.
+func exampleAddr() string { return testkit.ExampleAddr() }
 
 // upToSecond rounds d up to whole seconds, as a Retry-After header does,
 // so that the milliseconds an example takes on Redis's real clock do not

@@ -235,24 +235,24 @@ var forgetRows = []forgetRow{
 		env, mk := forgetSetup(t)
 		a, b := mk(), mk()
 		ctx := context.Background()
-		oa, err := NewOverrides(a, "plans", WithOverridesRefresh(time.Hour))
+		oa, err := NewTestOverrides(a, "plans")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer oa.Close()
-		ob, err := NewOverrides(b, "plans", WithOverridesRefresh(time.Hour))
+		ob, err := NewTestOverrides(b, "plans")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ob.Close()
-		if err := oa.Set(ctx, "w", Override{Deny: true}); err != nil {
+		if err := oa.Deny(ctx, "w"); err != nil {
 			t.Fatal(err)
 		}
 		forget := l.before(t, env, func() []string {
 			keys, _ := env.rdb.Keys(ctx, env.prefix+"{ovr:plans}*").Result()
 			return keys
 		})
-		if err := oa.Set(ctx, "x", Override{Deny: true}); err != nil {
+		if err := oa.Deny(ctx, "x"); err != nil {
 			t.Fatal(err)
 		}
 		if err := ob.Sync(ctx); err != nil {
@@ -261,7 +261,7 @@ var forgetRows = []forgetRow{
 		forget()
 		var err2 error
 		for range 50 { // through the breaker's recovery after a restart
-			if err2 = oa.Set(ctx, "y", Override{Deny: true}); err2 == nil {
+			if err2 = oa.Deny(ctx, "y"); err2 == nil {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -272,8 +272,7 @@ var forgetRows = []forgetRow{
 		if err := ob.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
-		_, hasX := ob.Lookup("x")
-		_, hasY := ob.Lookup("y")
+		hasX, hasY := ob.Has("x"), ob.Has("y")
 		if hasY && !hasX {
 			return "replica read the set again (lost entry gone, new entry in force)"
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/storeops"
 )
 
 // Limiter is the engine: it decides requests against token buckets kept in
@@ -447,18 +448,9 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	return nil
 }
 
-// callerGone returns the caller's context error, also when its deadline has
-// passed but its timer has not fired yet: the socket deadline go-redis sets
-// from it can fire first.
-func callerGone(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
+// callerGone is storeops.CallerGone: the caller's context error, also
+// when its deadline has passed but its timer has not fired yet.
+func callerGone(ctx context.Context) error { return storeops.CallerGone(ctx) }
 
 // fallback decides without the store, under the failure policy.
 func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause error) (Result, decision, error) {

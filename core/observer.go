@@ -24,8 +24,8 @@ const (
 	// store is unavailable under [FailClosed].
 	SourceFailClosed
 	// SourceDenyList is a refusal by a deny list, before any decision
-	// (the middleware's WithDeny, or a deny entry of an [Overrides] set);
-	// its Result is zero, as a SourceFailClosed one is. See
+	// (the middleware's WithDeny, or a deny entry of a set of package
+	// overrides); its Result is zero, as a SourceFailClosed one is. See
 	// [Limiter.ObserveDenyList].
 	SourceDenyList
 )
@@ -166,4 +166,14 @@ func (c StoreCall) Reason() string {
 func asConcurrencyObserver(o Observer) ConcurrencyObserver {
 	co, _ := o.(ConcurrencyObserver)
 	return co
+}
+
+// ObserveDenyList tells the limiter's observer (see [WithObserver]) of a
+// request refused by a deny list before any decision, as a decision of
+// source [SourceDenyList] with a zero Result, marked DryRun when dryRun is
+// true. Middleware calls it; it costs nothing without an observer.
+func (l *Limiter) ObserveDenyList(dryRun bool) {
+	if l.obs != nil {
+		l.obs.ObserveDecision(Result{DryRun: dryRun}, SourceDenyList)
+	}
 }

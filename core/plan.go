@@ -159,8 +159,12 @@ type coarseFallback struct {
 	cause  error
 }
 
-// maxLimits bounds how many limits one decision may check together.
-const maxLimits = 8
+// MaxLimits is the most limits one decision may check together: a rule's,
+// an Allow's, or an override's (package overrides).
+const MaxLimits = 8
+
+// maxLimits is MaxLimits.
+const maxLimits = MaxLimits
 
 // planCache remembers compiled plans so that calls which pass their limits
 // each time do not recompile them. It is bounded: past maxPlans distinct

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -650,3 +651,7 @@ func TestValidation(t *testing.T) {
 		})
 	}
 }
+
+// waitFor polls cond every 5ms until it holds, failing the test after
+// d.
+var waitFor = testkit.WaitFor

@@ -44,7 +44,7 @@ const (
 	OpReset     = "reset"     // Reset: a key's state deleted
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
-	OpOverrides = "overrides" // an overrides set read or changed (Overrides)
+	OpOverrides = "overrides" // an overrides set read or changed (package overrides)
 )
 
 // fault says whose failure a store error is.

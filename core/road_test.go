@@ -276,11 +276,11 @@ func TestObserverSeesEveryOp(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = refusedLease.Release(ctx) // a refusal releases nothing
-			ov, err := NewOverrides(lim, "obs", WithOverridesRefresh(time.Hour))
+			ov, err := NewTestOverrides(lim, "obs")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := ov.Set(ctx, "tenant:a", Override{Deny: true}); err != nil { // the change, and reading it back
+			if err := ov.Deny(ctx, "tenant:a"); err != nil { // the change, and reading it back
 				t.Fatal(err)
 			}
 			ov.Close()

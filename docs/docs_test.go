@@ -163,6 +163,7 @@ var packages = map[string]string{
 	"healthpb":   "google.golang.org/grpc/health/grpc_health_v1",
 	"errdetails": "google.golang.org/genproto/googleapis/rpc/errdetails",
 	"policy":     "github.com/sluicehq/sluice/policy",
+	"overrides":  "github.com/sluicehq/sluice/overrides",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
 	"gin":        "github.com/gin-gonic/gin",

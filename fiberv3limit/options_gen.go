@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -19,7 +20,7 @@ import (
 // matched against the address [policy.WithListClientIP] finds. A deny entry
 // ([policy.WithDeny], or one of [policy.WithOverrides]) wins over an allow entry.
 //
-// Entries are read by [keyfunc.ParseListEntry], as core.Overrides and the
+// Entries are read by [keyfunc.ParseListEntry], as overrides.Set and the
 // sluice command read theirs. The constructor fails (an adapter panics) on
 // an empty entry, one longer than 1024 bytes, or one that looks like an
 // address but is not a valid one ("10.0.0.0/33", "300.1.2.3"): no client
@@ -259,7 +260,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 }
 
 // WithOverrides applies the run-time overrides of ov (see
-// [core.NewOverrides]) to the middleware's requests, by their key:
+// [overrides.New]) to the middleware's requests, by their key:
 //   - limits replace the middleware's main limit for the key's requests,
 //     as [policy.WithLimitFunc] does (and before it: an override wins), beside
 //     the limits of [policy.WithLimits]; the rate-limit fields then describe
@@ -278,7 +279,7 @@ func WithListClientIP(opts ...keyfunc.IPOption) Option {
 // Default: none.
 //
 // The same option as every adapter's: [policy.WithOverrides], for fiber v3.
-func WithOverrides(ov *core.Overrides) Option {
+func WithOverrides(ov *overrides.Set) Option {
 	return policy.WithOverrides[fiber.Ctx, Handlers](ov)
 }
 

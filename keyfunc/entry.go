@@ -11,7 +11,7 @@ import (
 const MaxListEntry = 1024
 
 // ParseListEntry reads one entry of an allow or deny list: the policy's
-// WithAllow and WithDeny, an allow or deny entry of core.Overrides, and
+// WithAllow and WithDeny, an allow or deny entry of overrides.Set, and
 // the sluice command's allow and deny. It is the one check all of them
 // apply, so an entry that one accepts every other accepts too.
 //

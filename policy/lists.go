@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // ErrDenyList is wrapped by the error of a request refused by a deny list
@@ -35,7 +36,7 @@ var (
 // matched against the address [WithListClientIP] finds. A deny entry
 // ([WithDeny], or one of [WithOverrides]) wins over an allow entry.
 //
-// Entries are read by [keyfunc.ParseListEntry], as core.Overrides and the
+// Entries are read by [keyfunc.ParseListEntry], as overrides.Set and the
 // sluice command read theirs. The constructor fails (an adapter panics) on
 // an empty entry, one longer than 1024 bytes, or one that looks like an
 // address but is not a valid one ("10.0.0.0/33", "300.1.2.3"): no client
@@ -154,8 +155,8 @@ func (s *addrSet) match(client netip.Prefix) listAction {
 type lists struct {
 	keys   map[string]listAction
 	addrs  addrSet
-	shared *core.Overrides // nil: none
-	ip     keyfunc.Func    // keys by the whole client address
+	shared *overrides.Set // nil: none
+	ip     keyfunc.Func   // keys by the whole client address
 	lim    *core.Limiter
 	warned atomic.Bool // an allow entry held a forwarding proxy: logged
 
@@ -169,7 +170,7 @@ type sharedSet struct {
 }
 
 // newLists returns the lists configured, or nil when there are none.
-func newLists(lim *core.Limiter, allow, deny []string, shared *core.Overrides, ipOpts []keyfunc.IPOption) (*lists, error) {
+func newLists(lim *core.Limiter, allow, deny []string, shared *overrides.Set, ipOpts []keyfunc.IPOption) (*lists, error) {
 	if len(allow) == 0 && len(deny) == 0 && shared == nil {
 		return nil, nil
 	}
@@ -332,7 +333,7 @@ func (l *lists) sharedAddrs() *addrSet {
 		return &s.addrs
 	}
 	s := &sharedSet{version: v}
-	l.shared.Range(func(key string, o core.Override) bool {
+	l.shared.Range(func(key string, o overrides.Override) bool {
 		if !o.Allow && !o.Deny {
 			return true
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // Option configures a middleware whose framework passes requests as C (the
@@ -43,7 +44,7 @@ type Config[C, H any] struct {
 	allow     []string           // WithAllow
 	deny      []string           // WithDeny
 	listIP    []keyfunc.IPOption // WithListClientIP
-	ovr       *core.Overrides    // WithOverrides
+	ovr       *overrides.Set     // WithOverrides
 	pathRoot  string             // WithPath's root level
 	path      []PathLevel        // WithPath's levels below the root
 	pathSet   bool

@@ -1,12 +1,12 @@
 package policy
 
 import (
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // WithOverrides applies the run-time overrides of ov (see
-// [core.NewOverrides]) to the middleware's requests, by their key:
+// [overrides.New]) to the middleware's requests, by their key:
 //   - limits replace the middleware's main limit for the key's requests,
 //     as [WithLimitFunc] does (and before it: an override wins), beside
 //     the limits of [WithLimits]; the rate-limit fields then describe
@@ -23,14 +23,14 @@ import (
 // ignored, and that is logged once. A nil ov applies none.
 //
 // Default: none.
-func WithOverrides[C, H any](ov *core.Overrides) Option[C, H] {
+func WithOverrides[C, H any](ov *overrides.Set) Option[C, H] {
 	return func(c *Config[C, H]) { c.ovr = ov }
 }
 
-// overrides are the rules of a policy's overridden limits, prepared once
+// overrideRules are the rules of a policy's overridden limits, prepared once
 // per distinct override (by its text) and route, and kept up to maxRules.
-type overrides struct {
-	set   *core.Overrides
+type overrideRules struct {
+	set   *overrides.Set
 	rules ruleCache
 }
 
@@ -42,7 +42,7 @@ func initLists[C, H any](p *Policy, cfg *Config[C, H]) error {
 	}
 	p.lists = l
 	if cfg.ovr != nil {
-		p.ovr = &overrides{set: cfg.ovr, rules: ruleCache{lim: p.lim, set: p.rules.set, extra: p.rules.extra}}
+		p.ovr = &overrideRules{set: cfg.ovr, rules: ruleCache{lim: p.lim, set: p.rules.set, extra: p.rules.extra}}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 func TestOverrides(t *testing.T) {
@@ -17,7 +18,7 @@ func TestOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := core.NewOverrides(lim, "plans")
+	ov, err := overrides.New(lim, "plans")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestOverrides(t *testing.T) {
 	}
 	set := func(key, text string) {
 		t.Helper()
-		o, err := core.ParseOverride(text)
+		o, err := overrides.Parse(text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,14 +95,14 @@ func TestOverrides(t *testing.T) {
 func TestOverrideBeyondEightLimits(t *testing.T) {
 	log := &lines{}
 	lim, _ := core.NewMemory(core.WithLogger(slog.New(log)))
-	ov, _ := core.NewOverrides(lim, "plans")
+	ov, _ := overrides.New(lim, "plans")
 	defer ov.Close()
 	p, _, err := New(lim, core.PerMinute(1), keyfunc.Tenant("X-Tenant"), self, WithOverrides[req, struct{}](ov),
 		WithLimits[req, struct{}](core.PerHour(100), core.PerHour(101)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, _ := core.ParseOverride(strings.TrimSuffix(strings.Repeat("5/s; ", 7), "; "))
+	o, _ := overrides.Parse(strings.TrimSuffix(strings.Repeat("5/s; ", 7), "; "))
 	if err := ov.Set(context.Background(), "tenant:a", o); err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +120,11 @@ func TestOverrideBeyondEightLimits(t *testing.T) {
 // allocates no more per request than one without.
 func TestOverridesCostNoAllocation(t *testing.T) {
 	lim, _ := core.NewMemory()
-	ov, _ := core.NewOverrides(lim, "plans")
+	ov, _ := overrides.New(lim, "plans")
 	defer ov.Close()
-	o, _ := core.ParseOverride("1000000/s")
+	o, _ := overrides.Parse("1000000/s")
 	_ = ov.Set(context.Background(), "tenant:acme", o)
-	_ = ov.Set(context.Background(), "203.0.113.0/24", core.Override{Deny: true})
+	_ = ov.Set(context.Background(), "203.0.113.0/24", overrides.Override{Deny: true})
 	key := keyfunc.Static("tenant:acme")
 	plain, _, _ := New[req, struct{}](lim, core.PerSecond(1_000_000), key, self)
 	listed, _, _ := New(lim, core.PerSecond(1_000_000), key, self, WithOverrides[req, struct{}](ov),
@@ -147,7 +148,7 @@ func TestOverridesCostNoAllocation(t *testing.T) {
 // of the set allows.
 func TestOverridesChangeUnderLoad(t *testing.T) {
 	lim, _ := core.NewMemory()
-	ov, _ := core.NewOverrides(lim, "plans")
+	ov, _ := overrides.New(lim, "plans")
 	defer ov.Close()
 	p, _, err := New(lim, core.PerSecond(1_000_000), keyfunc.Tenant("X-Tenant"), self, WithOverrides[req, struct{}](ov))
 	if err != nil {
@@ -178,13 +179,13 @@ func TestOverridesChangeUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	o, _ := core.ParseOverride("999999/s")
+	o, _ := overrides.Parse("999999/s")
 	for i := range 200 {
 		key := "tenant:acme"
 		if i%2 == 1 {
 			key = "203.0.113.0/24"
 		}
-		_ = ov.Set(ctx, key, core.Override{Deny: true})
+		_ = ov.Set(ctx, key, overrides.Override{Deny: true})
 		_ = ov.Set(ctx, "tenant:acme", o)
 		_ = ov.Remove(ctx, key)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // pathOpts is a tree of WithPath: the root (org) at the middleware's limit,
@@ -70,7 +71,7 @@ func TestPathPolicyOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := core.NewOverrides(lim, "plans")
+	ov, err := overrides.New(lim, "plans")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestPathPolicyOverrides(t *testing.T) {
 	if v := p.Decide(ctx, bob); v.Action != Deny || v.Result.Level != "user" {
 		t.Fatalf("bob's third request: %+v, want denied by the user level", v.Result)
 	}
-	o, err := core.ParseOverride("10/m")
+	o, err := overrides.Parse("10/m")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,12 +31,12 @@ type Policy struct {
 	report  func(keyfunc.Request, DryRunReport) // nil: none
 	wait    time.Duration
 	problem bool
-	jitter  time.Duration // WithRetryJitter's bound
-	cap     *capRule      // WithConcurrency's cap; nil: none
-	settle  *settler      // WithChargeIf and WithFinalCost; nil: charge before the handler
-	lists   *lists        // WithAllow, WithDeny, WithOverrides' entries; nil: none
-	ovr     *overrides    // WithOverrides; nil: none
-	path    *pathSet      // WithPath; nil: one key
+	jitter  time.Duration  // WithRetryJitter's bound
+	cap     *capRule       // WithConcurrency's cap; nil: none
+	settle  *settler       // WithChargeIf and WithFinalCost; nil: charge before the handler
+	lists   *lists         // WithAllow, WithDeny, WithOverrides' entries; nil: none
+	ovr     *overrideRules // WithOverrides; nil: none
+	path    *pathSet       // WithPath; nil: one key
 }
 
 // New returns the policy limiting requests by key under limit on lim,

@@ -1,5 +1,5 @@
 // Command sluice sets, lists and removes the run-time overrides of a
-// sluice limiter (see core.Overrides): per-key limits, and allow and deny
+// sluice limiter (see overrides.Set): per-key limits, and allow and deny
 // entries, shared by every replica through Redis. A change applies on
 // every replica within its refresh interval (1s by default) plus one round
 // trip.
@@ -70,6 +70,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 func main() {
@@ -161,7 +162,7 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 		return 2
 	}
 	// The poller is not needed: refresh rarely, and Close at once.
-	ov, err := core.NewOverrides(lim, cmd.set, core.WithOverridesRefresh(time.Hour))
+	ov, err := overrides.New(lim, cmd.set, overrides.WithRefresh(time.Hour))
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
@@ -189,7 +190,7 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 type command struct {
 	op       string // "set", "list" or "rm"
 	set, key string
-	override core.Override
+	override overrides.Override
 }
 
 func parseCommand(args []string) (command, error) {
@@ -207,7 +208,7 @@ func parseCommand(args []string) (command, error) {
 		if len(args) != 3 {
 			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
 		}
-		o := core.Override{Allow: args[0] == "allow", Deny: args[0] == "deny"}
+		o := overrides.Override{Allow: args[0] == "allow", Deny: args[0] == "deny"}
 		return command{op: "set", set: args[1], key: args[2], override: o}.checked()
 	case "override":
 	default:
@@ -221,7 +222,7 @@ func parseCommand(args []string) (command, error) {
 		if err := want(5, "<set> <key> <override>"); err != nil {
 			return command{}, err
 		}
-		o, err := core.ParseOverride(args[4])
+		o, err := overrides.Parse(args[4])
 		if err != nil {
 			return command{}, err
 		}
@@ -242,7 +243,7 @@ func parseCommand(args []string) (command, error) {
 
 // checked returns c, or the reason why the middleware would never match
 // its allow or deny entry: the check of [keyfunc.ParseListEntry], which
-// WithAllow, WithDeny and core.Overrides.Set apply too.
+// WithAllow, WithDeny and overrides.Set.Set apply too.
 func (c command) checked() (command, error) {
 	if c.override.Allow || c.override.Deny {
 		if _, _, err := keyfunc.ParseListEntry(c.key); err != nil {
@@ -252,7 +253,7 @@ func (c command) checked() (command, error) {
 	return c, nil
 }
 
-func (c command) exec(ctx context.Context, ov *core.Overrides, out io.Writer) error {
+func (c command) exec(ctx context.Context, ov *overrides.Set, out io.Writer) error {
 	switch c.op {
 	case "set":
 		if err := ov.Set(ctx, c.key, c.override); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/leakcheck"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -34,7 +35,7 @@ func TestCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(20*time.Millisecond))
+	ov, err := overrides.New(lim, "plans", overrides.WithRefresh(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -114,7 +115,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err := lim.Ready(ctx); err != nil {
 		return err
 	}
-	plans, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(100*time.Millisecond))
+	plans, err := overrides.New(lim, "plans", overrides.WithRefresh(100*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	fmt.Fprintln(out, "\n2. alice's plan changes at run time: 600 a minute, bursts of 20")
-	o, err := core.ParseOverride("600/m burst 20")
+	o, err := overrides.Parse("600/m burst 20")
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Command plans changes a tenant's plan at run time, across three replicas
-// of a service, through sluice's override set (core.Overrides):
+// of a service, through sluice's override set (overrides.Set):
 //
 //   - three replicas (three limiters, each with its own Redis client, each
 //     behind its own HTTP server) limit tenants to 5 requests a minute;
@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/examples/internal/demoredis"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keyfunc"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 func main() {
@@ -46,7 +47,7 @@ func main() {
 type replica struct {
 	name string
 	lim  *core.Limiter
-	ov   *core.Overrides
+	ov   *overrides.Set
 	srv  *httptest.Server
 }
 
@@ -87,7 +88,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err := lim.Ready(ctx); err != nil {
 			return err
 		}
-		ov, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(*refresh))
+		ov, err := overrides.New(lim, "plans", overrides.WithRefresh(*refresh))
 		if err != nil {
 			return err
 		}
@@ -121,14 +122,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The set's keys, as core.Overrides documents them.
+	// The set's keys, as overrides.Set documents them.
 	defer admin.Del(context.WithoutCancel(ctx), prefix+"{ovr:plans}", prefix+"{ovr:plans}v")
-	ops, err := core.NewOverrides(adminLim, "plans", core.WithOverridesRefresh(time.Hour))
+	ops, err := overrides.New(adminLim, "plans", overrides.WithRefresh(time.Hour))
 	if err != nil {
 		return err
 	}
 	defer ops.Close()
-	pro, err := core.ParseOverride("50/m name pro")
+	pro, err := overrides.Parse("50/m name pro")
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "\nmallory: %d\n", code)
 	start = time.Now()
-	if err := replicas[0].ov.Set(ctx, "tenant:mallory", core.Override{Deny: true}); err != nil {
+	if err := replicas[0].ov.Set(ctx, "tenant:mallory", overrides.Override{Deny: true}); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "operator, on replica 1: deny tenant:mallory")

@@ -1,4 +1,4 @@
-package core_test
+package overrides_test
 
 import (
 	"context"
@@ -7,19 +7,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // An operator raises one tenant's limit at run time: every replica reads
 // the change within the refresh interval, and decisions cost no extra
 // round trip.
-func ExampleOverrides() {
+func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
 	lim, err := core.New(rdb, core.WithTimeout(time.Second))
 	if err != nil {
 		panic(err)
 	}
-	plans, err := core.NewOverrides(lim, "plans", core.WithOverridesRefresh(100*time.Millisecond))
+	plans, err := overrides.New(lim, "plans", overrides.WithRefresh(100*time.Millisecond))
 	if err != nil {
 		panic(err)
 	}
@@ -27,14 +28,14 @@ func ExampleOverrides() {
 	ctx := context.Background()
 
 	// The operator's side (the sluice command does the same).
-	pro, err := core.ParseOverride("50/m burst 10")
+	pro, err := overrides.Parse("50/m burst 10")
 	if err != nil {
 		panic(err)
 	}
 	if err := plans.Set(ctx, "tenant:acme", pro); err != nil {
 		panic(err)
 	}
-	if err := plans.Set(ctx, "tenant:mallory", core.Override{Deny: true}); err != nil {
+	if err := plans.Set(ctx, "tenant:mallory", overrides.Override{Deny: true}); err != nil {
 		panic(err)
 	}
 

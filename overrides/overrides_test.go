@@ -1,9 +1,11 @@
-package core
+package overrides
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -13,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/redistest"
 )
 
-func TestParseOverride(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 		limits         int
@@ -32,19 +34,19 @@ func TestParseOverride(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, err := ParseOverride(tt.in)
+			o, err := Parse(tt.in)
 			if tt.err {
-				if !errors.Is(err, ErrInvalidLimit) {
-					t.Fatalf("ParseOverride(%q) = %v, %v, want an error wrapping ErrInvalidLimit", tt.in, o, err)
+				if !errors.Is(err, core.ErrInvalidLimit) {
+					t.Fatalf("Parse(%q) = %v, %v, want an error wrapping core.ErrInvalidLimit", tt.in, o, err)
 				}
 				return
 			}
 			if err != nil || o.String() != tt.want || len(o.Limits) != tt.limits {
-				t.Fatalf("ParseOverride(%q) = %q (%d limits), %v, want %q (%d limits)", tt.in, o, len(o.Limits), err, tt.want, tt.limits)
+				t.Fatalf("Parse(%q) = %q (%d limits), %v, want %q (%d limits)", tt.in, o, len(o.Limits), err, tt.want, tt.limits)
 			}
-			back, err := ParseOverride(o.String())
+			back, err := Parse(o.String())
 			if err != nil || back.String() != o.String() {
-				t.Fatalf("ParseOverride(%q) = %q, %v: does not read back", o.String(), back, err)
+				t.Fatalf("Parse(%q) = %q, %v: does not read back", o.String(), back, err)
 			}
 		})
 	}
@@ -54,17 +56,17 @@ func TestParseOverride(t *testing.T) {
 }
 
 func TestOverridesMemory(t *testing.T) {
-	lim, err := NewMemory()
+	lim, err := core.NewMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := NewOverrides(lim, "plans", WithOverridesMax(2))
+	ov, err := New(lim, "plans", WithMax(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ov.Close()
 	ctx := context.Background()
-	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerMinute(50)}}); err != nil {
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []core.Limit{core.PerMinute(50)}}); err != nil {
 		t.Fatal(err)
 	}
 	if o, ok := ov.Lookup("tenant:acme"); !ok || o.String() != "50/m" || ov.Version() != 1 {
@@ -73,14 +75,14 @@ func TestOverridesMemory(t *testing.T) {
 	if err := ov.Set(ctx, "tenant:evil", Override{Deny: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ov.Set(ctx, "tenant:third", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithOverridesMax") {
-		t.Fatalf("Set beyond the max = %v, want an error naming WithOverridesMax", err)
+	if err := ov.Set(ctx, "tenant:third", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithMax") {
+		t.Fatalf("Set beyond the max = %v, want an error naming WithMax", err)
 	}
-	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerMinute(5)}}); err != nil {
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []core.Limit{core.PerMinute(5)}}); err != nil {
 		t.Fatalf("Set of a present key in a full set = %v", err)
 	}
-	if err := ov.Set(ctx, "x", Override{}); !errors.Is(err, ErrInvalidLimit) {
-		t.Fatalf("Set of an empty override = %v, want ErrInvalidLimit", err)
+	if err := ov.Set(ctx, "x", Override{}); !errors.Is(err, core.ErrInvalidLimit) {
+		t.Fatalf("Set of an empty override = %v, want core.ErrInvalidLimit", err)
 	}
 	if err := ov.Set(ctx, "", Override{Allow: true}); err == nil {
 		t.Fatal("Set of an empty key: no error")
@@ -100,41 +102,27 @@ func TestOverridesMemory(t *testing.T) {
 	}
 }
 
-func TestNewOverridesErrors(t *testing.T) {
-	lim, _ := NewMemory()
+func TestNewErrors(t *testing.T) {
+	lim, _ := core.NewMemory()
 	for _, tt := range []struct {
 		name string
 		set  string
-		opts []OverridesOption
+		opts []Option
 	}{
 		{"empty name", "", nil},
 		{"brace", "a{b}", nil},
 		{"long name", strings.Repeat("n", 65), nil},
-		{"fast refresh", "p", []OverridesOption{WithOverridesRefresh(time.Millisecond)}},
-		{"zero max", "p", []OverridesOption{WithOverridesMax(0)}},
-		{"nil option", "p", []OverridesOption{nil}},
+		{"fast refresh", "p", []Option{WithRefresh(time.Millisecond)}},
+		{"zero max", "p", []Option{WithMax(0)}},
+		{"nil option", "p", []Option{nil}},
 	} {
-		if _, err := NewOverrides(lim, tt.set, tt.opts...); err == nil {
-			t.Errorf("%s: NewOverrides = nil error", tt.name)
+		if _, err := New(lim, tt.set, tt.opts...); err == nil {
+			t.Errorf("%s: New = nil error", tt.name)
 		}
 	}
-	if _, err := NewOverrides(nil, "p"); err == nil {
-		t.Error("NewOverrides(nil) = nil error")
+	if _, err := New(nil, "p"); err == nil {
+		t.Error("New(nil) = nil error")
 	}
-}
-
-// waitFor polls cond every 5ms until it holds, failing the test after
-// d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // TestOverridesAcrossReplicas sets an override through one limiter and
@@ -145,16 +133,16 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 func TestOverridesAcrossReplicas(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := fmt.Sprintf("ovrtest:%d:", time.Now().UnixNano())
-	quiet := WithLogger(slog.New(slog.DiscardHandler))
-	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), quiet)
-	b := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), quiet)
+	quiet := core.WithLogger(slog.New(slog.DiscardHandler))
+	a := newLimiter(t, srv.Addr(), core.WithPrefix(prefix), core.WithTimeout(time.Second), quiet)
+	b := newLimiter(t, srv.Addr(), core.WithPrefix(prefix), core.WithTimeout(time.Second), quiet)
 	const refresh = 20 * time.Millisecond
-	ova, err := NewOverrides(a, "plans", WithOverridesRefresh(refresh))
+	ova, err := New(a, "plans", WithRefresh(refresh))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ova.Close()
-	ovb, err := NewOverrides(b, "plans", WithOverridesRefresh(refresh))
+	ovb, err := New(b, "plans", WithRefresh(refresh))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +152,14 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o, _ := ParseOverride("50/m; 1000/h")
+	o, _ := Parse("50/m; 1000/h")
 	if err := ova.Set(ctx, "tenant:acme", o); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := ova.Lookup("tenant:acme"); !ok || got.String() != o.String() {
 		t.Fatalf("setter's Lookup = %v, %v right after Set, want %v", got, ok, o)
 	}
-	took := waitFor(t, 10*time.Second, "the other replica applies the override", func() bool {
+	took := testkit.WaitFor(t, 10*time.Second, "the other replica applies the override", func() bool {
 		got, ok := ovb.Lookup("tenant:acme")
 		return ok && got.String() == "50/m; 1000/h"
 	})
@@ -193,7 +181,7 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 	if err := ova.Remove(ctx, "tenant:acme"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the other replica applies the removal", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the other replica applies the removal", func() bool {
 		_, acme := ovb.Lookup("tenant:acme")
 		evil, _ := ovb.Lookup("tenant:evil")
 		return !acme && evil.Deny
@@ -206,19 +194,19 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 	// Redis down: the last overrides stay in force.
 	v := ovb.Version()
 	srv.Kill()
-	if err := ovb.Sync(ctx); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Sync with Redis down = %v, want ErrUnavailable", err)
+	if err := ovb.Sync(ctx); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("Sync with Redis down = %v, want core.ErrUnavailable", err)
 	}
-	if err := ova.Set(ctx, "tenant:x", Override{Allow: true}); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Set with Redis down = %v, want ErrUnavailable", err)
+	if err := ova.Set(ctx, "tenant:x", Override{Allow: true}); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("Set with Redis down = %v, want core.ErrUnavailable", err)
 	}
-	waitFor(t, 10*time.Second, "the poller notices the outage", ovb.failing.Load)
+	testkit.WaitFor(t, 10*time.Second, "the poller notices the outage", ovb.failing.Load)
 	if evil, ok := ovb.Lookup("tenant:evil"); !ok || !evil.Deny || ovb.Version() != v {
 		t.Fatalf("Lookup with Redis down = %v, %v at version %d, want the last known deny at %d", evil, ok, ovb.Version(), v)
 	}
 	// Back, empty (no persistence): the set is read again.
 	srv.Restart()
-	waitFor(t, 10*time.Second, "the poller reads the emptied set", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the poller reads the emptied set", func() bool {
 		return ovb.Len() == 0 && ovb.Version() == 0 && !ovb.failing.Load()
 	})
 }
@@ -227,9 +215,9 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 func TestOverridesMaxOnRead(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := fmt.Sprintf("ovrmax:%d:", time.Now().UnixNano())
-	quiet := WithLogger(slog.New(slog.DiscardHandler))
-	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), quiet)
-	ova, _ := NewOverrides(a, "p", WithOverridesMax(3))
+	quiet := core.WithLogger(slog.New(slog.DiscardHandler))
+	a := newLimiter(t, srv.Addr(), core.WithPrefix(prefix), quiet)
+	ova, _ := New(a, "p", WithMax(3))
 	defer ova.Close()
 	ctx := context.Background()
 	for i := range 3 {
@@ -237,19 +225,19 @@ func TestOverridesMaxOnRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := ova.Set(ctx, "k3", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithOverridesMax") {
+	if err := ova.Set(ctx, "k3", Override{Allow: true}); err == nil || !strings.Contains(err.Error(), "WithMax") {
 		t.Fatalf("Set beyond the max = %v", err)
 	}
-	ovb, _ := NewOverrides(a, "p", WithOverridesMax(2))
+	ovb, _ := New(a, "p", WithMax(2))
 	defer ovb.Close()
 	// A set larger than this replica's bound is not read (no HGETALL of
 	// an oversized hash), and every change to it is refused with the
 	// number it holds.
 	err := ovb.Sync(ctx)
-	if err == nil || !strings.Contains(err.Error(), `overrides "p" hold 3 entries in Redis, more than the 2 WithOverridesMax allows: not read`) || ovb.Len() != 0 {
+	if err == nil || !strings.Contains(err.Error(), `set "p" holds 3 entries in Redis, more than the 2 WithMax allows: not read`) || ovb.Len() != 0 {
 		t.Fatalf("Sync of a set above the max = %v, Len %d; want the error and nothing read", err, ovb.Len())
 	}
-	if err := ovb.Set(ctx, "k0", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "hold 3 entries, more than the 2 WithOverridesMax allows; remove 2 first") {
+	if err := ovb.Set(ctx, "k0", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "holds 3 entries, more than the 2 WithMax allows; remove 2 first") {
 		t.Fatalf("Set of a present key in a set above the max = %v", err)
 	}
 	if err := ova.Remove(ctx, "k2"); err != nil {
@@ -258,14 +246,14 @@ func TestOverridesMaxOnRead(t *testing.T) {
 	if err := ovb.Set(ctx, "k0", Override{Deny: true}); err != nil {
 		t.Fatalf("Set of a present key in a full set = %v", err)
 	}
-	if err := ovb.Set(ctx, "k9", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "hold 2 entries, the most WithOverridesMax allows") {
+	if err := ovb.Set(ctx, "k9", Override{Deny: true}); err == nil || !strings.Contains(err.Error(), "holds 2 entries, the most WithMax allows") {
 		t.Fatalf("Set of a new key in a full set = %v", err)
 	}
 	if ovb.Len() != 2 {
 		t.Fatalf("Len = %d, want 2 once the set fits", ovb.Len())
 	}
 	// Another set name is another set.
-	ovc, _ := NewOverrides(a, "q")
+	ovc, _ := New(a, "q")
 	defer ovc.Close()
 	if err := ovc.Sync(ctx); err != nil || ovc.Len() != 0 {
 		t.Fatalf("set q: Len %d, %v", ovc.Len(), err)
@@ -277,15 +265,15 @@ func TestOverridesMaxOnRead(t *testing.T) {
 // call per decision, plus one version check per refresh interval.
 func TestOverridesNoExtraRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
-	lim := newRedisLimiter(t, srv.Addr(), WithDenyCache(false))
-	ov, _ := NewOverrides(lim, "plans", WithOverridesRefresh(time.Hour))
+	lim := newLimiter(t, srv.Addr(), core.WithDenyCache(false))
+	ov, _ := New(lim, "plans", WithRefresh(time.Hour))
 	defer ov.Close()
 	ctx := context.Background()
-	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []Limit{PerSecond(1000)}}); err != nil {
+	if err := ov.Set(ctx, "tenant:acme", Override{Limits: []core.Limit{core.PerSecond(1000)}}); err != nil {
 		t.Fatal(err)
 	}
 	admin := redistest.NewClient(t, srv.Addr())
-	lim.Allow(ctx, "warm", PerSecond(1)) // loads the script
+	lim.Allow(ctx, "warm", core.PerSecond(1)) // loads the script
 	before, _ := redistest.CommandCalls(ctx, admin)
 	const n = 200
 	for range n {
@@ -310,12 +298,12 @@ func TestOverridesNoExtraRoundTrip(t *testing.T) {
 // BenchmarkOverridesLookup is the request path's cost of an override set:
 // one local lookup, hit or miss.
 func BenchmarkOverridesLookup(b *testing.B) {
-	lim, _ := NewMemory()
-	ov, _ := NewOverrides(lim, "plans")
+	lim, _ := core.NewMemory()
+	ov, _ := New(lim, "plans")
 	defer ov.Close()
 	ctx := context.Background()
 	for i := range 10_000 {
-		if err := ov.Set(ctx, fmt.Sprint("tenant:", i), Override{Limits: []Limit{PerMinute(100 + i)}}); err != nil {
+		if err := ov.Set(ctx, fmt.Sprint("tenant:", i), Override{Limits: []core.Limit{core.PerMinute(100 + i)}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -339,17 +327,17 @@ func BenchmarkDecisionWithOverrides(b *testing.B) {
 		b.Run(fmt.Sprintf("overrides=%v", attached), func(b *testing.B) {
 			srv := redistest.Start(b)
 			rdb := redistest.NewClient(b, srv.Addr())
-			lim, err := New(rdb, WithDenyCache(false))
+			lim, err := core.New(rdb, core.WithDenyCache(false))
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			limit := []Limit{PerSecond(1 << 30)}
-			var ov *Overrides
+			limit := []core.Limit{core.PerSecond(1 << 30)}
+			var ov *Set
 			if attached {
-				ov, _ = NewOverrides(lim, "plans")
+				ov, _ = New(lim, "plans")
 				defer ov.Close()
-				if err := ov.Set(ctx, "tenant:7", Override{Limits: []Limit{PerSecond(1 << 29)}}); err != nil {
+				if err := ov.Set(ctx, "tenant:7", Override{Limits: []core.Limit{core.PerSecond(1 << 29)}}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -390,9 +378,9 @@ func BenchmarkDecisionWithOverrides(b *testing.B) {
 // them, on both kinds of limiter.
 func TestOverridesEntries(t *testing.T) {
 	srv := redistest.Start(t)
-	mem, _ := NewMemory()
-	for _, lim := range []*Limiter{mem, newRedisLimiter(t, srv.Addr())} {
-		ov, _ := NewOverrides(lim, "lists")
+	mem, _ := core.NewMemory()
+	for _, lim := range []*core.Limiter{mem, newLimiter(t, srv.Addr())} {
+		ov, _ := New(lim, "lists")
 		defer ov.Close()
 		ctx := context.Background()
 		for _, tt := range []struct {
@@ -400,14 +388,14 @@ func TestOverridesEntries(t *testing.T) {
 			o   Override
 			err string // "" for none
 		}{
-			{"300.1.2.3", Override{Deny: true}, `core: overrides "lists": keyfunc: list entry "300.1.2.3" is not a valid IP address`},
+			{"300.1.2.3", Override{Deny: true}, `overrides: set "lists": keyfunc: list entry "300.1.2.3" is not a valid IP address`},
 			{"10.0.0.0/33", Override{Allow: true}, `list entry "10.0.0.0/33" is not a valid CIDR prefix`},
 			{"2001:db8::/129", Override{Deny: true}, `the length "129" is not a number from 0 to 128`},
 			{"10.0.0.0/8", Override{Allow: true}, ""},
 			{"2001:db8::1", Override{Deny: true}, ""},
 			{"tenant:a:b", Override{Deny: true}, ""},
 			// A limit's key is a key: it is not read as an address.
-			{"300.1.2.3", Override{Limits: []Limit{PerSecond(1)}}, ""},
+			{"300.1.2.3", Override{Limits: []core.Limit{core.PerSecond(1)}}, ""},
 		} {
 			err := ov.Set(ctx, tt.key, tt.o)
 			if (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
@@ -429,8 +417,8 @@ func TestOverridesBudget(t *testing.T) {
 	srv := redistest.Start(t)
 	px := redistest.NewProxy(t, srv.Addr())
 	const budget = 100 * time.Millisecond
-	lim := newRedisLimiter(t, px.Addr(), WithTimeout(budget), WithLogger(slog.New(slog.DiscardHandler)))
-	ov, _ := NewOverrides(lim, "p", WithOverridesRefresh(10*time.Millisecond))
+	lim := newLimiter(t, px.Addr(), core.WithTimeout(budget), core.WithLogger(slog.New(slog.DiscardHandler)))
+	ov, _ := New(lim, "p", WithRefresh(10*time.Millisecond))
 	defer ov.Close()
 	ctx := context.Background()
 	if err := ov.Set(ctx, "tenant:a", Override{Deny: true}); err != nil {
@@ -447,10 +435,10 @@ func TestOverridesBudget(t *testing.T) {
 		min  time.Duration
 		max  time.Duration // generous: the machine may be busy
 	}{
-		{"Set", ctx, func(ctx context.Context) error { return ov.Set(ctx, "tenant:b", Override{Deny: true}) }, ErrUnavailable, time.Second, 3 * time.Second},
-		{"Remove", ctx, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, ErrUnavailable, time.Second, 3 * time.Second},
-		{"Sync", ctx, ov.Sync, ErrUnavailable, time.Second, 3 * time.Second},
-		{"List", ctx, func(ctx context.Context) error { _, err := ov.List(ctx); return err }, ErrUnavailable, time.Second, 3 * time.Second},
+		{"Set", ctx, func(ctx context.Context) error { return ov.Set(ctx, "tenant:b", Override{Deny: true}) }, core.ErrUnavailable, time.Second, 3 * time.Second},
+		{"Remove", ctx, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, core.ErrUnavailable, time.Second, 3 * time.Second},
+		{"Sync", ctx, ov.Sync, core.ErrUnavailable, time.Second, 3 * time.Second},
+		{"List", ctx, func(ctx context.Context) error { _, err := ov.List(ctx); return err }, core.ErrUnavailable, time.Second, 3 * time.Second},
 		{"Remove, shorter caller", short, func(ctx context.Context) error { return ov.Remove(ctx, "tenant:a") }, context.DeadlineExceeded, 0, 5 * budget},
 	} {
 		done := make(chan error, 1)
@@ -479,15 +467,15 @@ func TestOverridesBudget(t *testing.T) {
 func TestOverridesVersionCannotGoBack(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := fmt.Sprintf("ovraba:%d:", time.Now().UnixNano())
-	logs := &syncBuffer{}
-	a := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), WithLogger(quietLogger()))
-	b := newRedisLimiter(t, srv.Addr(), WithPrefix(prefix), WithTimeout(time.Second), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	ova, err := NewOverrides(a, "plans", WithOverridesRefresh(time.Hour))
+	logs := &testkit.SyncBuffer{}
+	a := newLimiter(t, srv.Addr(), core.WithPrefix(prefix), core.WithTimeout(time.Second), core.WithLogger(quietLogger()))
+	b := newLimiter(t, srv.Addr(), core.WithPrefix(prefix), core.WithTimeout(time.Second), core.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ova, err := New(a, "plans", WithRefresh(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ova.Close()
-	ovb, err := NewOverrides(b, "plans", WithOverridesRefresh(time.Hour))
+	ovb, err := New(b, "plans", WithRefresh(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +493,7 @@ func TestOverridesVersionCannotGoBack(t *testing.T) {
 
 	srv.Kill()
 	srv.Restart() // empty: no persistence
-	waitFor(t, 10*time.Second, "Redis answers again", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "Redis answers again", func() bool {
 		return redistest.NewClient(t, srv.Addr()).Ping(ctx).Err() == nil
 	})
 	if err := ova.Set(ctx, "tenant:new", Override{Allow: true}); err != nil {
@@ -529,7 +517,29 @@ func TestOverridesVersionCannotGoBack(t *testing.T) {
 	// Lost and not written again: B reads it as lost.
 	srv.Kill()
 	srv.Restart()
-	waitFor(t, 10*time.Second, "B reads the lost set", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "B reads the lost set", func() bool {
 		return ovb.Sync(ctx) == nil && ovb.Len() == 0
 	})
 }
+
+// newLimiter returns a limiter on a fresh client to addr with a prefix
+// private to the test, a time budget far above any scheduling delay, and
+// a fixed fallback share (no fleet heartbeat among the calls counted).
+func newLimiter(t *testing.T, addr string, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	rdb := redistest.NewClient(t, addr)
+	opts = append([]core.Option{
+		core.WithPrefix(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano())),
+		core.WithTimeout(10 * time.Second),
+		core.WithFallbackReplicas(1),
+	}, opts...)
+	lim, err := core.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	return lim
+}
+
+// quietLogger discards every line.
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,8 +1,10 @@
-package core
+package overrides
 
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,12 +16,12 @@ import (
 // window, flaps in between counted, and an outage that starts unlogged
 // logged once it has lasted the window.
 func TestOverridesOutageLogRationed(t *testing.T) {
-	log := &warnings{}
-	lim, err := NewMemory(WithLogger(slog.New(infoToo{log})))
+	log := &testkit.Warnings{}
+	lim, err := core.NewMemory(core.WithLogger(slog.New(infoToo{log})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := NewOverrides(lim, "p")
+	ov, err := New(lim, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +49,9 @@ func TestOverridesOutageLogRationed(t *testing.T) {
 		{30 * time.Second, down, "cannot read"}, // a new outage, past the window
 		{31 * time.Second, nil, "read from Redis again"},
 	} {
-		before := len(log.lines())
+		before := len(log.Lines())
 		ov.report(at(st.at), st.err)
-		got := log.lines()[before:]
+		got := log.Lines()[before:]
 		switch {
 		case st.want == "" && len(got) != 0:
 			t.Errorf("at %v (%v): logged %q, want nothing", st.at, st.err, got)
@@ -58,41 +60,12 @@ func TestOverridesOutageLogRationed(t *testing.T) {
 		}
 	}
 	// The flaps at 3s and 5s were not logged; the outage from 7s was, at 12s.
-	if l := log.lines()[2]; !strings.Contains(l, "outages_not_logged=2") {
+	if l := log.Lines()[2]; !strings.Contains(l, "outages_not_logged=2") {
 		t.Errorf("the line after the flaps = %q, want outages_not_logged=2", l)
 	}
 }
 
 // infoToo passes Info lines to a warnings recorder too.
-type infoToo struct{ *warnings }
+type infoToo struct{ *testkit.Warnings }
 
 func (infoToo) Enabled(context.Context, slog.Level) bool { return true }
-
-func TestNewNilOption(t *testing.T) {
-	for _, opts := range [][]Option{{nil}, {WithTimeout(time.Second), nil}} {
-		if _, err := NewMemory(opts...); err == nil || !strings.Contains(err.Error(), "is nil") {
-			t.Errorf("NewMemory with a nil option = %v, want an error", err)
-		}
-		if _, err := New(&fakeScripter{}, opts...); err == nil || !strings.Contains(err.Error(), "is nil") {
-			t.Errorf("New with a nil option = %v, want an error", err)
-		}
-	}
-}
-
-// TestFallbackShareOverflowMessage: 1000/8760h over 300 replicas cannot
-// be shared exactly (8760h × 300 overflows a Duration); the warning says
-// so, not "Period … got -1ns".
-func TestFallbackShareOverflowMessage(t *testing.T) {
-	log := &warnings{}
-	lim, err := NewMemory(WithFallbackReplicas(300), WithLogger(slog.New(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lim.Allow(context.Background(), "k", Limit{Rate: 1000, Period: 8760 * time.Hour, Burst: 1000}); err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(log.lines(), "\n")
-	if !strings.Contains(got, "its Period times the replicas is longer than a time.Duration holds") || strings.Contains(got, "-1ns") || strings.Contains(got, "-2562047h") {
-		t.Errorf("logged %q, want the overflow named", got)
-	}
-}

@@ -1,4 +1,4 @@
-package core
+package overrides
 
 import (
 	"context"
@@ -11,19 +11,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/storeops"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-// Override is what an operator set for one key in an [Overrides] set:
+// Override is what an operator set for one key in a [Set]:
 // limits that replace the key's own, or an allow or deny entry. Exactly one
 // of Limits, Allow and Deny is set in an Override read from a set.
 //
-// Its text form (see [ParseOverride] and [Override.String]) is "allow",
-// "deny", or one limit or several separated by ";" as [ParseLimit] reads
+// Its text form (see [Parse] and [Override.String]) is "allow",
+// "deny", or one limit or several separated by ";" as [core.ParseLimit] reads
 // each: "600/m burst 600", "10/s; 1000/h".
 type Override struct {
 	// Limits replace the limits of the key's requests (one to eight).
-	Limits []Limit
+	Limits []core.Limit
 	// Allow lets the key's requests pass without a decision. The key of
 	// an allow or deny entry may instead be an IP address or CIDR prefix,
 	// which the middleware matches against the client address (see
@@ -35,10 +37,10 @@ type Override struct {
 	text string // the canonical text, when known
 }
 
-// ParseOverride reads an override written as text: "allow", "deny"
+// Parse reads an override written as text: "allow", "deny"
 // (case-insensitive), or one to eight limits separated by ";", each as
-// [ParseLimit] reads it. An error for a limit wraps [ErrInvalidLimit].
-func ParseOverride(s string) (Override, error) {
+// [core.ParseLimit] reads it. An error for a limit wraps [core.ErrInvalidLimit].
+func Parse(s string) (Override, error) {
 	t := strings.TrimSpace(s)
 	switch strings.ToLower(t) {
 	case "allow":
@@ -46,11 +48,11 @@ func ParseOverride(s string) (Override, error) {
 	case "deny":
 		return Override{Deny: true, text: "deny"}, nil
 	case "":
-		return Override{}, fmt.Errorf("%w: empty override; want allow, deny or limits such as 600/m", ErrInvalidLimit)
+		return Override{}, fmt.Errorf("%w: empty override; want allow, deny or limits such as 600/m", core.ErrInvalidLimit)
 	}
 	var o Override
 	for _, part := range splitLimits(t) {
-		l, err := ParseLimit(part)
+		l, err := core.ParseLimit(part)
 		if err != nil {
 			return Override{}, err
 		}
@@ -70,8 +72,8 @@ func splitLimits(s string) []string {
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case '"':
-			if end := quotedEnd(s[i:]); end > 0 {
-				i += end - 1
+			if q, err := strconv.QuotedPrefix(s[i:]); err == nil {
+				i += len(q) - 1
 			}
 		case ';':
 			parts = append(parts, s[start:i])
@@ -95,17 +97,17 @@ func (o Override) validate() error {
 		n++
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: an override sets exactly one of Limits, Allow and Deny", ErrInvalidLimit)
+		return fmt.Errorf("%w: an override sets exactly one of Limits, Allow and Deny", core.ErrInvalidLimit)
 	}
-	if len(o.Limits) > maxLimits {
-		return fmt.Errorf("%w: %d limits in an override, at most %d", ErrInvalidLimit, len(o.Limits), maxLimits)
+	if len(o.Limits) > core.MaxLimits {
+		return fmt.Errorf("%w: %d limits in an override, at most %d", core.ErrInvalidLimit, len(o.Limits), core.MaxLimits)
 	}
 	for _, l := range o.Limits {
 		if err := l.Validate(); err != nil {
 			return err
 		}
 		if strings.ContainsRune(l.Name, ';') {
-			return fmt.Errorf("%w: limit name %q contains ';', which separates an override's limits", ErrInvalidLimit, l.Name)
+			return fmt.Errorf("%w: limit name %q contains ';', which separates an override's limits", core.ErrInvalidLimit, l.Name)
 		}
 	}
 	return nil
@@ -130,7 +132,7 @@ func (o Override) format() string {
 	return b.String()
 }
 
-// String returns the override's text form, as [ParseOverride] reads it;
+// String returns the override's text form, as [Parse] reads it;
 // "invalid override" for one that is not valid.
 func (o Override) String() string {
 	if o.text != "" {
@@ -142,13 +144,13 @@ func (o Override) String() string {
 	return o.format()
 }
 
-// Overrides is a named set of per-key overrides (tenant plans changed at
+// Set is a named set of per-key overrides (tenant plans changed at
 // run time, allow and deny entries) shared by every replica through the
-// limiter's Redis, made by [NewOverrides].
+// limiter's Redis, made by [New].
 //
-// Each replica reads the set through a local copy: [Overrides.Lookup] never
+// Each replica reads the set through a local copy: [Set.Lookup] never
 // does I/O. One background goroutine asks Redis, every refresh interval
-// (see [WithOverridesRefresh]), whether the set's version changed: one
+// (see [WithRefresh]), whether the set's version changed: one
 // script call that returns only the version when nothing changed, and the
 // whole set when something did. So a change made on any replica applies on
 // every replica within the refresh interval plus one round trip, and
@@ -165,37 +167,33 @@ func (o Override) String() string {
 // all have one hash tag, so they live in one Cluster slot, and none has an
 // expiry, so no volatile-* eviction policy evicts them. A reload
 // reads the whole hash in one script call (HGETALL), which for the largest
-// sets (see [WithOverridesMax]) holds Redis for some milliseconds: the set
+// sets (see [WithMax]) holds Redis for some milliseconds: the set
 // is meant to change now and then, not per request.
 //
-// [Overrides.Set] and [Overrides.Remove] change the set in one call each
-// within the limiter's time budget (see [WithTimeout]) and at least one
+// [Set.Set] and [Set.Remove] change the set in one call each
+// within the limiter's time budget (see [core.WithTimeout]) and at least one
 // second, since an operator's write is on no request's path and a busy
 // client should not fail it, then read it back
-// as [Overrides.Sync] does; a read, which may carry the whole set, is
+// as [Set.Sync] does; a read, which may carry the whole set, is
 // bounded as the poller's are, by the refresh interval and at least one
 // second. Each budget runs from the call's send, and the caller's own
 // context bounds the caller's wait. A Redis that restarts
 // without persistence comes back with the set empty, and the replicas then
 // read it so.
 //
-// For a limiter made by [NewMemory] the set lives in process memory: a
+// For a limiter made by [core.NewMemory] the set lives in process memory: a
 // change applies at once, in this process only, and nothing runs in the
 // background.
 //
-// An Overrides is safe for concurrent use. [Overrides.Close] stops its
+// A Set is safe for concurrent use. [Set.Close] stops its
 // goroutine; a closed set keeps answering Lookup with its last copy.
-type Overrides struct {
-	lim     *Limiter
+type Set struct {
+	st      storeops.Store
 	name    string
-	hash    string // Redis keys
-	version string
-	epoch   string
-	write   string // the id of the last write (see overrides_load.lua)
 	refresh time.Duration
 	max     int
 
-	snap    atomic.Pointer[overrideSnap]
+	snap    atomic.Pointer[snapshot]
 	loading chan struct{} // one slot: serializes loads and local changes; never taken on the request path
 	failing atomic.Bool
 	outage  pollLog     // the poller's alone (see report)
@@ -215,81 +213,84 @@ type pollLog struct {
 	last   time.Time // when the last line was logged
 }
 
-type overrideSnap struct {
+type snapshot struct {
 	version int64
 	epoch   string // the epoch of the set's history in Redis and its last write's id, "<epoch>.<id>" (see overrides_load.lua); "" for none
 	read    bool   // read from the store (or changed locally)
 	m       map[string]Override
 }
 
-// OverridesOption configures an [Overrides] set.
-type OverridesOption func(*overridesOptions)
+// Option configures a [Set].
+type Option func(*options)
 
-type overridesOptions struct {
+type options struct {
 	refresh time.Duration
 	max     int
 }
 
-// WithOverridesRefresh sets how often each replica asks Redis whether the
+// WithRefresh sets how often each replica asks Redis whether the
 // set changed. A change applies on every replica within d plus one round
 // trip. From 10ms to 1h.
 //
 // Default: 1s.
-func WithOverridesRefresh(d time.Duration) OverridesOption {
-	return func(o *overridesOptions) { o.refresh = d }
+func WithRefresh(d time.Duration) Option {
+	return func(o *options) { o.refresh = d }
 }
 
-// WithOverridesMax bounds the number of entries of the set. [Overrides.Set]
+// WithMax bounds the number of entries of the set. [Set.Set]
 // refuses a new key when the set holds n entries already, and any change
 // when it holds more (written by a replica with a higher bound), with an
 // error that says how many it holds. A set found larger than n in Redis is
 // not read at all, so that no replica pays for reading an oversized set:
-// the last set read stays in force, [Overrides.Sync] returns an error that
+// the last set read stays in force, [Set.Sync] returns an error that
 // says how many entries it holds, and the poller logs it once. From 1 to
 // 10,000,000.
 //
 // Default: 100000.
-func WithOverridesMax(n int) OverridesOption {
-	return func(o *overridesOptions) { o.max = n }
+func WithMax(n int) Option {
+	return func(o *options) { o.max = n }
 }
 
-// maxOverrideKey bounds the length of an overridden key.
-const maxOverrideKey = 1024
+// errEmptyKey is the error of a change to the empty key.
+var errEmptyKey = errors.New("overrides: empty key")
 
-// NewOverrides returns the override set name of lim, and for a Redis-backed
+// maxKey bounds the length of an overridden key.
+const maxKey = 1024
+
+// New returns the override set name of lim, and for a Redis-backed
 // limiter starts the goroutine that keeps its local copy current, which
-// [Overrides.Close] stops. It does no I/O itself: the goroutine reads the
+// [Set.Close] stops. It does no I/O itself: the goroutine reads the
 // set at once, and until that read no override applies; call
-// [Overrides.Sync] to wait for it.
+// [Set.Sync] to wait for it.
 //
 // name is 1 to 64 bytes without braces; sets of one name under one key
-// prefix (see [WithPrefix]) are one set, on every replica. NewOverrides
+// prefix (see [core.WithPrefix]) are one set, on every replica. New
 // returns an error for a nil limiter, a bad name or a bad option.
-func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Overrides, error) {
-	if lim == nil {
-		return nil, errors.New("core: NewOverrides: nil Limiter")
+func New(lim *core.Limiter, name string, opts ...Option) (*Set, error) {
+	st := storeops.Of(lim)
+	if st == nil {
+		return nil, errors.New("overrides: New: nil Limiter")
 	}
 	if name == "" || len(name) > 64 || strings.ContainsAny(name, "{}") {
-		return nil, fmt.Errorf("core: NewOverrides: name %q: want 1 to 64 bytes without braces", name)
+		return nil, fmt.Errorf("overrides: New: name %q: want 1 to 64 bytes without braces", name)
 	}
-	o := overridesOptions{refresh: time.Second, max: 100_000}
+	o := options{refresh: time.Second, max: 100_000}
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("core: NewOverrides: option %d is nil", i)
+			return nil, fmt.Errorf("overrides: New: option %d is nil", i)
 		}
 		opt(&o)
 	}
 	if o.refresh < 10*time.Millisecond || o.refresh > time.Hour {
-		return nil, fmt.Errorf("core: WithOverridesRefresh: %s, want 10ms to 1h", o.refresh)
+		return nil, fmt.Errorf("overrides: WithRefresh: %s, want 10ms to 1h", o.refresh)
 	}
 	if o.max < 1 || o.max > 10_000_000 {
-		return nil, fmt.Errorf("core: WithOverridesMax: %d entries, want 1 to 10000000", o.max)
+		return nil, fmt.Errorf("overrides: WithMax: %d entries, want 1 to 10000000", o.max)
 	}
-	base := lim.prefix + "{ovr:" + name + "}"
-	ov := &Overrides{lim: lim, name: name, hash: base, version: base + "v", epoch: base + "e", write: base + "w", refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
-	ov.snap.Store(&overrideSnap{m: map[string]Override{}})
+	ov := &Set{st: st, name: name, refresh: o.refresh, max: o.max, loading: make(chan struct{}, 1)}
+	ov.snap.Store(&snapshot{m: map[string]Override{}})
 	ov.ctx, ov.stop = context.WithCancel(context.Background())
-	if lim.store != nil {
+	if !st.Memory() {
 		ov.done = make(chan struct{})
 		go ov.run()
 	}
@@ -297,12 +298,12 @@ func NewOverrides(lim *Limiter, name string, opts ...OverridesOption) (*Override
 }
 
 // Name returns the set's name.
-func (ov *Overrides) Name() string { return ov.name }
+func (ov *Set) Name() string { return ov.name }
 
 // Lookup returns the override of key in the local copy, and whether there
 // is one. It does no I/O, takes no lock and does not allocate. The
 // Override's Limits are shared: do not change them.
-func (ov *Overrides) Lookup(key string) (Override, bool) {
+func (ov *Set) Lookup(key string) (Override, bool) {
 	o, ok := ov.snap.Load().m[key]
 	return o, ok
 }
@@ -310,14 +311,14 @@ func (ov *Overrides) Lookup(key string) (Override, bool) {
 // Version returns the version of the local copy: the number of changes made
 // to the set in Redis when it was read (0 before the first read and for an
 // empty set never changed). It changes whenever the local copy does.
-func (ov *Overrides) Version() int64 { return ov.snap.Load().version }
+func (ov *Set) Version() int64 { return ov.snap.Load().version }
 
 // Len returns the number of entries in the local copy.
-func (ov *Overrides) Len() int { return len(ov.snap.Load().m) }
+func (ov *Set) Len() int { return len(ov.snap.Load().m) }
 
 // Range calls f for each entry of the local copy, in no particular order,
 // until f returns false. It sees one version of the set throughout.
-func (ov *Overrides) Range(f func(key string, o Override) bool) {
+func (ov *Set) Range(f func(key string, o Override) bool) {
 	for k, o := range ov.snap.Load().m {
 		if !f(k, o) {
 			return
@@ -325,12 +326,12 @@ func (ov *Overrides) Range(f func(key string, o Override) bool) {
 	}
 }
 
-func checkOverrideKey(key string) error {
+func checkKey(key string) error {
 	if key == "" {
 		return errEmptyKey
 	}
-	if len(key) > maxOverrideKey {
-		return fmt.Errorf("core: override key is %d bytes, at most %d", len(key), maxOverrideKey)
+	if len(key) > maxKey {
+		return fmt.Errorf("overrides: override key is %d bytes, at most %d", len(key), maxKey)
 	}
 	return nil
 }
@@ -341,16 +342,16 @@ func checkOverrideKey(key string) error {
 // bytes), an allow or deny entry that no request could match (a key that
 // is written like an IP address or CIDR prefix but is not a valid one,
 // such as "300.1.2.3" or "10.0.0.0/33": see [keyfunc.ParseListEntry]), an
-// invalid override (wrapping [ErrInvalidLimit]), a full set (see
-// [WithOverridesMax]), and, wrapping [ErrUnavailable], a store failure
-// (such as no answer within the limiter's time budget, see [WithTimeout],
+// invalid override (wrapping [core.ErrInvalidLimit]), a full set (see
+// [WithMax]), and, wrapping [core.ErrUnavailable], a store failure
+// (such as no answer within the limiter's time budget, see [core.WithTimeout],
 // or one second if that is longer): the
 // change was then not made, unless the failure came from reading the set
 // back (its text says "read"), when it was made but this replica learns it
 // at its next refresh; after a timeout it may have been made
-// ([Overrides.List] tells).
-func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
-	if err := checkOverrideKey(key); err != nil {
+// ([Set.List] tells).
+func (ov *Set) Set(ctx context.Context, key string, o Override) error {
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	if err := o.validate(); err != nil {
@@ -360,12 +361,12 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 		// The entry syntax is the lists' (an address, a prefix or a
 		// key), read by keyfunc so that this package parses no address.
 		if _, _, err := keyfunc.ParseListEntry(key); err != nil {
-			return fmt.Errorf("core: overrides %q: %w", ov.name, err)
+			return fmt.Errorf("overrides: set %q: %w", ov.name, err)
 		}
 	}
-	o.Limits = append([]Limit(nil), o.Limits...)
+	o.Limits = append([]core.Limit(nil), o.Limits...)
 	o.text = o.format()
-	if ov.lim.store == nil {
+	if ov.st.Memory() {
 		return ov.changeLocal(func(m map[string]Override) error {
 			if _, ok := m[key]; !ok && len(m) >= ov.max {
 				return ov.errFull(len(m))
@@ -375,7 +376,7 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 		})
 	}
 	n, err := ov.change(ctx, func(ctx context.Context) (int64, error) {
-		return ov.lim.sendScriptInt(ctx, OpOverrides, overrideSetScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, key, o.text, ov.max, newLeaseID())
+		return ov.st.SetOverride(ctx, ov.name, key, o.text, ov.max)
 	})
 	if err != nil {
 		return ov.storeErr(ctx, "set", err)
@@ -389,21 +390,21 @@ func (ov *Overrides) Set(ctx context.Context, key string, o Override) error {
 // Remove removes key's override, on every replica within the refresh
 // interval, and on this one at once. Removing a key without one is not an
 // error. It returns an error for an empty key and, wrapping
-// [ErrUnavailable], a store failure, such as no answer within the
-// limiter's time budget (see [WithTimeout]) or one second if that is
+// [core.ErrUnavailable], a store failure, such as no answer within the
+// limiter's time budget (see [core.WithTimeout]) or one second if that is
 // longer.
-func (ov *Overrides) Remove(ctx context.Context, key string) error {
-	if err := checkOverrideKey(key); err != nil {
+func (ov *Set) Remove(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
 		return err
 	}
-	if ov.lim.store == nil {
+	if ov.st.Memory() {
 		return ov.changeLocal(func(m map[string]Override) error {
 			delete(m, key)
 			return nil
 		})
 	}
 	_, err := ov.change(ctx, func(ctx context.Context) (int64, error) {
-		return ov.lim.sendScriptInt(ctx, OpOverrides, overrideRemoveScript, []string{ov.hash, ov.version, ov.write}, key, newLeaseID())
+		return ov.st.RemoveOverride(ctx, ov.name, key)
 	})
 	if err != nil {
 		return ov.storeErr(ctx, "remove", err)
@@ -412,9 +413,9 @@ func (ov *Overrides) Remove(ctx context.Context, key string) error {
 }
 
 // List reads the set from the store now, makes it the local copy, and
-// returns a copy of its entries. For a [NewMemory] limiter it returns the
-// local entries. Errors are those of [Overrides.Sync].
-func (ov *Overrides) List(ctx context.Context) (map[string]Override, error) {
+// returns a copy of its entries. For a [core.NewMemory] limiter it returns the
+// local entries. Errors are those of [Set.Sync].
+func (ov *Set) List(ctx context.Context) (map[string]Override, error) {
 	if err := ov.Sync(ctx); err != nil {
 		return nil, err
 	}
@@ -423,12 +424,12 @@ func (ov *Overrides) List(ctx context.Context) (map[string]Override, error) {
 
 // Sync reads the set from the store now if its version changed, and makes
 // it the local copy. It returns the caller's context error, a store
-// failure wrapping [ErrUnavailable] (Redis did not answer within the
+// failure wrapping [core.ErrUnavailable] (Redis did not answer within the
 // refresh interval, at least one second), or an error for a set larger than
-// [WithOverridesMax] in Redis, which is not read; the local copy is then
-// unchanged. For a [NewMemory] limiter it does nothing.
-func (ov *Overrides) Sync(ctx context.Context) error {
-	if ov.lim.store == nil {
+// [WithMax] in Redis, which is not read; the local copy is then
+// unchanged. For a [core.NewMemory] limiter it does nothing.
+func (ov *Set) Sync(ctx context.Context) error {
+	if ov.st.Memory() {
 		return nil
 	}
 	// One bound for the wait for a read in flight (the poller's) and for
@@ -438,10 +439,10 @@ func (ov *Overrides) Sync(ctx context.Context) error {
 	err := ov.lock(lctx)
 	cancel()
 	if err != nil {
-		if cerr := callerGone(ctx); cerr != nil {
+		if cerr := storeops.CallerGone(ctx); cerr != nil {
 			return cerr
 		}
-		return ov.storeErr(ctx, "read", fmt.Errorf("core: a read in flight took the whole bound: %w", err))
+		return ov.storeErr(ctx, "read", fmt.Errorf("overrides: a read in flight took the whole bound: %w", err))
 	}
 	defer ov.unlock()
 	rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -459,7 +460,7 @@ func (ov *Overrides) Sync(ctx context.Context) error {
 
 // lock takes the right to load or change the local copy, waiting at most
 // until ctx ends.
-func (ov *Overrides) lock(ctx context.Context) error {
+func (ov *Set) lock(ctx context.Context) error {
 	select {
 	case ov.loading <- struct{}{}:
 		return nil
@@ -468,13 +469,13 @@ func (ov *Overrides) lock(ctx context.Context) error {
 	}
 }
 
-func (ov *Overrides) unlock() { <-ov.loading }
+func (ov *Set) unlock() { <-ov.loading }
 
 // Close stops the goroutine that keeps the local copy current, and waits
 // for it to end. Lookup keeps answering from the last copy; Set, Remove and
 // Sync still work. Close is safe to call more than once and always returns
 // nil.
-func (ov *Overrides) Close() error {
+func (ov *Set) Close() error {
 	ov.stopped.Do(func() {
 		ov.stop()
 		if ov.done != nil {
@@ -485,35 +486,35 @@ func (ov *Overrides) Close() error {
 }
 
 // errFull is the error of a Set refused by a set that holds n entries.
-func (ov *Overrides) errFull(n int) error {
+func (ov *Set) errFull(n int) error {
 	if n > ov.max {
-		return fmt.Errorf("core: overrides %q hold %d entries, more than the %d WithOverridesMax allows; remove %d first", ov.name, n, ov.max, n-ov.max+1)
+		return fmt.Errorf("overrides: set %q holds %d entries, more than the %d WithMax allows; remove %d first", ov.name, n, ov.max, n-ov.max+1)
 	}
-	return fmt.Errorf("core: overrides %q hold %d entries, the most WithOverridesMax allows; remove one first", ov.name, n)
+	return fmt.Errorf("overrides: set %q holds %d entries, the most WithMax allows; remove one first", ov.name, n)
 }
 
 // oversizeError is the error of a read that found the set in the store
-// larger than WithOverridesMax, and so did not read it.
+// larger than WithMax, and so did not read it.
 type oversizeError struct {
 	name   string
 	n, max int64
 }
 
 func (e *oversizeError) Error() string {
-	return fmt.Sprintf("core: overrides %q hold %d entries in Redis, more than the %d WithOverridesMax allows: not read; the last set read stays in force",
+	return fmt.Sprintf("overrides: set %q holds %d entries in Redis, more than the %d WithMax allows: not read; the last set read stays in force",
 		e.name, e.n, e.max)
 }
 
-func (ov *Overrides) storeErr(ctx context.Context, op string, err error) error {
-	if cerr := callerGone(ctx); cerr != nil {
+func (ov *Set) storeErr(ctx context.Context, op string, err error) error {
+	if cerr := storeops.CallerGone(ctx); cerr != nil {
 		return cerr
 	}
-	return fmt.Errorf("%w: overrides %q: %s: %w", ErrUnavailable, ov.name, op, err)
+	return fmt.Errorf("%w: overrides set %q: %s: %w", core.ErrUnavailable, ov.name, op, err)
 }
 
 // changeLocal applies change to a copy of the local set and installs it
 // with the next version (for a NewMemory limiter).
-func (ov *Overrides) changeLocal(change func(map[string]Override) error) error {
+func (ov *Set) changeLocal(change func(map[string]Override) error) error {
 	_ = ov.lock(context.Background()) // cannot fail
 	defer ov.unlock()
 	cur := ov.snap.Load()
@@ -521,12 +522,12 @@ func (ov *Overrides) changeLocal(change func(map[string]Override) error) error {
 	if err := change(m); err != nil {
 		return err
 	}
-	ov.snap.Store(&overrideSnap{version: cur.version + 1, read: true, m: m})
+	ov.snap.Store(&snapshot{version: cur.version + 1, read: true, m: m})
 	return nil
 }
 
 // run polls the store every refresh interval until Close.
-func (ov *Overrides) run() {
+func (ov *Set) run() {
 	defer close(ov.done)
 	t := time.NewTicker(ov.refresh)
 	defer t.Stop()
@@ -541,16 +542,16 @@ func (ov *Overrides) run() {
 }
 
 // pollTimeout bounds one poll: the refresh interval, at least one second.
-func (ov *Overrides) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
+func (ov *Set) pollTimeout() time.Duration { return max(ov.refresh, time.Second) }
 
 // change runs send, one change of the set (Set, Remove), within the
 // limiter's budget and at least a second, as an operator's write waits on
 // no request; without a budget (see WithTimeout) within the caller's
 // deadline alone, which also stays when sooner.
-func (ov *Overrides) change(ctx context.Context, send func(context.Context) (int64, error)) (int64, error) {
-	if ov.lim.timeout > 0 {
+func (ov *Set) change(ctx context.Context, send func(context.Context) (int64, error)) (int64, error) {
+	if ov.st.Budget() > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max(ov.lim.timeout, time.Second))
+		ctx, cancel = context.WithTimeout(ctx, max(ov.st.Budget(), time.Second))
 		defer cancel()
 	}
 	return send(ctx)
@@ -558,7 +559,7 @@ func (ov *Overrides) change(ctx context.Context, send func(context.Context) (int
 
 // poll reads the set if it changed, and logs the first failure and the
 // recovery.
-func (ov *Overrides) poll() {
+func (ov *Set) poll() {
 	ctx, cancel := context.WithTimeout(ov.ctx, ov.pollTimeout())
 	defer cancel()
 	err := ov.lock(ctx)
@@ -572,7 +573,7 @@ func (ov *Overrides) poll() {
 	var big *oversizeError
 	if errors.As(err, &big) {
 		if ov.cut.CompareAndSwap(false, true) {
-			ov.lim.log().Warn("sluice: the overrides in Redis hold more entries than WithOverridesMax; they are not read, and the last ones read stay in force (logged once)",
+			ov.st.Logger().Warn("sluice: the overrides in Redis hold more entries than WithMax; they are not read, and the last ones read stay in force (logged once)",
 				"overrides", ov.name, "version", ov.Version(), "entries", big.n, "max", ov.max)
 		}
 		err = nil // Redis answered
@@ -591,7 +592,7 @@ const overridesLogWindow = 10 * time.Second
 // report logs the poll's outcome at now: the first failure of an outage
 // and the recovery from a logged one, rationed by overridesLogWindow. Only
 // the poller calls it.
-func (ov *Overrides) report(now time.Time, err error) {
+func (ov *Set) report(now time.Time, err error) {
 	lg := &ov.outage
 	switch {
 	case err != nil:
@@ -602,40 +603,40 @@ func (ov *Overrides) report(now time.Time, err error) {
 		if lg.said || (!lg.last.IsZero() && now.Sub(lg.last) < overridesLogWindow) {
 			return
 		}
-		attrs := []any{"overrides", ov.name, "version", ov.Version(), "reason", ErrorReason(err), "error", err}
+		attrs := []any{"overrides", ov.name, "version", ov.Version(), "reason", core.ErrorReason(err), "error", err}
 		if lg.unsaid > 1 {
 			attrs = append(attrs, "outages_not_logged", lg.unsaid-1)
 		}
-		ov.lim.log().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force", attrs...)
+		ov.st.Logger().Warn("sluice: cannot read the overrides from Redis; the last ones read stay in force", attrs...)
 		lg.said, lg.unsaid, lg.last = true, 0, now
 	case ov.failing.CompareAndSwap(true, false):
 		if lg.said {
-			ov.lim.log().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
+			ov.st.Logger().Info("sluice: the overrides are read from Redis again", "overrides", ov.name, "version", ov.Version())
 			lg.last = now
 		}
 	}
 }
 
 // load reads the set if its version is not the local copy's, and installs
-// it. The caller holds the lock (see Overrides.lock).
-func (ov *Overrides) load(ctx context.Context) error {
+// it. The caller holds the lock (see Set.lock).
+func (ov *Set) load(ctx context.Context) error {
 	cur := ov.snap.Load()
 	known := cur.epoch + ":" + strconv.FormatInt(cur.version, 10)
 	if !cur.read {
 		known = "" // never read: read even an untouched set
 	}
-	reply, err := ov.lim.sendScriptSlice(ctx, OpOverrides, overrideLoadScript, []string{ov.hash, ov.version, ov.epoch, ov.write}, known, ov.max)
+	reply, err := ov.st.LoadOverrides(ctx, ov.name, known, ov.max)
 	if err != nil {
 		return err
 	}
 	if len(reply) == 0 {
-		return fmt.Errorf("core: overrides: unexpected reply %v", reply)
+		return fmt.Errorf("overrides: unexpected reply %v", reply)
 	}
 	token, _ := reply[0].(string)
 	epoch, vs, _ := strings.Cut(token, ":")
 	v, err := strconv.ParseInt(vs, 10, 64)
 	if err != nil {
-		return fmt.Errorf("core: overrides: version %q is not an epoch and an integer", token)
+		return fmt.Errorf("overrides: version %q is not an epoch and an integer", token)
 	}
 	if len(reply) == 1 {
 		return nil // unchanged
@@ -645,22 +646,22 @@ func (ov *Overrides) load(ctx context.Context) error {
 	}
 	fields, ok := reply[1].([]any)
 	if !ok || len(fields)%2 != 0 {
-		return fmt.Errorf("core: overrides: unexpected reply %T", reply[1])
+		return fmt.Errorf("overrides: unexpected reply %T", reply[1])
 	}
 	m := make(map[string]Override, len(fields)/2)
 	skipped := 0
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, _ := fields[i].(string)
 		t, _ := fields[i+1].(string)
-		o, err := ParseOverride(t)
-		if err != nil || checkOverrideKey(k) != nil {
+		o, err := Parse(t)
+		if err != nil || checkKey(k) != nil {
 			skipped++
 			continue
 		}
 		m[k] = o
 	}
 	if skipped > 0 && ov.bad.CompareAndSwap(false, true) {
-		ov.lim.log().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
+		ov.st.Logger().Warn("sluice: the overrides in Redis hold entries that are not overrides; they are ignored (logged once)",
 			"overrides", ov.name, "version", v, "ignored", skipped)
 	}
 	// The epoch part of a version is "<epoch>.<write id>" (see
@@ -671,19 +672,9 @@ func (ov *Overrides) load(ctx context.Context) error {
 		// The history this replica knew is gone: Redis restarted without
 		// persistence, failed over to a replica that missed the writes,
 		// or evicted the set. What Redis holds now is the set.
-		ov.lim.log().Warn("sluice: the overrides set this replica knew is gone from Redis (a restart without persistence, a failover that lost writes, or an eviction); the set Redis holds now applies",
+		ov.st.Logger().Warn("sluice: the overrides set this replica knew is gone from Redis (a restart without persistence, a failover that lost writes, or an eviction); the set Redis holds now applies",
 			"overrides", ov.name, "entries_before", len(cur.m), "entries_now", len(m), "epoch_before", was, "epoch_now", now)
 	}
-	ov.snap.Store(&overrideSnap{version: v, epoch: epoch, read: true, m: m})
+	ov.snap.Store(&snapshot{version: v, epoch: epoch, read: true, m: m})
 	return nil
-}
-
-// ObserveDenyList tells the limiter's observer (see [WithObserver]) of a
-// request refused by a deny list before any decision, as a decision of
-// source [SourceDenyList] with a zero Result, marked DryRun when dryRun is
-// true. Middleware calls it; it costs nothing without an observer.
-func (l *Limiter) ObserveDenyList(dryRun bool) {
-	if l.obs != nil {
-		l.obs.ObserveDecision(Result{DryRun: dryRun}, SourceDenyList)
-	}
 }

@@ -114,7 +114,7 @@ type Lease struct {
 	key    string
 	rkey   string // the Redis key; "" for a lease held only locally
 	id     string // the member in the sorted set
-	local  bool   // held in the local fallback
+	local  bool   // held by the local fallback, not by the store
 	once   sync.Once
 	expiry time.Time // when Redis drops the slot if it is not renewed; guarded by the keeper
 }
@@ -147,64 +147,15 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	l := c.lim
-	if l.store == nil {
-		return c.acquireLocal(key, c.limit.Max, false), nil
-	}
-	rkey := l.rkey(c.fp, key)
-	now := l.now()
-	nd := l.store.node(ctx, rkey)
-	id := newLeaseID()
-	var vals []int64
-	seen := l.keeper().server(nd)
-	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1)}
-	if l.store.reload != nil { // a Cluster (see acquire.lua)
-		args[6] = seen.myid
-	}
-	if seen.run == 0 { // first contact: the script compares histories
-		args = l.keeper().histories(nd, args)
-	}
-	o := op{script: acquireScript, keys: []string{rkey}, args: args}
-	send := func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
-			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
-		}
-		if err == nil {
-			l.foreignLease(rkey, vals[2])
-			l.keeper().saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
-		}
-		return took, err
-	}
-	routed, storeErr := l.onNode(ctx, nd, now, OpAcquire, rkey, send)
-	if routed && storeErr != nil && ErrorReason(storeErr) == ReasonTimeout && callerGone(ctx) == nil {
-		// The answer was lost to a stall of Redis, and Redis may have
-		// given the slot: ask once more with the same id, which takes no
-		// second slot, rather than let the fallback add one beside it.
-		// (onNode itself asks again after a pause of this process.)
-		routed, storeErr = l.onNode(ctx, nd, l.now(), OpAcquire, rkey, send)
-	}
-	if routed && storeErr != nil && (ErrorReason(storeErr) == ReasonTimeout || callerGone(ctx) != nil) {
-		// Redis may hold the slot though nobody heard it was given:
-		// the keeper gives it back, or it would keep one of Max for a
-		// whole lease after a blip.
-		l.keeper().orphan(c, rkey, id)
-	}
-	if routed && storeErr == nil {
-		ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
-		if ls.Acquired {
-			ls.rkey, ls.id = rkey, id
-			l.keeper().add(ls, time.Now().Add(c.lease))
-		}
+	ls, err := l.store.acquire(ctx, c, key)
+	if err == nil {
 		return ls, nil
 	}
-	if cerr := callerGone(ctx); routed && cerr != nil {
-		return nil, cerr
+	down, ok := errors.AsType[*storeDown](err)
+	if !ok {
+		return nil, err // the caller gave up
 	}
-	brk := nd.brk
-	brk.degraded.Add(1)
-	l.stillDown(brk, now)
+	storeErr := down.cause
 	switch l.policy {
 	case FailOpen:
 		return &Lease{Acquired: true, Degraded: true}, nil
@@ -258,35 +209,12 @@ func (ls *Lease) Release(ctx context.Context) error {
 			c.lim.local.slots().give(makeLocalKey(c.id, ls.key))
 			return
 		}
-		l := c.lim
-		l.keeper().remove(ls)
-		nd := l.store.node(ctx, ls.rkey)
-		var vals []int64
-		routed, cerr := l.onNode(ctx, nd, l.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
-			o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{c.lease.Milliseconds(), ls.id}}
-			var took time.Duration
-			var err error
-			vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
-			if err == nil && len(vals) != 2 {
-				err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
-			}
-			if err == nil {
-				l.foreignLease(ls.rkey, vals[1])
-			}
-			return took, err
-		})
-		switch {
-		case !routed:
-			err = fmt.Errorf("%w: release a slot of %q: the circuit breaker of node %s is open; the slot expires within its lease", ErrUnavailable, ls.key, nd.brk.node)
-		case cerr != nil:
-			if gone := callerGone(ctx); gone != nil {
-				err = gone
-				return
-			}
-			err = fmt.Errorf("%w: release a slot of %q: %w", ErrUnavailable, ls.key, cerr)
-		case vals[0] == 0:
-			err = ErrLeaseLost
+		err = c.lim.store.release(ctx, ls)
+		if down, ok := errors.AsType[*storeDown](err); ok && down.cause == nil {
+			err = fmt.Errorf("%w: release a slot of %q: %s; the slot expires within its lease", ErrUnavailable, ls.key, down)
+			return
 		}
+		err = unanswered(err, "release a slot of", ls.key)
 	})
 	return err
 }
@@ -556,7 +484,7 @@ func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 	byNode := map[*node]*round{}
 	var order []*node
 	of := func(rkey string) *round {
-		nd := l.store.node(ctx, rkey)
+		nd := l.redis.node(ctx, rkey)
 		r, ok := byNode[nd]
 		if !ok {
 			r = &round{key: rkey}
@@ -588,7 +516,7 @@ func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 		var replies []*batch.Member[*op, []int64]
 		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, r.key, func() (time.Duration, error) {
 			start := time.Now()
-			replies = l.store.runOps(ctx, nd, ops)
+			replies = l.redis.runOps(ctx, nd, ops)
 			for _, m := range replies {
 				if m.Err != nil && !keyFault(m.Err) {
 					return time.Since(start), m.Err // the node's failure, charged once

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -480,4 +481,58 @@ func BenchmarkConcurrencyAcquireRelease(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestConcurrencyMatchesMemory drives random acquisitions and releases on
+// two keys through one engine over both stores, a real Redis and memory,
+// and requires the same answer from each at every step.
+func TestConcurrencyMatchesMemory(t *testing.T) {
+	backends := concurrencyBackends(t)
+	ctx := context.Background()
+	var caps [2]*Concurrency
+	for i, name := range []string{"redis", "memory"} {
+		c, err := backends[name](t).PrepareConcurrency(ConcurrencyLimit{Name: "jobs", Max: 3, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps[i] = c
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var held [][2]*Lease
+	var refused, released int
+	for i := range 400 {
+		if r.IntN(2) == 0 && len(held) > 0 {
+			j := r.IntN(len(held))
+			h := held[j]
+			held = append(held[:j], held[j+1:]...)
+			for s, ls := range h {
+				if err := ls.Release(ctx); err != nil {
+					t.Fatalf("step %d: store %d: Release: %v", i, s, err)
+				}
+			}
+			released++
+			continue
+		}
+		key := []string{"a", "b"}[r.IntN(2)]
+		var ls [2]*Lease
+		for s, c := range caps {
+			var err error
+			if ls[s], err = c.Acquire(ctx, key); err != nil {
+				t.Fatalf("step %d: store %d: Acquire: %v", i, s, err)
+			}
+		}
+		g, w := ls[0], ls[1]
+		if g.Acquired != w.Acquired || g.InFlight != w.InFlight || g.Degraded || w.Degraded {
+			t.Fatalf("step %d: Acquire(%q): redis %+v, memory %+v", i, key, g, w)
+		}
+		if g.Acquired {
+			held = append(held, ls)
+		} else {
+			refused++
+		}
+	}
+	if refused == 0 || released == 0 {
+		t.Fatalf("%d refused, %d released: the sequence does not reach the cap", refused, released)
+	}
+	t.Logf("400 steps identical: %d acquisitions refused, %d released", refused, released)
 }

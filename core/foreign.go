@@ -29,7 +29,7 @@ func (l *Limiter) replaceForeign(ctx context.Context, nd *node, rkey, kind strin
 		var took time.Duration
 		var err error
 		o := op{script: foreignScript, keys: []string{rkey}}
-		vals, took, err = l.store.runOp(ctx, nd, &o, l.timeout)
+		vals, took, err = l.redis.runOp(ctx, nd, &o, l.timeout)
 		return took, err
 	})
 	if rerr != nil || len(vals) != 1 || vals[0] != 1 {

@@ -662,7 +662,7 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	// The replica learns which server the node is from the INFO its
 	// first answer starts in the background; a read that failed (a busy
 	// machine) is made again at a later answer.
-	for deadline := time.Now().Add(10 * time.Second); blim.keeper().server(&blim.store.whole).run == 0; {
+	for deadline := time.Now().Add(10 * time.Second); blim.keeper().server(&blim.redis.whole).run == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the replica never learnt which server the node is")
 		}
@@ -755,7 +755,7 @@ func TestRenewWhileOpen(t *testing.T) {
 		ls, err := c.Acquire(ctx, "stream")
 		if err == nil && ls.Degraded {
 			_ = ls.Release(ctx)
-			if lim.store.whole.brk.isOpen() {
+			if lim.redis.whole.brk.isOpen() {
 				break
 			}
 		}
@@ -774,7 +774,7 @@ func TestRenewWhileOpen(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the restarted node holds %d of the 3 leases; the holder's renewals did not re-assert them", n)
 	}
-	if !lim.store.whole.brk.isOpen() {
+	if !lim.redis.whole.brk.isOpen() {
 		t.Fatal("the breaker closed: the test no longer shows renewals passing an open breaker")
 	}
 	for _, ls := range held {

@@ -108,7 +108,7 @@ type leaseConf struct {
 // every decision in memory anyway, the rule is returned as is.
 func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	l := r.lim
-	if l.store == nil {
+	if l.store.inProcess() {
 		return r, nil
 	}
 	if r.p.stepped {
@@ -426,13 +426,13 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		strconv.FormatInt(lc.life, 10), strconv.FormatInt(lc.bound, 10), strconv.FormatInt(max(0, l.penaltyOf(p)), 10))
 	args = append(args, p.args...)
 	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
-	nd := l.store.node(ctx, hk.rkey)
+	nd := l.redis.node(ctx, hk.rkey)
 	var vals []int64
 	start := time.Now()
 	routed, err := l.onNode(ctx, nd, now, OpLease, hk.rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = l.store.runOp(ctx, nd, o, l.timeout)
+		vals, took, err = l.redis.runOp(ctx, nd, o, l.timeout)
 		return took, err
 	})
 	rtt := int64(time.Since(start) / time.Microsecond)
@@ -517,12 +517,12 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 		strconv.FormatInt(p.lease.bound, 10), "0")
 	args = append(args, p.args...)
 	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
-	nd := l.store.node(ctx, hk.rkey)
+	nd := l.redis.node(ctx, hk.rkey)
 	var vals []int64
 	routed, err := l.onNode(ctx, nd, now, OpLeaseReturn, hk.rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = l.store.runOp(ctx, nd, o, l.timeout)
+		vals, took, err = l.redis.runOp(ctx, nd, o, l.timeout)
 		return took, err
 	})
 	var back int64

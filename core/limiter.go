@@ -27,7 +27,8 @@ import (
 // the caller's to close. Its zero value is not usable; create one with [New]
 // or [NewMemory].
 type Limiter struct {
-	store        *redisStore // nil for an in-memory limiter
+	store        store       // where the buckets are: redis, or memory for NewMemory
+	redis        *redisStore // the Redis store; nil for NewMemory (only the store's own code reads it)
 	prefix       string
 	slotKey      []byte // WithSlotKey; nil for the unkeyed tag
 	penalty      int64  // microseconds
@@ -101,8 +102,10 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, errors.New("core: WithClock applies to NewMemory only; a Redis-backed limiter reads Redis's clock")
 	}
 	l.brk.node = nodeName(rdb)
-	l.store = newRedisStore(rdb, &l.brk, l.timeout, l.inflight)
-	l.store.ack = newReplicaAck(o.ack, l.log)
+	l.redis = newRedisStore(rdb, &l.brk, l.timeout, l.inflight)
+	l.redis.ack = newReplicaAck(o.ack, l.log)
+	l.redis.l = l
+	l.store = l.redis
 	switch {
 	case o.fleet.Name != "":
 		l.fleet = newFleet(l.sendOp, l.prefix, o.fleet, o.replicas)
@@ -133,6 +136,7 @@ func NewMemory(opts ...Option) (*Limiter, error) {
 		l.now = func() int64 { return clock().UnixMicro() }
 	}
 	l.denies = nil
+	l.store = memStore{l.local}
 	return l, nil
 }
 
@@ -307,15 +311,10 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	now := l.now()
 	cost := int64(n)
 
-	if p.lease != nil && maxWait == 0 && l.store != nil {
+	if p.lease != nil && maxWait == 0 { // never on NewMemory (see WithTokenLeases)
 		if res, d, ok, err := l.leaseAdmit(ctx, key, p, cost, now); ok {
 			return res, d, err
 		}
-	}
-
-	if l.store == nil {
-		d := l.local.take(p.id, key, now, p.ticks, cost, maxWait, l.penaltyOf(p))
-		return l.done(d, p, SourceStore, false)
 	}
 
 	if l.denies != nil && cost == 1 && maxWait == 0 {
@@ -346,21 +345,9 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	rkey := l.rkey(p.fp, key)
-	c := call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
-	nd := l.store.node(ctx, c.rkey)
-	d, routed, storeErr := l.decideOn(ctx, nd, now, OpDecide, &c)
-	if routed && storeErr == nil {
-		l.maybeSweep(ctx, now)
-		if l.fleet != nil && l.fleet.implicit {
-			l.fleet.maybeBeat(l.bg.run)
-		}
-		if d.allowed {
-			// Keep the fallback warm for keys that have used half a
-			// burst or more; one less used starts the fallback from a
-			// full bucket, which it nearly is, and costs no memory.
-			l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
-		}
+	c := call{key: key, plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
+	d, err := l.store.decide(ctx, OpDecide, c)
+	if err == nil {
 		if l.denies != nil && d.next > 0 && (!d.allowed || c.penalty == 0 && !p.stepped) {
 			// Redis said when a unit request can next pass. Counted
 			// from when this request was sent, that never outlasts
@@ -374,13 +361,11 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 		return l.done(d, p, SourceStore, false)
 	}
-	if cerr := callerGone(ctx); routed && cerr != nil {
-		return Result{}, decision{}, cerr // the caller gave up: no decision
+	down, ok := errors.AsType[*storeDown](err)
+	if !ok {
+		return Result{}, decision{}, err // the caller gave up: no decision
 	}
-	brk := nd.brk
-	brk.degraded.Add(1)
-	l.stillDown(brk, now)
-	return l.fallback(key, p, now, cost, maxWait, storeErr)
+	return l.fallback(key, p, now, cost, maxWait, down.cause)
 }
 
 // penaltyOf returns the penalty lock of p's denials in microseconds: its
@@ -427,25 +412,7 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	if l.denies != nil {
 		l.denies.delete(p.id, key)
 	}
-	if l.store == nil {
-		return nil
-	}
-	rkey := l.rkey(p.fp, key)
-	nd := l.store.node(ctx, rkey)
-	routed, err := l.onNode(ctx, nd, l.now(), OpReset, rkey, func() (time.Duration, error) {
-		_, took, err := l.store.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, l.timeout)
-		return took, err
-	})
-	switch {
-	case !routed:
-		return fmt.Errorf("%w: reset %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)
-	case err != nil:
-		if cerr := callerGone(ctx); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("%w: reset %q: %w", ErrUnavailable, key, err)
-	}
-	return nil
+	return unanswered(l.store.reset(ctx, p, key), "reset", key)
 }
 
 // callerGone is storeops.CallerGone: the caller's context error, also

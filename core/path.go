@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
 // MaxLevels bounds the levels of a path (see [Limiter.PreparePath]).
@@ -176,11 +174,6 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 	rv.path = ps
 	switch {
 	case !res.Allowed:
-	case l.store == nil:
-		rv.via, rv.held = settleLocal, int64(n)
-		for _, p := range ps.plans {
-			ps.ticks = append(ps.ticks, p.ticks)
-		}
 	case res.Degraded && pd.failOpen:
 	case res.Degraded:
 		rv.via, rv.held = settleLocal, int64(n)
@@ -190,9 +183,21 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 			rv.held = min(rv.held, sh.minB)
 		}
 	default:
-		rv.via, rv.id = settleRedis, newReservationID()
+		l.store.reserved(rv)
 	}
 	return rv, nil
+}
+
+// pathAsk is a path's decision as the engine asks it of the store.
+type pathAsk struct {
+	r       *PathRule
+	plans   []*plan       // each level's, root first
+	pd      *pathDecision // its keys; the store sets its rkeys
+	ids     []uint64      // each level's plan id
+	levels  [][]tickLimit // each level's limits
+	cost    int64
+	penalty int64 // microseconds
+	now     int64
 }
 
 // pathDecision is what admitPath found out beyond the Result.
@@ -252,55 +257,22 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	if r.penalty >= 0 {
 		penalty = r.penalty
 	}
+	q := &pathAsk{r: r, plans: plans, pd: &pd, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
 	pd.keys = make([]string, len(path))
-	ids := make([]uint64, len(path))
-	levels := make([][]tickLimit, len(path))
 	for i := range path {
 		pd.keys[i] = pathKeyOf(path, i)
-		ids[i] = plans[i].id
-		levels[i] = plans[i].ticks
+		q.ids[i] = plans[i].id
+		q.levels[i] = plans[i].ticks
 	}
-	if l.store == nil {
-		d, lv := l.local.takePath(ids, pd.keys, now, levels, cost, 0, penalty)
+	d, lv, err := l.store.decidePath(ctx, q)
+	if err == nil {
 		return l.donePath(d, r, lv, SourceStore, false), pd, nil
 	}
-
-	pd.rkeys = make([]string, len(path))
-	args := make([]any, 1, 1+len(path)*12)
-	args[0] = strconv.Itoa(len(path))
-	for i, p := range plans {
-		pd.rkeys[i] = redisKeyFrom(l.prefix, p.fp, path[0], pd.keys[i], l.slotKey)
-		c := call{plan: p, cost: cost, penalty: penalty, now: now}
-		args = c.appendGroup(args)
+	down, ok := errors.AsType[*storeDown](err)
+	if !ok {
+		return Result{}, pd, err // the caller gave up: no decision
 	}
-	pc := &pathCall{rkeys: pd.rkeys, args: args, plans: plans}
-	nd := l.store.node(ctx, pd.rkeys[0])
-	var ans pathAnswer
-	routed, err := l.onNode(ctx, nd, now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		ans, took, err = l.store.submitPath(ctx, nd, pc, l.timeout)
-		return took, err
-	})
-	d, lv := ans.d, ans.lv
-	if routed && err == nil {
-		if ans.foreign > 0 {
-			l.foreignLevel(nd, pd.rkeys[ans.foreign-1], r.names[ans.foreign-1])
-		}
-		l.maybeSweep(ctx, now)
-		if d.allowed {
-			for i, p := range plans {
-				l.local.charge(p.id, pd.keys[i], now, l.share(p).ticks, cost, 2*d.remaining < int64(plans[lv].limits[d.index].Burst))
-			}
-		}
-		return l.donePath(d, r, lv, SourceStore, false), pd, nil
-	}
-	if cerr := callerGone(ctx); routed && cerr != nil {
-		return Result{}, pd, cerr
-	}
-	brk := nd.brk
-	brk.degraded.Add(1)
-	l.stillDown(brk, now)
+	err = down.cause
 	switch l.policy {
 	case FailOpen:
 		pd.failOpen = true
@@ -319,10 +291,10 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	minB := cost
 	for i, p := range plans {
 		shares[i] = l.share(p)
-		levels[i] = shares[i].ticks
+		q.levels[i] = shares[i].ticks
 		minB = min(minB, shares[i].minB)
 	}
-	d, lv = l.local.takePath(ids, pd.keys, now, levels, minB, 0, penalty)
+	d, lv = l.local.takePath(q.ids, pd.keys, now, q.levels, minB, 0, penalty)
 	res := l.resultPath(d, r, lv, true)
 	res.Limit = shares[lv].limits[d.index] // the limit actually enforced
 	l.observe(res, SourceFallback)
@@ -433,72 +405,8 @@ func (s *shardedMap[V]) shardIndex(k localKey) int {
 type pathSettle struct {
 	plans []*plan       // each level's
 	keys  []string      // each level's key (see pathKeyOf)
-	rkeys []string      // each level's stored name (settleRedis)
-	ticks [][]tickLimit // settleLocal: each level's limits as charged
-}
-
-// settlePath applies final at every level of a path's reservation, and
-// reports whether it was applied (see Reservation.settle).
-func (rv *Reservation) settlePath(ctx context.Context, final int64, marker time.Duration) (bool, error) {
-	l, ps := rv.lim, rv.path
-	if rv.via == settleLocal {
-		delta := final - rv.held
-		now := l.now()
-		for i, p := range ps.plans {
-			l.local.settle(p.id, ps.keys[i], now, ps.ticks[i], delta)
-		}
-		return true, nil
-	}
-	delta := final - rv.n
-	members := make([]*batch.Member[*settleCall, bool], len(ps.plans))
-	for i, p := range ps.plans {
-		rkey := ps.rkeys[i]
-		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}}
-	}
-	nd := l.store.node(ctx, ps.rkeys[0])
-	var vals []int64
-	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, ps.rkeys[0], func() (time.Duration, error) {
-		if len(members) == 1 {
-			// settle.lua's lone form replies with one integer.
-			start := time.Now()
-			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if l.timeout > 0 {
-				rctx, cancel = context.WithTimeout(ctx, l.timeout)
-			}
-			defer cancel()
-			applied, err := settleOne(rctx, l.store.rdb, members[0].Req)
-			vals = []int64{0}
-			if applied {
-				vals[0] = 1
-			}
-			return time.Since(start), err
-		}
-		keys, args := settleArgs(members)
-		var took time.Duration
-		var err error
-		vals, took, err = l.store.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, l.timeout)
-		return took, err
-	})
-	switch {
-	case !routed:
-		return false, fmt.Errorf("%w: settle %q: the circuit breaker of node %s is open", ErrUnavailable, rv.key, nd.brk.node)
-	case err != nil:
-		if cerr := callerGone(ctx); cerr != nil {
-			return false, cerr
-		}
-		return false, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, err)
-	}
-	applied := false
-	for _, v := range vals {
-		switch v {
-		case 1:
-			applied = true
-		case 0:
-		default:
-			return applied, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, errKeyFailed)
-		}
-	}
-	return applied, nil
+	rkeys []string      // each level's stored name, in Redis
+	ticks [][]tickLimit // in memory: each level's limits as charged
 }
 
 // newReservationID returns a fresh reservation id, which names its

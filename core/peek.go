@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -39,21 +38,9 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 		return Result{}, err
 	}
 	now := l.now()
-	if l.store == nil {
-		return peekResult(l.local.peek(p.id, key, now, p.ticks), p), nil
-	}
-	rkey := l.rkey(p.fp, key)
-	c := call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, now: now}
-	nd := l.store.node(ctx, c.rkey)
-	d, routed, err := l.decideOn(ctx, nd, now, OpPeek, &c)
-	switch {
-	case !routed:
-		return Result{}, fmt.Errorf("%w: peek %q: the circuit breaker of node %s is open", ErrUnavailable, key, nd.brk.node)
-	case err != nil:
-		if cerr := callerGone(ctx); cerr != nil {
-			return Result{}, cerr
-		}
-		return Result{}, fmt.Errorf("%w: peek %q: %w", ErrUnavailable, key, err)
+	d, err := l.store.decide(ctx, OpPeek, call{key: key, plan: p, now: now})
+	if err != nil {
+		return Result{}, unanswered(err, "peek", key)
 	}
 	return peekResult(d, p), nil
 }

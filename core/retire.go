@@ -16,24 +16,24 @@ const sweepEvery = 100_000
 // forever (sluice_store_up 0). Such a node is retired: its outage ends, as
 // its keys are back on Redis elsewhere.
 func (l *Limiter) maybeSweep(ctx context.Context, now int64) {
-	if l.openNodes.Load() == 0 || l.store.nodeOf == nil {
+	if l.openNodes.Load() == 0 || l.redis.nodeOf == nil {
 		return
 	}
 	last := l.lastSweep.Load()
 	if now-last < sweepEvery || !l.lastSweep.CompareAndSwap(last, now) {
 		return
 	}
-	l.store.nodes.Range(func(k, v any) bool {
+	l.redis.nodes.Range(func(k, v any) bool {
 		n := v.(*node)
 		key := n.brk.failedKey.Load()
 		if !n.brk.isOpen() || key == nil {
 			return true
 		}
-		owner, addr, ok := l.store.ownerOf(ctx, *key)
+		owner, addr, ok := l.redis.ownerOf(ctx, *key)
 		if !ok || owner == k {
 			return true
 		}
-		l.store.nodes.Delete(k)
+		l.redis.nodes.Delete(k)
 		l.recovered(n.brk, now, addr)
 		return true
 	})

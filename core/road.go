@@ -181,7 +181,7 @@ func (l *Limiter) decideOn(ctx context.Context, nd *node, now int64, kind string
 	routed, err = l.onNode(ctx, nd, now, kind, c.rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		d, took, err = l.store.submit(ctx, nd, c, l.timeout)
+		d, took, err = l.redis.submit(ctx, nd, c, l.timeout)
 		return took, err
 	})
 	return d, routed, err
@@ -191,7 +191,7 @@ func (l *Limiter) decideOn(ctx context.Context, nd *node, now int64, kind string
 // to nd's breaker.
 func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error) {
 	brk := nd.brk
-	l.store.failed()
+	l.redis.failed()
 	if brk.failedKey.Load() == nil || brk.isOpen() {
 		k := key
 		brk.failedKey.Store(&k)

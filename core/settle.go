@@ -2,9 +2,7 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -38,8 +36,8 @@ type settleVia uint8
 
 const (
 	settleNothing settleVia = iota // denied, fail-open: nothing was charged
-	settleRedis                    // charged in Redis
-	settleLocal                    // charged in process memory (NewMemory, or the fallback)
+	settleStore                    // charged by the limiter's store (see store.settle)
+	settleLocal                    // charged by the local fallback, while the store was unavailable
 )
 
 // Reservation is an admitted (or denied) request whose cost is not known
@@ -56,9 +54,9 @@ type Reservation struct {
 	key   string
 	n     int64       // the cost reserved
 	via   settleVia   // where it is settled
-	ticks []tickLimit // settleLocal: the limits it was charged under
-	held  int64       // settleLocal: the cost charged there (the fallback caps it at its share's Burst)
-	id    string      // settleRedis: names the marker
+	ticks []tickLimit // in memory: the limits it was charged under
+	held  int64       // the cost charged (the fallback caps it at its share's Burst)
+	id    string      // in Redis: names the marker
 	made  time.Time   // when it was made, on the monotonic clock
 	path  *pathSettle // a path's reservation (see PathRule.Reserve); nil: a key's
 	state atomic.Int32
@@ -96,16 +94,12 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now()}
 	switch {
 	case !res.Allowed:
-	case l.store == nil:
-		rv.via, rv.ticks, rv.held = settleLocal, r.p.ticks, int64(n)
 	case res.Degraded && d.remaining < 0: // FailOpen: nothing was counted
 	case res.Degraded:
 		sh := l.share(r.p)
 		rv.via, rv.ticks, rv.held = settleLocal, sh.ticks, min(int64(n), sh.minB)
 	default:
-		var buf [16]byte
-		_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
-		rv.via, rv.id = settleRedis, hex.EncodeToString(buf[:])
+		l.store.reserved(rv)
 	}
 	return rv, nil
 }
@@ -173,63 +167,43 @@ func (rv *Reservation) Settle(ctx context.Context, final int) error {
 // refunds the whole reservation.
 func (rv *Reservation) Cancel(ctx context.Context) error { return rv.Settle(ctx, 0) }
 
-// settle applies final in the reservation's store and reports whether it
-// was applied (false: Redis had settled it already); marker is how long
-// Redis keeps the reservation's marker.
+// settle applies final where the reservation was decided (the store, or
+// the local fallback) and reports whether it was applied (false: the
+// store had settled it already); marker is how long Redis keeps the
+// reservation's marker.
 func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Duration) (bool, error) {
-	l, p := rv.lim, rv.p
+	l := rv.lim
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if rv.path != nil {
-		return rv.settlePath(ctx, final, marker)
-	}
 	if rv.via == settleLocal {
-		delta := final - rv.held
-		l.local.settle(p.id, rv.key, l.now(), rv.ticks, delta)
-		if delta < 0 && l.denies != nil {
-			l.denies.delete(p.id, rv.key)
+		rv.settleIn(l.local, l.now(), final)
+	} else {
+		applied, err := l.store.settle(ctx, rv, final, marker)
+		if err != nil {
+			return false, unanswered(err, "settle", rv.key)
 		}
-		return true, nil
-	}
-	delta := final - rv.n
-	rkey := l.rkey(p.fp, rv.key)
-	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
-	nd := l.store.node(ctx, rkey)
-	var applied bool
-	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, rkey, func() (time.Duration, error) {
-		start := time.Now()
-		var err error
-		switch {
-		case l.store.detached:
-			applied, err = runApart(ctx, l.timeout, func(ctx context.Context) (bool, error) { return settleOne(ctx, l.store.rdb, sc) })
-		case nd.settle != nil:
-			var took time.Duration
-			applied, took, err = nd.settle.Do(ctx, sc)
-			return took, err
-		default:
-			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if l.timeout > 0 {
-				rctx, cancel = context.WithTimeout(ctx, l.timeout)
-			}
-			applied, err = settleOne(rctx, l.store.rdb, sc)
-			cancel()
+		if !applied {
+			return false, nil
 		}
-		return time.Since(start), err
-	})
-	switch {
-	case !routed:
-		return false, fmt.Errorf("%w: settle %q: the circuit breaker of node %s is open", ErrUnavailable, rv.key, nd.brk.node)
-	case err != nil:
-		if cerr := callerGone(ctx); cerr != nil {
-			return false, cerr
+	}
+	if final < rv.held && l.denies != nil && rv.path == nil {
+		l.denies.delete(rv.p.id, rv.key)
+	}
+	return true, nil
+}
+
+// settleIn applies final to rv's buckets in local, which decided it
+// under rv.ticks (a path's: ps.ticks) with rv.held charged.
+func (rv *Reservation) settleIn(local *localStore, now, final int64) {
+	delta := final - rv.held
+	if ps := rv.path; ps != nil {
+		for i, p := range ps.plans {
+			local.settle(p.id, ps.keys[i], now, ps.ticks[i], delta)
 		}
-		return false, fmt.Errorf("%w: settle %q: %w", ErrUnavailable, rv.key, err)
+		return
 	}
-	if applied && delta < 0 && l.denies != nil {
-		l.denies.delete(p.id, rv.key)
-	}
-	return applied, nil
+	local.settle(rv.p.id, rv.key, now, rv.ticks, delta)
 }
 
 // settleCall is one settlement asked of Redis: the settle script's

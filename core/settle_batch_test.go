@@ -343,7 +343,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	if n := stores.Load() - observed; n != settled.Load()+refused.Load() {
 		t.Errorf("the observer saw %d store calls during the settlements, want one per settlement (%d)", n, settled.Load()+refused.Load())
 	}
-	if brk := lim.store.whole.brk; brk.isOpen() {
+	if brk := lim.redis.whole.brk; brk.isOpen() {
 		t.Error("the breaker opened")
 	}
 	t.Logf("%d reservations on %d keys settled from %d goroutines, %d of them twice at once: every bucket as the model says", nrv, len(keys), callers, ntwins)

@@ -45,6 +45,7 @@ type redisStore struct {
 	reload    func()       // asks the client to reload its slot map; nil when it has none
 	reloaded  atomic.Int64 // unix nanoseconds of the last reload asked for
 	ack       *replicaAck  // WAIT after every script call; nil for none (see WithReplicaAck)
+	l         *Limiter     // the limiter whose store this is: its road, keeper and fallback
 }
 
 // ownerOf returns the master that owns rkey now, as the key of s.nodes,
@@ -480,12 +481,12 @@ func (l *Limiter) sendScriptSlice(ctx context.Context, kind string, sc *redis.Sc
 // one runner of lone calls, and reports it to the observer; it feeds no
 // breaker (see sendOp). The callers above decode its reply.
 func (l *Limiter) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	nd := l.store.node(ctx, keys[0])
+	nd := l.redis.node(ctx, keys[0])
 	budget := l.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		budget = max(time.Until(dl), time.Millisecond)
 	}
-	cmd, took, err := l.store.runScript(ctx, sc, keys, args, budget)
+	cmd, took, err := l.redis.runScript(ctx, sc, keys, args, budget)
 	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
 		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}

@@ -122,11 +122,13 @@ func newReplicaAck(c ackConfig, log func() *slog.Logger) *replicaAck {
 // wrote nothing (without a penalty lock). It returns 0 without
 // WithReplicaAck, and for a limiter made by [NewMemory]. It is safe for
 // concurrent use.
-func (l *Limiter) ReplicaAckMisses() int64 {
-	if l.store == nil || l.store.ack == nil {
+func (l *Limiter) ReplicaAckMisses() int64 { return l.store.ackMisses() }
+
+func (s *redisStore) ackMisses() int64 {
+	if s.ack == nil {
 		return 0
 	}
-	return l.store.ack.misses.Load()
+	return s.ack.misses.Load()
 }
 
 // waitFor returns how long the WAIT of a call on n under ctx may block: the

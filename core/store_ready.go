@@ -28,11 +28,12 @@ import (
 //
 // Ready is safe for concurrent use; probes may call it as often as they
 // like (it costs a few round trips per node).
-func (l *Limiter) Ready(ctx context.Context) error {
-	if l.store == nil {
-		return nil
-	}
-	clients, err := l.store.nodeClients(ctx)
+func (l *Limiter) Ready(ctx context.Context) error { return l.store.ready(ctx) }
+
+// ready is Limiter.Ready on Redis.
+func (s *redisStore) ready(ctx context.Context) error {
+	l := s.l
+	clients, err := s.nodeClients(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, readyCause(err), err)
 	}
@@ -51,7 +52,7 @@ func (l *Limiter) Ready(ctx context.Context) error {
 // other redis.Scripter): then only the script is checked.
 func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) error {
 	name := l.brk.node
-	var rdb redis.Scripter = l.store.rdb
+	var rdb redis.Scripter = l.redis.rdb
 	if c != nil {
 		name, rdb = c.Options().Addr, c
 		if err := warmPool(ctx, c, warm); err != nil {

@@ -23,7 +23,7 @@ func init() {
 // lent is a limiter as package overrides sees it.
 type lent struct{ l *Limiter }
 
-func (s lent) Memory() bool          { return s.l.store == nil }
+func (s lent) Memory() bool          { return s.l.store.inProcess() }
 func (s lent) Logger() *slog.Logger  { return s.l.log() }
 func (s lent) Budget() time.Duration { return s.l.timeout }
 

@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// store keeps the buckets and caps the engine decides on: a redisStore,
+// shared by every replica ([New]), or a memStore, this process's memory
+// ([NewMemory]). The engine (validation, token leases, the deny cache,
+// the failure policy, results and the observer) is written once, above
+// it; what differs between the two is only how a question is answered.
+//
+// Each method that asks returns nil for an answer, the caller's own
+// context error when the caller gave up on a call in flight (the engine
+// returns it), or a *storeDown when the store could not answer (the engine
+// decides under the failure policy, or reports [ErrUnavailable]). A
+// memStore always answers.
+type store interface {
+	// decide decides c: a decision or a reservation (kind OpDecide), or
+	// a peek (OpPeek: cost 0, nothing written). c.rkey need not be set.
+	decide(ctx context.Context, kind string, c call) (decision, error)
+	// decidePath decides a path of keys as one (see PathRule), and
+	// returns the level its decision is about.
+	decidePath(ctx context.Context, q *pathAsk) (decision, int, error)
+	// reset deletes key's state under p.
+	reset(ctx context.Context, p *plan, key string) error
+	// acquire takes a slot of key under c's cap, or reports it full.
+	acquire(ctx context.Context, c *Concurrency, key string) (*Lease, error)
+	// release gives back ls, a slot this store gave; ErrLeaseLost if it
+	// had expired.
+	release(ctx context.Context, ls *Lease) error
+	// reserved readies rv, a reservation this store admitted, for its
+	// settlement.
+	reserved(rv *Reservation)
+	// settle applies final, the final cost of rv, a reservation this
+	// store admitted, and reports whether it was applied (false: it had
+	// been already). marker is how long Redis keeps rv's marker.
+	settle(ctx context.Context, rv *Reservation, final int64, marker time.Duration) (bool, error)
+	// inProcess reports whether every decision is made in this
+	// process's memory: there are no round trips to save (token leases
+	// change nothing) and nothing to fail.
+	inProcess() bool
+	// ready reports whether the store can answer (see Limiter.Ready).
+	ready(ctx context.Context) error
+	// ackMisses counts the calls whose writes replicas did not
+	// acknowledge (see Limiter.ReplicaAckMisses).
+	ackMisses() int64
+}
+
+// storeDown is the store's error for a call it could not answer.
+type storeDown struct {
+	node  string // the node's name
+	cause error  // nil: its breaker kept the call from it
+}
+
+func (e *storeDown) Error() string {
+	if e.cause == nil {
+		return "the circuit breaker of node " + e.node + " is open"
+	}
+	return e.cause.Error()
+}
+
+func (e *storeDown) Unwrap() error { return e.cause }
+
+// unanswered turns err, a store method's error for an operation what on
+// key, into the caller's: nil, the caller's context error as is, or an
+// error wrapping ErrUnavailable that says why.
+func unanswered(err error, what, key string) error {
+	down, ok := errors.AsType[*storeDown](err)
+	switch {
+	case !ok:
+		return err
+	case down.cause == nil:
+		return fmt.Errorf("%w: %s %q: %s", ErrUnavailable, what, key, down)
+	}
+	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, key, down.cause)
+}
+
+// memStore is the store of [NewMemory]: the limiter's own local store,
+// with the limits in full. It is the same arithmetic as the local
+// fallback of a Redis-backed limiter, which decides under a replica's
+// share of each limit instead.
+type memStore struct{ local *localStore }
+
+func (m memStore) decide(_ context.Context, kind string, c call) (decision, error) {
+	if kind == OpPeek {
+		return m.local.peek(c.plan.id, c.key, c.now, c.plan.ticks), nil
+	}
+	return m.local.take(c.plan.id, c.key, c.now, c.plan.ticks, c.cost, c.maxWait, c.penalty), nil
+}
+
+func (m memStore) decidePath(_ context.Context, q *pathAsk) (decision, int, error) {
+	d, lv := m.local.takePath(q.ids, q.pd.keys, q.now, q.levels, q.cost, 0, q.penalty)
+	return d, lv, nil
+}
+
+func (m memStore) reset(_ context.Context, p *plan, key string) error {
+	m.local.delete(p.id, key)
+	return nil
+}
+
+// acquire takes a slot in the local store's counts, as the fallback
+// does, under the cap in full.
+func (m memStore) acquire(_ context.Context, c *Concurrency, key string) (*Lease, error) {
+	ls := c.acquireLocal(key, c.limit.Max, false)
+	ls.local = false // the store's slot: released by the store
+	return ls, nil
+}
+
+func (m memStore) release(_ context.Context, ls *Lease) error {
+	m.local.slots().give(makeLocalKey(ls.c.id, ls.key))
+	return nil
+}
+
+// reserved settles rv in the buckets that decided it, with its limits in
+// full.
+func (m memStore) reserved(rv *Reservation) {
+	rv.via, rv.held = settleStore, rv.n
+	if ps := rv.path; ps != nil {
+		for _, p := range ps.plans {
+			ps.ticks = append(ps.ticks, p.ticks)
+		}
+		return
+	}
+	rv.ticks = rv.p.ticks
+}
+
+// settle applies final to rv in memory, as the local fallback settles
+// its own (see Reservation.settleIn). A reservation is settled once, so
+// it is always applied.
+func (m memStore) settle(_ context.Context, rv *Reservation, final int64, _ time.Duration) (bool, error) {
+	rv.settleIn(m.local, rv.lim.now(), final)
+	return true, nil
+}
+
+func (memStore) inProcess() bool             { return true }
+func (memStore) ready(context.Context) error { return nil }
+func (memStore) ackMisses() int64            { return 0 }

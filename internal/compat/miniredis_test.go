@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -35,24 +33,9 @@ func (*endWait) ObserveRecovered(core.StoreOutage) {}
 // holds to the script on a real Redis; so this shows the script runs the
 // same on gopher-lua, which the demos and many users' tests rely on.
 func TestMiniredisMatchesMemory(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-
-	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
 	ender := &endWait{}
-	opts := []core.Option{core.WithPenalty(1500 * time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler)), core.WithObserver(ender)}
-	onRedis, err := core.New(rdb, append(opts, core.WithDenyCache(false), core.WithTimeout(5*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = onRedis.Close() })
-	inMemory, err := core.NewMemory(append(opts, core.WithClock(clock))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = inMemory.Close() })
+	s := newTwoStores(t, core.WithPenalty(1500*time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler)), core.WithObserver(ender))
+	onRedis, inMemory := s.onRedis, s.inMemory
 
 	limitSets := [][]core.Limit{
 		{core.PerSecond(5)},
@@ -61,7 +44,6 @@ func TestMiniredisMatchesMemory(t *testing.T) {
 	}
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(1, 2))
-	m.SetTime(now)
 	const steps = 3000
 	var denied, locked, waited int
 	// wait reserves without sleeping: ender cancels the context once the
@@ -79,9 +61,7 @@ func TestMiniredisMatchesMemory(t *testing.T) {
 	for i := range steps {
 		if r.IntN(3) == 0 {
 			d := time.Duration(r.IntN(400_000)) * time.Microsecond
-			now = now.Add(d)
-			m.SetTime(now)
-			m.FastForward(d)
+			s.advance(d)
 		}
 		limits := limitSets[r.IntN(len(limitSets))]
 		key := []string{"a", "b", "c"}[r.IntN(3)]

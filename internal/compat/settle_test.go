@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -20,22 +18,8 @@ import (
 // the settle script runs on gopher-lua as the Go model (which core's
 // TestSettleDifferential holds to a real Redis) says.
 func TestMiniredisSettleMatchesMemory(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-
-	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	opts := []core.Option{core.WithLogger(slog.New(slog.DiscardHandler))}
-	onRedis, err := core.New(rdb, append(opts, core.WithDenyCache(false), core.WithTimeout(5*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = onRedis.Close() })
-	inMemory, err := core.NewMemory(append(opts, core.WithClock(func() time.Time { return now }))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = inMemory.Close() })
+	s := newTwoStores(t, core.WithLogger(slog.New(slog.DiscardHandler)))
+	onRedis, inMemory := s.onRedis, s.inMemory
 
 	limitSets := [][]core.Limit{
 		{core.PerSecond(5)},
@@ -62,15 +46,12 @@ func TestMiniredisSettleMatchesMemory(t *testing.T) {
 	var open, settled []resPair
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
-	m.SetTime(now)
 	const steps = 3000
 	var reserved, settles, dups, denied int
 	for i := range steps {
 		if r.IntN(3) == 0 {
 			d := time.Duration(r.IntN(400_000)) * time.Microsecond
-			now = now.Add(d)
-			m.SetTime(now)
-			m.FastForward(d)
+			s.advance(d)
 		}
 		li := r.IntN(len(limitSets))
 		rule := rules[li]

@@ -151,11 +151,10 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	if err == nil {
 		return ls, nil
 	}
-	down, ok := errors.AsType[*storeDown](err)
-	if !ok {
-		return nil, err // the caller gave up
+	storeErr, gone := split(err)
+	if gone != nil {
+		return nil, gone // the caller gave up
 	}
-	storeErr := down.cause
 	switch l.policy {
 	case FailOpen:
 		return &Lease{Acquired: true, Degraded: true}, nil
@@ -210,8 +209,8 @@ func (ls *Lease) Release(ctx context.Context) error {
 			return
 		}
 		err = c.lim.store.release(ctx, ls)
-		if down, ok := errors.AsType[*storeDown](err); ok && down.cause == nil {
-			err = fmt.Errorf("%w: release a slot of %q: %s; the slot expires within its lease", ErrUnavailable, ls.key, down)
+		if na, ok := errors.AsType[*noAnswer](err); ok && na.gone == nil && na.cause == nil {
+			err = fmt.Errorf("%w: release a slot of %q: %s; the slot expires within its lease", ErrUnavailable, ls.key, na)
 			return
 		}
 		err = unanswered(err, "release a slot of", ls.key)

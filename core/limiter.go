@@ -345,10 +345,10 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	c := call{key: key, plan: p, cost: cost, maxWait: maxWait, penalty: l.penaltyOf(p), now: now}
-	d, err := l.store.decide(ctx, OpDecide, c)
-	if err == nil {
-		if l.denies != nil && d.next > 0 && (!d.allowed || c.penalty == 0 && !p.stepped) {
+	penalty := l.penaltyOf(p)
+	d, na := l.store.decide(ctx, key, p, cost, maxWait, penalty, now)
+	if na == nil {
+		if l.denies != nil && d.next > 0 && (!d.allowed || penalty == 0 && !p.stepped) {
 			// Redis said when a unit request can next pass. Counted
 			// from when this request was sent, that never outlasts
 			// Redis's own answer. With a penalty lock, only denials
@@ -361,11 +361,10 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 		return l.done(d, p, SourceStore, false)
 	}
-	down, ok := errors.AsType[*storeDown](err)
-	if !ok {
-		return Result{}, decision{}, err // the caller gave up: no decision
+	if na.gone != nil {
+		return Result{}, decision{}, na.gone // the caller gave up: no decision
 	}
-	return l.fallback(key, p, now, cost, maxWait, down.cause)
+	return l.fallback(key, p, now, cost, maxWait, na.cause)
 }
 
 // penaltyOf returns the penalty lock of p's denials in microseconds: its

@@ -268,11 +268,10 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	if err == nil {
 		return l.donePath(d, r, lv, SourceStore, false), pd, nil
 	}
-	down, ok := errors.AsType[*storeDown](err)
-	if !ok {
-		return Result{}, pd, err // the caller gave up: no decision
+	err, gone := split(err)
+	if gone != nil {
+		return Result{}, pd, gone // the caller gave up: no decision
 	}
-	err = down.cause
 	switch l.policy {
 	case FailOpen:
 		pd.failOpen = true

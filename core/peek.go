@@ -38,9 +38,9 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 		return Result{}, err
 	}
 	now := l.now()
-	d, err := l.store.decide(ctx, OpPeek, call{key: key, plan: p, now: now})
-	if err != nil {
-		return Result{}, unanswered(err, "peek", key)
+	d, na := l.store.peek(ctx, key, p, now)
+	if na != nil {
+		return Result{}, unanswered(na, "peek", key)
 	}
 	return peekResult(d, p), nil
 }

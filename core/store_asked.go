@@ -12,7 +12,7 @@ import (
 // This file is what the engine asks of the Redis store (see store): each
 // question is routed to the node that owns its key and sent on the road
 // (see Limiter.onNode), and its outcome is turned into the store's answer,
-// the caller's context error, or a *storeDown. What an answer entails on
+// or a *noAnswer. What an answer entails on
 // Redis (the fallback's copy of a busy key kept warm, idle nodes retired,
 // the implicit fleet's heartbeat) is done here, before the engine sees it.
 
@@ -21,9 +21,9 @@ import (
 // is false. A question that would have decided a request (degrades)
 // counts on nd's breaker as decided without it, and keeps the outage log
 // going.
-func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed bool, err error, degrades bool) error {
+func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed bool, err error, degrades bool) *noAnswer {
 	if cerr := callerGone(ctx); routed && cerr != nil {
-		return cerr
+		return &noAnswer{node: nd.brk.node, gone: cerr}
 	}
 	if degrades {
 		nd.brk.degraded.Add(1)
@@ -32,10 +32,20 @@ func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed b
 	if !routed {
 		err = nil
 	}
-	return &storeDown{node: nd.brk.node, cause: err}
+	return &noAnswer{node: nd.brk.node, cause: err}
 }
 
-func (s *redisStore) decide(ctx context.Context, kind string, c call) (decision, error) {
+func (s *redisStore) decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
+	return s.ask(ctx, OpDecide, call{key: key, plan: p, cost: cost, maxWait: maxWait, penalty: penalty, now: now})
+}
+
+func (s *redisStore) peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+	return s.ask(ctx, OpPeek, call{key: key, plan: p, now: now})
+}
+
+// ask sends c, a decision of kind OpDecide or OpPeek, to the node of its
+// key.
+func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *noAnswer) {
 	l, p := s.l, c.plan
 	c.rkey = l.rkey(p.fp, c.key)
 	c.keys[0] = c.rkey
@@ -256,7 +266,7 @@ func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int6
 			applied = true
 		case 0:
 		default:
-			return applied, &storeDown{node: nd.brk.node, cause: errKeyFailed}
+			return applied, &noAnswer{node: nd.brk.node, cause: errKeyFailed}
 		}
 	}
 	return applied, nil

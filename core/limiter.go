@@ -28,7 +28,7 @@ import (
 // or [NewMemory].
 type Limiter struct {
 	store        store       // where the buckets are: redis, or memory for NewMemory
-	redis        *redisStore // the Redis store; nil for NewMemory (only the store's own code reads it)
+	redis        *redisStore // the Redis store; nil for NewMemory (read only on paths that exist for Redis alone: the road, the lease keeper, token leases, node retirement)
 	prefix       string
 	slotKey      []byte // WithSlotKey; nil for the unkeyed tag
 	penalty      int64  // microseconds

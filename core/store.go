@@ -266,10 +266,7 @@ var decisionForm = &form[*call, decision]{
 	tag:    func(c *call) string { return c.rkey },
 	lone:   func(c *call) ([]string, []any) { return c.keys[:], c.loneArgs() },
 	many:   batchArgs,
-	decode: func(g []*batch.Member[*call, decision], cmd *redis.Cmd) {
-		vals, err := cmd.Int64Slice()
-		deliver(g, vals, err)
-	},
+	decode: deliver,
 }
 
 // sendDecisions returns the sender of node n's decisions: with split (a
@@ -414,8 +411,8 @@ func (s *redisStore) runScript(ctx context.Context, sc *redis.Script, keys []str
 var opForm = &form[*op, []int64]{
 	script: func(g []*batch.Member[*op, []int64]) *redis.Script { return g[0].Req.script },
 	lone:   func(o *op) ([]string, []any) { return o.keys, o.args },
-	decode: func(g []*batch.Member[*op, []int64], cmd *redis.Cmd) {
-		g[0].Res, g[0].Err = cmd.Int64Slice()
+	decode: func(g []*batch.Member[*op, []int64], vals []int64, err error) {
+		g[0].Res, g[0].Err = vals, err
 	},
 }
 

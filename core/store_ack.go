@@ -237,7 +237,7 @@ func (s *redisStore) runAcked(ctx context.Context, n *node, calls []scriptCall) 
 		decided := 0
 		for i := range calls {
 			c := &calls[i]
-			c.vals, c.err = bucketScript.Run(ctx, s.rdb, c.keys, c.args...).Int64Slice()
+			c.vals, c.err = runInts(ctx, s.rdb, bucketScript, c.keys, c.args, false)
 			if c.err == nil {
 				decided += len(c.keys)
 			}
@@ -269,7 +269,7 @@ func (s *redisStore) runAcked(ctx context.Context, n *node, calls []scriptCall) 
 	decided = 0
 	for _, i := range moved {
 		c := &calls[i]
-		c.vals, c.err = bucketScript.Run(ctx, s.rdb, c.keys, c.args...).Int64Slice()
+		c.vals, c.err = runInts(ctx, s.rdb, bucketScript, c.keys, c.args, false)
 		if c.err == nil {
 			decided += len(c.keys)
 		}

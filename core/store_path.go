@@ -60,8 +60,7 @@ var pathForm = &form[*pathCall, pathAnswer]{
 	tag:    func(c *pathCall) string { return c.rkeys[0] },
 	lone:   func(c *pathCall) ([]string, []any) { return c.rkeys, c.args },
 	many:   pathBatchArgs,
-	decode: func(g []*batch.Member[*pathCall, pathAnswer], cmd *redis.Cmd) {
-		vals, err := cmd.Int64Slice()
+	decode: func(g []*batch.Member[*pathCall, pathAnswer], vals []int64, err error) {
 		if len(g) == 1 && err == nil {
 			g[0].Res, err = parsePathAnswer(vals, g[0].Req.plans)
 		}

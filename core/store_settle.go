@@ -33,13 +33,12 @@ var settleForm = &form[*settleCall, bool]{
 	tag:    func(c *settleCall) string { return c.keys[0] },
 	lone:   func(c *settleCall) ([]string, []any) { return c.keys[:], c.loneArgs() },
 	many:   settleArgs,
-	decode: func(g []*batch.Member[*settleCall, bool], cmd *redis.Cmd) {
+	single: true,
+	decode: func(g []*batch.Member[*settleCall, bool], vals []int64, err error) {
 		if len(g) == 1 {
-			got, err := cmd.Int64()
-			g[0].Res, g[0].Err = got == 1, err
+			g[0].Res, g[0].Err = err == nil && vals[0] == 1, err
 			return
 		}
-		vals, err := cmd.Int64Slice()
 		deliverSettled(g, vals, err)
 	},
 }

@@ -97,7 +97,10 @@
 -- What costs most in Redis's Lua, and is avoided on the per-key path:
 -- tonumber (two strtod; arithmetic on a string converts it once), function
 -- calls, closures with upvalues (each script call makes them anew), tables,
--- and every integer in the reply. Names cost nothing: a local is a register.
+-- every integer in the reply, and a number passed to redis.call: Redis
+-- prints it with %.17g, glibc's float printing, so an expiry is passed as
+-- format('%d', ms), about 1.1k instructions fewer per write (callgrind).
+-- Names cost nothing: a local is a register.
 
 local call, format, match = redis.call, string.format, string.match
 local keys, argv = KEYS, ARGV
@@ -134,7 +137,7 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
           local ttl = stored_us - now
           if penalty_us > ttl then ttl = penalty_us end
           if ttl < 1 then ttl = 1 end
-          call('SET', key, format('%d %s %s', lock_until, stored_us, stored_frac), 'PX', (ttl + (-ttl) % 1000) / 1000)
+          call('SET', key, format('%d %s %s', lock_until, stored_us, stored_frac), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
         end
       end
       debt = (stored_us - now) * ticks_per_us + stored_frac
@@ -177,7 +180,7 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
       local ttl = (arrival_us - now) * ticks_per_us + arrival_frac
       ttl = (ttl + (-ttl) % ticks_per_us) / ticks_per_us
       if penalty_us > ttl then ttl = penalty_us end
-      call('SET', key, format('%d %d %d', lock_until, arrival_us, arrival_frac), 'PX', (ttl + (-ttl) % 1000) / 1000)
+      call('SET', key, format('%d %d %d', lock_until, arrival_us, arrival_frac), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
     end
     return flags, remaining, retry_us, (debt + (-debt) % ticks_per_us) / ticks_per_us, next_us
   end
@@ -188,7 +191,7 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
   if cost_ticks > 0 then -- cost 0 is a peek: nothing is written
     local ttl = reset_us
     if ttl < 1 then ttl = 1 end
-    call('SET', key, format('0 %d %d', now + whole_us, debt_after - whole_us * ticks_per_us), 'PX', (ttl + (-ttl) % 1000) / 1000)
+    call('SET', key, format('0 %d %d', now + whole_us, debt_after - whole_us * ticks_per_us), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
   end
   local next_us = excess + ticks_per_event
   if next_us > 0 then next_us = (next_us + (-next_us) % ticks_per_us) / ticks_per_us else next_us = 0 end
@@ -203,13 +206,15 @@ if nargs < 8 then
   -- its numbers parsed straight into scalars, no table but the reply's, no
   -- pcall (the one caller gets the script's error). Measured under
   -- callgrind, the whole server's instructions per call for a plain Allow
-  -- of one key on a stored bucket (Redis 7.0.15, 2026-11-24): about 60k
-  -- here (59.7k to 61.1k over 15 runs), against 74.1k for the same
-  -- decision in the batch form (one group of one limit, the scalar path
-  -- below) and 106k on the batch form's table path. The first figure is
-  -- `go run ./cmd/scriptcost -callgrind` (from bench/), "1 key per call".
-  -- scriptcost sends the batch form only with 10 and 32 keys per call
-  -- (34.4k and 30.6k per key, no figure for one key): the other two come
+  -- of one key on a stored bucket (Redis 7.0.15): 60.0k here over three
+  -- runs on 2026-11-27 (61.1k to 62.1k before the expiry went as
+  -- format('%d'); 59.7k to 61.1k over 15 runs on 2026-11-24), against
+  -- 74.1k (2026-11-24) for the same decision in the batch form (one
+  -- group of one limit, the scalar path below) and 106k on the batch
+  -- form's table path. The first figure is `go run ./cmd/scriptcost
+  -- -callgrind` (from bench/), "1 key per call". scriptcost sends the
+  -- batch form only with several keys per call (33.6k per key at 10 on
+  -- 2026-11-27; no figure for one key): the other two come
   -- from a copy of it that sends the batch form for one key ("01" as the
   -- group count takes the table path).
   local ticks_per_us, ticks_per_event = argv[1] + 0, argv[2] + 0

@@ -205,7 +205,7 @@ local function decide_path(k0, at)
     for lv = 1, nlevels do
       local L = levels[lv]
       if L.cost > 0 and L.one then
-        call('SET', keys[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', ceildiv(L.ttl, 1000))
+        call('SET', keys[lv], format('0 %d %d', L.new1_us, L.new1_frac), 'PX', format('%d', ceildiv(L.ttl, 1000)))
       elseif L.cost > 0 then
         store(keys[lv], L.exists, L.us, L.frac, L.debt, 0, L.n, L.r, L.step)
       end
@@ -226,7 +226,7 @@ local function decide_path(k0, at)
       local us, frac = now, 0
       if L.exists then us, frac = L.s_us, L.s_frac end
       local ttl = max(1, lock_until - now, ceildiv((us - now) * L.r1 + frac, L.r1))
-      call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', ceildiv(ttl, 1000))
+      call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', format('%d', ceildiv(ttl, 1000)))
       return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
     end
     store(keys[dl], L.exists, L.us, L.frac, L.debt, lock_until, L.n, L.r, L.step)

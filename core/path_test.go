@@ -28,11 +28,11 @@ var injectedPathScript = func() *redis.Script {
 		panic("path.lua no longer reads TIME as the test expects")
 	}
 	src := strings.Replace(pathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
-	sets := regexp.MustCompile(`call\('SET', (keys\[\w+\]|key), (.+?), 'PX', ceildiv\(([\w.]+), 1000\)\)`)
+	sets := regexp.MustCompile(`call\('SET', (keys\[\w+\]|key), (.+?), 'PX', (?:format\('%d', ceildiv\(([\w.]+), 1000\)\)|ceildiv\(([\w.]+), 1000\))\)`)
 	if n := len(sets.FindAllString(src, -1)); n != 3 {
 		panic(fmt.Sprintf("path.lua sets %d keys with an expiry, the test expects 3 (two of its own, one in limits.lua)", n))
 	}
-	src = sets.ReplaceAllString(src, fmt.Sprintf("call('SET', $1, $2, 'PX', ceildiv($3, 1000) + %d) call('SET', $1 .. '%s', ceildiv($3, 1000), 'PX', %[1]d)",
+	src = sets.ReplaceAllString(src, fmt.Sprintf("call('SET', $1, $2, 'PX', ceildiv(${3}${4}, 1000) + %d) call('SET', $1 .. '%s', ceildiv(${3}${4}, 1000), 'PX', %[1]d)",
 		expiryStretch.Milliseconds(), pxSuffix))
 	return redis.NewScript(src)
 }()

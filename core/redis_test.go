@@ -31,7 +31,7 @@ const timeLines = "local t = call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n"
 
 // expiryExprs are the script's expiries in milliseconds: on the one-limit
 // path and on the several-limit path. Each ends a call('SET', key, ...).
-var expiryExprs = []string{"'PX', (ttl + (-ttl) % 1000) / 1000)", "'PX', ceildiv(ttl, 1000))"}
+var expiryExprs = []string{"'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))", "'PX', ceildiv(ttl, 1000))"}
 
 const (
 	// expiryStretch is what injectedTimeScript adds to every expiry.

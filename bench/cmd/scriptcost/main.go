@@ -93,12 +93,16 @@ type variant struct {
 	max  int               // the most keys per call; 0 for any
 }
 
+// keep is -keep: where to copy each callgrind output; empty for nowhere.
+var keep *string
+
 func main() {
 	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
 	calls := flag.Int("calls", 2000, "measured script calls per cell")
 	nkeys := flag.Int("keys", 1000, "distinct keys the calls cycle over")
 	useCallgrind := flag.Bool("callgrind", false, "count the server's instructions under valgrind instead of reading its CPU time")
+	keep = flag.String("keep", "", "with -callgrind, copy each measurement's callgrind output into this folder (for callgrind_annotate)")
 	paths := flag.Bool("paths", false, "measure a path of 1 to 4 levels (core.PathRule) against one key with as many limits, per decision")
 	flag.Parse()
 	if *paths {
@@ -437,6 +441,12 @@ func instructions(v variant, k, calls, nkeys int) (float64, error) {
 	data, err := os.ReadFile(out)
 	if err != nil {
 		return 0, fmt.Errorf("no callgrind output: %w", err)
+	}
+	if *keep != "" {
+		name := fmt.Sprintf("callgrind.%s.%d.out", strings.Fields(v.name)[0], k)
+		if err := os.WriteFile(filepath.Join(*keep, name), data, 0o644); err != nil {
+			return 0, err
+		}
 	}
 	m := totals.FindSubmatch(data)
 	if m == nil {

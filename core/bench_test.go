@@ -2,8 +2,10 @@ package core
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -178,4 +180,61 @@ func BenchmarkRedisAllowManyKeys(b *testing.B) {
 			}
 		}
 	})
+}
+
+// answerHook answers every command at once, without a connection: a
+// script call that wants integers with an admission (flags 1, 999 left,
+// as bucket.lua's reply), any other with two zeroes.
+type answerHook struct{}
+
+func (answerHook) DialHook(redis.DialHook) redis.DialHook {
+	return func(context.Context, string, string) (net.Conn, error) { return nil, net.ErrClosed }
+}
+
+func (answerHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return nil }
+}
+
+func (answerHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(_ context.Context, cmd redis.Cmder) error {
+		switch c := cmd.(type) {
+		case *redis.IntSliceCmd:
+			c.SetVal([]int64{1, 999, 0, 1000, 0})
+		case *redis.Cmd:
+			c.SetVal([]any{int64(0), int64(0)})
+		}
+		return nil
+	}
+}
+
+// BenchmarkOwnWork is a lone decision on a go-redis client whose hook
+// answers at once: the limiter's own work around a round trip (plan, key,
+// batcher, breaker, reply, local charge, result) and go-redis's command
+// and hooks, without the network or Redis, so that it can be profiled
+// apart from them. The client is configured as docs/production.md's (a
+// pool timeout within the budget, context deadlines honoured). One of its
+// allocations is the hook's reply, which go-redis's reader makes in life.
+func BenchmarkOwnWork(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, PoolTimeout: 50 * time.Millisecond})
+	rdb.AddHook(answerHook{})
+	lim, err := New(rdb, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lim.Close()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	limit := Limit{Rate: 1000, Period: time.Second, Burst: 1000}
+	ctx := context.Background()
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		res, err := lim.Allow(ctx, keys[i&1023], limit)
+		if err != nil || !res.Allowed || res.Degraded || res.Remaining != 999 {
+			b.Fatalf("decision %d: %+v, %v; want an admission from the hook's reply", i, res, err)
+		}
+	}
 }

@@ -17,8 +17,9 @@
 // slots are free takes an even share of the queue and wakes the next queued
 // caller to lead on a free slot, so under load every slot carries a batch.
 // Before forming, a leader yields the processor once if the last batch had
-// company, so that callers already runnable queue behind it; a lone caller
-// never yields.
+// company (callers queued for it, or every slot taken when it formed), so
+// that callers already runnable queue behind it; a lone caller, or a few
+// callers on free slots, never yield.
 //
 // # Deadlines
 //
@@ -340,7 +341,11 @@ func (b *Batcher[Req, Res]) form(leader *Member[Req, Res]) []*Member[Req, Res] {
 	b.mu.Lock()
 	b.forming--
 	if len(b.queue) == 0 { // alone: the usual case when idle
-		b.busy = b.inflight > 1
+		// Worth yielding for only if the next caller would queue: every
+		// slot is taken. With slots free (two callers on four slots, say)
+		// it would take one and send alone, and the yield would only
+		// cost a trip through the scheduler per call.
+		b.busy = b.inflight >= b.maxInflight
 		b.mu.Unlock()
 		return leader.self[:]
 	}

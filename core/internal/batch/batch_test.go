@@ -93,6 +93,18 @@ func TestFormSplitsQueue(t *testing.T) {
 		if batch := b.form(newMember(b)); len(batch) != 1 || b.busy {
 			t.Fatalf("a lone caller: batch %d, busy %v; want 1, false", len(batch), b.busy)
 		}
+		// Two callers on four slots: the other's batch is in flight, but
+		// a third caller would find a slot free, not queue.
+		b.inflight, b.forming = 2, 1
+		if batch := b.form(newMember(b)); len(batch) != 1 || b.busy {
+			t.Fatalf("alone beside another batch, slots free: batch %d, busy %v; want 1, false", len(batch), b.busy)
+		}
+		// Every slot taken: the next caller would queue.
+		b.inflight, b.forming = 4, 1
+		if batch := b.form(newMember(b)); len(batch) != 1 || !b.busy {
+			t.Fatalf("alone with every slot taken: batch %d, busy %v; want 1, true", len(batch), b.busy)
+		}
+		b.inflight = 1
 		b.finish()
 		b.inflight, b.forming = 1, 1
 		b.queue = []*M{newMember(b)}

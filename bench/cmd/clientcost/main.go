@@ -10,11 +10,13 @@
 //
 // Each limiter is built as the fleet comparison builds one instance (see
 // bench.Env's Production: docs/production.md's client options, a client
-// of its own) and driven by one caller deciding -keys keys in turn at
-// 1000/s burst 1000, never reached, so that every decision is admitted and
-// written, as in the fleet's 10k-key scenario. One caller in one process
-// is the shape where nothing can be batched: every decision is a round
-// trip, and what differs between libraries is their own work around it.
+// of its own) and driven by one caller (or -callers at once) deciding
+// -keys keys in turn at 1000/s burst 1000, never reached, so that every
+// decision is admitted and written, as in the fleet's 10k-key scenario.
+// One caller in one process is the shape where nothing can be batched:
+// every decision is a round trip, and what differs between libraries is
+// their own work around it. With -callers 2, the fleet's 32×2 instance,
+// a decision should cost no more than alone.
 //
 // How: this program runs itself once per limiter as a child, under
 // `valgrind --tool=callgrind`, with its own redis-server (bench.StartRedis)
@@ -71,18 +73,19 @@ func main() {
 	only := flag.String("only", "sluice,redis_rate,floor", "comma-separated limiters (bench.Peers names) to measure")
 	calls := flag.Int("calls", 10000, "decisions measured per limiter")
 	nkeys := flag.Int("keys", 1000, "distinct keys the decisions cycle over")
+	callers := flag.Int("callers", 1, "callers sharing the limiter instance, deciding at once (the fleet's C in N×C)")
 	child := flag.String("child", "", "internal: run as the child measuring this limiter")
 	addr := flag.String("addr", "", "internal: the child's Redis")
 	keep = flag.String("keep", "", "copy each limiter's callgrind dump into this folder (for callgrind_annotate)")
 	flag.Parse()
 	if *child != "" {
-		if err := runChild(*child, *addr, *calls, *nkeys); err != nil {
+		if err := runChild(*child, *addr, *calls, *nkeys, *callers); err != nil {
 			fmt.Fprintln(os.Stderr, "clientcost child:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(strings.Split(*only, ","), *calls, *nkeys); err != nil {
+	if err := run(strings.Split(*only, ","), *calls, *nkeys, *callers); err != nil {
 		fmt.Fprintln(os.Stderr, "clientcost:", err)
 		os.Exit(1)
 	}
@@ -101,9 +104,12 @@ func peer(name string) (bench.Peer, error) {
 	return bench.Peer{}, fmt.Errorf("no limiter named %q (see bench.Peers)", name)
 }
 
-func run(names []string, calls, nkeys int) error {
-	if calls < 1 || nkeys < 1 {
-		return errors.New("-calls and -keys must be positive")
+func run(names []string, calls, nkeys, callers int) error {
+	if calls < 1 || nkeys < 1 || callers < 1 {
+		return errors.New("-calls, -keys and -callers must be positive")
+	}
+	if calls%callers != 0 {
+		return fmt.Errorf("-calls (%d) must be a multiple of -callers (%d)", calls, callers)
 	}
 	for i, n := range names {
 		names[i] = strings.TrimSpace(n)
@@ -130,10 +136,11 @@ func run(names []string, calls, nkeys int) error {
 		if err != nil {
 			return err
 		}
-		ins, err := instructions(self, name, srv.Addr(), calls, nkeys)
+		c := child{self: self, name: name, addr: srv.Addr(), nkeys: nkeys, callers: callers}
+		ins, err := c.instructions(calls)
 		var sys map[string]float64
 		if err == nil {
-			sys, err = syscalls(self, name, srv.Addr(), calls, nkeys)
+			sys, err = c.syscalls(calls)
 		}
 		_ = srv.Close()
 		if err != nil {
@@ -141,7 +148,11 @@ func run(names []string, calls, nkeys int) error {
 		}
 		fmt.Printf("| %s | %.0f | %s |\n", name, ins, syscallText(sys))
 	}
-	fmt.Printf("\n%d decisions per limiter by one caller over %d keys at %s, each limiter on a client of its own with docs/production.md's options; go run ./cmd/clientcost\n", calls, nkeys, limit)
+	who := "one caller"
+	if callers > 1 {
+		who = fmt.Sprintf("%d callers at once", callers)
+	}
+	fmt.Printf("\n%d decisions per limiter by %s over %d keys at %s, each limiter on a client of its own with docs/production.md's options; go run ./cmd/clientcost -callers %d\n", calls, who, nkeys, limit, callers)
 	return nil
 }
 
@@ -164,11 +175,18 @@ func syscallText(sys map[string]float64) string {
 	return strings.Join(parts, " ")
 }
 
-// childCmd returns the command that runs the child for name, with prefix
-// (valgrind's or strace's command line) before it.
-func childCmd(prefix []string, self, name, addr string, calls, nkeys int) *exec.Cmd {
-	args := append(append([]string{}, prefix[1:]...), self, "-child", name, "-addr", addr,
-		"-calls", strconv.Itoa(calls), "-keys", strconv.Itoa(nkeys))
+// child is how one limiter's child runs: this program (self) measuring
+// the limiter name on the Redis at addr.
+type child struct {
+	self, name, addr string
+	nkeys, callers   int
+}
+
+// cmd returns the command that runs the child making calls decisions,
+// with prefix (valgrind's or strace's command line) before it.
+func (c child) cmd(prefix []string, calls int) *exec.Cmd {
+	args := append(append([]string{}, prefix[1:]...), c.self, "-child", c.name, "-addr", c.addr,
+		"-calls", strconv.Itoa(calls), "-keys", strconv.Itoa(c.nkeys), "-callers", strconv.Itoa(c.callers))
 	cmd := exec.Command(prefix[0], args...)
 	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
@@ -221,14 +239,14 @@ var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
 
 // instructions counts the child's instructions per measured decision
 // under callgrind.
-func instructions(self, name, addr string, calls, nkeys int) (float64, error) {
+func (c child) instructions(calls int) (float64, error) {
 	dir, err := os.MkdirTemp("", "clientcost")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "callgrind.out")
-	cmd := childCmd([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}, self, name, addr, calls, nkeys)
+	cmd := c.cmd([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}, calls)
 	ctl := func(flag string) func(int) error {
 		return func(pid int) error {
 			if msg, err := exec.Command("callgrind_control", flag, strconv.Itoa(pid)).CombinedOutput(); err != nil {
@@ -252,7 +270,7 @@ func instructions(self, name, addr string, calls, nkeys int) (float64, error) {
 		return 0, err
 	}
 	if *keep != "" {
-		if err := os.WriteFile(filepath.Join(*keep, "callgrind."+strings.ReplaceAll(name, "/", "-")+".out"), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(*keep, "callgrind."+strings.ReplaceAll(c.name, "/", "-")+".out"), data, 0o644); err != nil {
 			return 0, err
 		}
 	}
@@ -266,7 +284,7 @@ func instructions(self, name, addr string, calls, nkeys int) (float64, error) {
 
 // syscalls counts the child's system calls per measured decision: strace
 // -c over a child making calls decisions, less one making none.
-func syscalls(self, name, addr string, calls, nkeys int) (map[string]float64, error) {
+func (c child) syscalls(calls int) (map[string]float64, error) {
 	count := func(n int) (map[string]int, error) {
 		dir, err := os.MkdirTemp("", "clientcost")
 		if err != nil {
@@ -274,7 +292,7 @@ func syscalls(self, name, addr string, calls, nkeys int) (map[string]float64, er
 		}
 		defer os.RemoveAll(dir)
 		out := filepath.Join(dir, "strace.txt")
-		cmd := childCmd([]string{"strace", "-f", "-c", "-o", out}, self, name, addr, n, nkeys)
+		cmd := c.cmd([]string{"strace", "-f", "-c", "-o", out}, n)
 		nop := func(int) error { return nil }
 		if err := session(cmd, nop, nop); err != nil {
 			return nil, err
@@ -323,9 +341,10 @@ func readStrace(path string) (map[string]int, error) {
 	return got, nil
 }
 
-// runChild builds the limiter, decides every key once, and then, each
-// time the parent says so, runs the measured decisions.
-func runChild(name, addr string, calls, nkeys int) error {
+// runChild builds the limiter, decides every key once, and then, when
+// the parent says so, runs the measured decisions, calls/callers by each
+// caller at once.
+func runChild(name, addr string, calls, nkeys, callers int) error {
 	p, err := peer(name)
 	if err != nil {
 		return err
@@ -340,28 +359,36 @@ func runChild(name, addr string, calls, nkeys int) error {
 		keys[i] = "user:" + strconv.Itoa(i)
 	}
 	ctx := context.Background()
-	decide := func(n int) error {
+	// decide makes n decisions, from the from-th key on, stepping by step.
+	decide := func(from, step, n int) error {
 		for i := 0; i < n; i++ {
-			ok, err := built.Limiter.Allow(ctx, keys[i%nkeys])
+			k := (from + i*step) % nkeys
+			ok, err := built.Limiter.Allow(ctx, keys[k])
 			if err != nil {
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("decision %d denied: the scenario's limit is never reached", i)
+				return fmt.Errorf("a decision on %s was denied: the scenario's limit is never reached", keys[k])
 			}
 		}
 		return nil
 	}
 	in := bufio.NewReader(os.Stdin)
-	if err := decide(nkeys); err != nil {
+	if err := decide(0, 1, nkeys); err != nil {
 		return err
 	}
 	fmt.Println("ready")
 	if _, err := in.ReadString('\n'); err != nil {
 		return err
 	}
-	if err := decide(calls); err != nil {
-		return err
+	errs := make(chan error, callers)
+	for c := 0; c < callers; c++ {
+		go func() { errs <- decide(c, callers, calls/callers) }()
+	}
+	for c := 0; c < callers; c++ {
+		if err := <-errs; err != nil {
+			return err
+		}
 	}
 	fmt.Println("done")
 	_, err = in.ReadString('\n')

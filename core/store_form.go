@@ -137,7 +137,7 @@ type processor interface {
 // reply is a list of integers, or with single one integer, and returns
 // them. Through a processor the reply is read as integers straight off the
 // wire (an IntSliceCmd or IntCmd) rather than as a list of interface values
-// converted after: a lone decision makes nine allocations fewer, and the
+// converted after: a lone decision makes six allocations fewer, and the
 // command's arguments are the same as [redis.Script.Run] sends, so hooks
 // and tracing see the same command.
 func runInts(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {

@@ -287,6 +287,7 @@ func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, 
 // unknown), the spread of its decisions/s, and counts summed over them.
 type fleetSummary struct {
 	rate, redisUS, clientUS float64
+	redisBusy, clientBusy   float64            // median CPUs busy over a round: Redis's (at most 1, one thread) and the limiters' process(es); NaN if unknown
 	rateMin, rateMax        float64            // the slowest and the fastest round's decisions/s
 	cmdsPer                 map[string]float64 // Redis commands per decision, over the rounds that counted them
 	admitted, measured      float64            // median admissions per run, and median seconds measured
@@ -298,13 +299,15 @@ type fleetSummary struct {
 }
 
 func (c *fleetCell) summary() fleetSummary {
-	var rate, redisUS, clientUS, p50, p99, admitted, measured, lo, hi []float64
+	var rate, redisUS, clientUS, redisBusy, clientBusy, p50, p99, admitted, measured, lo, hi []float64
 	s := fleetSummary{counts: new(tally), under: math.NaN(), over: math.NaN(), belowHi: math.NaN()}
 	for _, r := range c.runs {
 		d := float64(r.t.decisions())
 		rate = append(rate, perSec(r.t.decisions(), r.t.elapsed))
 		redisUS = append(redisUS, perDecisionUS(r.redisCPU, d))
 		clientUS = append(clientUS, perDecisionUS(r.clientCPU, d))
+		redisBusy = append(redisBusy, busy(r.redisCPU, r.t.elapsed))
+		clientBusy = append(clientBusy, busy(r.clientCPU, r.t.elapsed))
 		p50 = append(p50, float64(r.t.hist.Quantile(0.5)))
 		p99 = append(p99, float64(r.t.hist.Quantile(0.99)))
 		admitted = append(admitted, float64(r.t.allowed))
@@ -322,6 +325,7 @@ func (c *fleetCell) summary() fleetSummary {
 		s.counts.errs += r.t.errs
 	}
 	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	s.redisBusy, s.clientBusy = median(redisBusy), median(clientBusy)
 	var counted float64
 	cmds := map[string]int64{}
 	for _, r := range c.runs {
@@ -362,6 +366,15 @@ func perDecisionUS(sec, decisions float64) float64 {
 		return math.NaN()
 	}
 	return sec * 1e6 / decisions
+}
+
+// busy is CPU seconds over a measured span, as CPUs busy through it; NaN
+// if either is unknown.
+func busy(sec float64, span time.Duration) float64 {
+	if sec < 0 || span <= 0 {
+		return math.NaN()
+	}
+	return sec / span.Seconds()
 }
 
 // median returns the median of xs, NaNs left out (the mean of the middle

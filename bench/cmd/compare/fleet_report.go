@@ -24,6 +24,9 @@ var fleetMetrics = []fleetMetric{
 	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + spread(s) + s.counts.health() }},
 	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
 	{"client CPU µs/decision", func(s fleetSummary) string { return orNA(s.clientUS, twoPlaces) }},
+	{"CPUs busy, Redis / client", func(s fleetSummary) string {
+		return orNA(s.redisBusy, twoPlaces) + " / " + orNA(s.clientBusy, twoPlaces)
+	}},
 	{"admitted in the measured time", func(s fleetSummary) string {
 		return orNA(s.admitted, grouped) + " in " + orNA(s.measured, func(v float64) string { return fmt.Sprintf("%.2f s", v) })
 	}},
@@ -140,6 +143,10 @@ func (h *harness) fleetIntro(out *report) {
 		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
 		"Redis CPU is the change in INFO cpu over the measured part, and Redis commands the change in INFO commandstats calls (the scripts' own commands included, the harness's INFO left out); client CPU is getrusage of this process (one process) "+
 		"or the sum of the workers' own (worker processes), over the measured part; both per decision. "+
+		"CPUs busy is the same CPU time over the measured time: Redis near 1.00 (one thread, one core) bounds the cell by Redis, "+
+		"the client near the CPUs the limiters have (one in the worker layout) bounds it by the clients. "+
+		"Under each table, floor's slowest round ÷ redis_rate's median is what one script call per decision at the least cost showed in the same run, "+
+		"beside sluice's own. "+
 		"Latency is per call, as the caller sees it.\n\n",
 		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)
 }
@@ -245,6 +252,13 @@ func (h *harness) ratioLine(scenario string, procs bool, s shape, peers []bench.
 	}
 	if r := rate("floor"); r > 0 {
 		parts = append(parts, fmt.Sprintf("÷ floor %.2f×", own.rate/r))
+	}
+	if f, r := h.fleet[fleetKey{scenario, procs, s, "floor"}], rate("redis_rate"); f != nil && len(f.runs) > 0 && r > 0 {
+		// What one script call per decision at the least cost could show
+		// in this run: floor's own slowest round against redis_rate's
+		// median. Below 1.05×, no limiter making one call per decision
+		// could have met issue 33's target in this cell.
+		parts = append(parts, fmt.Sprintf("floor's slowest round ÷ redis_rate's median %.2f×", f.summary().rateMin/r))
 	}
 	if len(parts) == 0 {
 		return ""

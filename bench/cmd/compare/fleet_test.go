@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +204,38 @@ func TestIdealOnTheCallsMade(t *testing.T) {
 	}
 	if _, _, ok := new(tally).idealIn(lim, time.Millisecond); ok {
 		t.Error("idealIn of a tally without slots is ok")
+	}
+}
+
+// TestBusyAndFloorBound checks the CPUs busy row and the floor line under
+// a table: medians over rounds, unknown CPU left out, and the floor line
+// only when floor and redis_rate were both measured.
+func TestBusyAndFloorBound(t *testing.T) {
+	round := func(decisions uint64, redisCPU, clientCPU float64) fleetRun {
+		tl := &tally{allowed: decisions, elapsed: 2 * time.Second}
+		return fleetRun{t: tl, redisCPU: redisCPU, clientCPU: clientCPU}
+	}
+	s := shape{64, 1}
+	h := &harness{fleet: map[fleetKey]*fleetCell{
+		{scMany, true, s, "sluice"}:     {runs: []fleetRun{round(120_000, 1.8, 1.9), round(140_000, 1.9, -1), round(100_000, 1.7, 2.0)}},
+		{scMany, true, s, "redis_rate"}: {runs: []fleetRun{round(100_000, 1.9, 1.9), round(110_000, 1.9, 1.9), round(120_000, 1.9, 1.9)}},
+		{scMany, true, s, "floor"}:      {runs: []fleetRun{round(99_000, 1.5, 1.9), round(150_000, 1.5, 1.9), round(160_000, 1.5, 1.9)}},
+	}}
+	sum := h.fleet[fleetKey{scMany, true, s, "sluice"}].summary()
+	// Redis: 0.9, 0.95, 0.85 CPUs; client: 0.95, unknown, 1.0.
+	if math.Abs(sum.redisBusy-0.9) > 1e-9 || math.Abs(sum.clientBusy-0.975) > 1e-9 {
+		t.Errorf("busy = %v / %v, want 0.9 / 0.975", sum.redisBusy, sum.clientBusy)
+	}
+	peers := []bench.Peer{{Name: "sluice"}, {Name: "redis_rate"}, {Name: "floor", FleetOnly: true}}
+	line := h.ratioLine(scMany, true, s, peers)
+	// redis_rate's median 55,000/s; sluice's slowest 50,000/s, floor's 49,500/s.
+	for _, want := range []string{"slowest round ÷ redis_rate's median 0.91×", "floor's slowest round ÷ redis_rate's median 0.90×"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("ratio line %q lacks %q", line, want)
+		}
+	}
+	delete(h.fleet, fleetKey{scMany, true, s, "floor"})
+	if line := h.ratioLine(scMany, true, s, peers); strings.Contains(line, "floor") {
+		t.Errorf("ratio line without floor's cell names floor: %q", line)
 	}
 }

@@ -39,6 +39,14 @@
 // 1% for sluice and redis_rate, 3% for floor. Time-driven work (a limiter's heartbeat, the
 // runtime's monitor) is counted at valgrind's pace, tens of times slower
 // than real, so it weighs more here than it does on the wire.
+//
+// With -cold BYTES the child writes over BYTES before each measured
+// decision and callgrind simulates the caches, so that each decision
+// starts cold, as in a worker process switched back onto a shared core;
+// the lines it then misses, split by whose code they hold, measure its
+// footprint (see cold.go):
+//
+//	go run ./cmd/clientcost -calls 2000 -cold 2097152
 package main
 
 import (
@@ -69,6 +77,15 @@ var limit = bench.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
 // keep is -keep: where to copy each callgrind dump; empty for nowhere.
 var keep *string
 
+// cold is -cold: bytes the child writes over before each measured
+// decision, so that each starts from cold caches (see cold.go); 0 for
+// none.
+var cold *int
+
+// coldLines are the cold mode's lines, one per limiter, printed after the
+// table.
+var coldLines []string
+
 func main() {
 	only := flag.String("only", "sluice,redis_rate,floor", "comma-separated limiters (bench.Peers names) to measure")
 	calls := flag.Int("calls", 10000, "decisions measured per limiter")
@@ -77,6 +94,7 @@ func main() {
 	child := flag.String("child", "", "internal: run as the child measuring this limiter")
 	addr := flag.String("addr", "", "internal: the child's Redis")
 	keep = flag.String("keep", "", "copy each limiter's callgrind dump into this folder (for callgrind_annotate)")
+	cold = flag.Int("cold", 0, "with callgrind's cache simulation (L1 32 KiB, last level 1 MiB), write over this many bytes before each decision and count the decision's cache misses from cold (e.g. 2097152)")
 	flag.Parse()
 	if *child != "" {
 		if err := runChild(*child, *addr, *calls, *nkeys, *callers); err != nil {
@@ -152,6 +170,9 @@ func run(names []string, calls, nkeys, callers int) error {
 	if callers > 1 {
 		who = fmt.Sprintf("%d callers at once", callers)
 	}
+	if len(coldLines) > 0 {
+		fmt.Printf("\nFrom cold caches (-cold %d), per decision:\n\n%s", *cold, strings.Join(coldLines, ""))
+	}
 	fmt.Printf("\n%d decisions per limiter by %s over %d keys at %s, each limiter on a client of its own with docs/production.md's options; go run ./cmd/clientcost -callers %d\n", calls, who, nkeys, limit, callers)
 	return nil
 }
@@ -186,7 +207,7 @@ type child struct {
 // with prefix (valgrind's or strace's command line) before it.
 func (c child) cmd(prefix []string, calls int) *exec.Cmd {
 	args := append(append([]string{}, prefix[1:]...), c.self, "-child", c.name, "-addr", c.addr,
-		"-calls", strconv.Itoa(calls), "-keys", strconv.Itoa(c.nkeys), "-callers", strconv.Itoa(c.callers))
+		"-calls", strconv.Itoa(calls), "-keys", strconv.Itoa(c.nkeys), "-callers", strconv.Itoa(c.callers), "-cold", strconv.Itoa(*cold))
 	cmd := exec.Command(prefix[0], args...)
 	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
@@ -246,7 +267,11 @@ func (c child) instructions(calls int) (float64, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "callgrind.out")
-	cmd := c.cmd([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}, calls)
+	vg := []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}
+	if *cold > 0 {
+		vg = append(vg, coldSims...)
+	}
+	cmd := c.cmd(vg, calls)
 	ctl := func(flag string) func(int) error {
 		return func(pid int) error {
 			if msg, err := exec.Command("callgrind_control", flag, strconv.Itoa(pid)).CombinedOutput(); err != nil {
@@ -279,6 +304,14 @@ func (c child) instructions(calls int) (float64, error) {
 		return 0, errors.New("no total in the callgrind dump")
 	}
 	n, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if *cold > 0 && err == nil {
+		cs, err := readCosts(dumps[0], c.self)
+		if err != nil {
+			return 0, err
+		}
+		coldLines = append(coldLines, fmt.Sprintf("- %s: %s\n", c.name, coldReport(cs, calls)))
+		n -= cs.event("main.evict", "Ir") // the table's count is the decisions' own
+	}
 	return float64(n) / float64(calls), err
 }
 
@@ -381,6 +414,21 @@ func runChild(name, addr string, calls, nkeys, callers int) error {
 	if _, err := in.ReadString('\n'); err != nil {
 		return err
 	}
+	var buf []byte
+	if *cold > 0 {
+		buf = make([]byte, *cold)
+		evict(buf)
+		inner := decide
+		decide = func(from, step, n int) error {
+			for i := 0; i < n; i++ {
+				evict(buf)
+				if err := inner(from+i*step, step, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	errs := make(chan error, callers)
 	for c := 0; c < callers; c++ {
 		go func() { errs <- decide(c, callers, calls/callers) }()
@@ -393,4 +441,14 @@ func runChild(name, addr string, calls, nkeys, callers int) error {
 	fmt.Println("done")
 	_, err = in.ReadString('\n')
 	return err
+}
+
+// evict writes a byte in each cache line of buf, pushing what a decision
+// left in the caches out of them.
+//
+//go:noinline
+func evict(buf []byte) {
+	for i := 0; i < len(buf); i += 64 {
+		buf[i]++
+	}
 }

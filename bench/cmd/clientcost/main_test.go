@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +48,59 @@ func TestSyscallText(t *testing.T) {
 	got := syscallText(map[string]float64{"write": 1, "read": 1.5, "futex": 0.001})
 	if want := "2.50: read 1.50 write 1.00"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestParseCosts reads a small dump in callgrind's format: compressed
+// positions, a call's inclusive cost left out, trailing zeros, and costs
+// of another object summed under "?".
+func TestParseCosts(t *testing.T) {
+	const dump = `version: 1
+positions: instr line
+events: Ir ILmr DLmr
+
+ob=(1) /bin/child
+fn=(1) f
+0x1000 10 5 1 1
++4 * 3
+calls=2 0x2000 20
++2 11 400 9 9
++2 * 1 0 2
+fn=(2) g
+0x2000 20 7 1
+ob=(2) /lib/other.so
+fn=(3) h
+0x1004 1 100 50
+ob=(1)
+fn=(2)
+0x2004 21 1
+`
+	syms := []symbol{{0x1000, 0x1010, "main.f"}, {0x2000, 0x2010, "github.com/sluicehq/sluice/core.g"}}
+	c, err := parseCosts(strings.NewReader(dump), "/bin/child", syms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int64{"main.f": {9, 1, 3}, "github.com/sluicehq/sluice/core.g": {8, 1, 0}, "?": {100, 50, 0}}
+	if len(c.byFn) != len(want) {
+		t.Fatalf("functions %v, want %v", c.byFn, want)
+	}
+	for fn, v := range want {
+		if !slices.Equal(c.byFn[fn], v) {
+			t.Errorf("%s: %v, want %v", fn, c.byFn[fn], v)
+		}
+	}
+	if got := c.event("", "ILmr", "DLmr"); got != 55 {
+		t.Errorf("ILmr and DLmr in all: %d, want 55", got)
+	}
+	if got := groupOf("github.com/sluicehq/sluice/core.g"); got != "sluice" {
+		t.Errorf("group of core.g: %q", got)
+	}
+	if got := groupOf("github.com/sluicehq/sluice/bench.(*sluice).Allow"); got != "harness" {
+		t.Errorf("group of the bench package: %q", got)
+	}
+	for _, bad := range []string{"positions: line\n", "events: Ir\nob=(1) /bin/child\n0x10 1 x\n", "ob=(1) /bin/child\n0x10 1 1\n"} {
+		if _, err := parseCosts(strings.NewReader(bad), "/bin/child", syms); err == nil {
+			t.Errorf("parsed %q without an error", bad)
+		}
 	}
 }

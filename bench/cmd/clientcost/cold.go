@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,18 +34,21 @@ type costs struct {
 // event returns the sum of the named events of fn, or of every function
 // when fn is "".
 func (c costs) event(fn string, names ...string) int64 {
-	var n int64
-	for i, e := range c.events {
-		for _, name := range names {
-			if e != name {
-				continue
-			}
-			for f, v := range c.byFn {
-				if (fn == "" || f == fn) && i < len(v) {
-					n += v[i]
-				}
+	sum := func(v []int64) int64 {
+		var n int64
+		for i, e := range c.events {
+			if i < len(v) && slices.Contains(names, e) {
+				n += v[i]
 			}
 		}
+		return n
+	}
+	if fn != "" {
+		return sum(c.byFn[fn])
+	}
+	var n int64
+	for _, v := range c.byFn {
+		n += sum(v)
 	}
 	return n
 }

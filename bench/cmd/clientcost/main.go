@@ -414,12 +414,10 @@ func runChild(name, addr string, calls, nkeys, callers int) error {
 	if _, err := in.ReadString('\n'); err != nil {
 		return err
 	}
-	var buf []byte
 	if *cold > 0 {
-		buf = make([]byte, *cold)
-		evict(buf)
 		inner := decide
 		decide = func(from, step, n int) error {
+			buf := make([]byte, *cold) // each caller its own, written alone
 			for i := 0; i < n; i++ {
 				evict(buf)
 				if err := inner(from+i*step, step, 1); err != nil {

@@ -250,5 +250,30 @@ func coldReport(c costs, calls int) string {
 		}
 		seen[g.name] = true
 	}
-	return line + "; instruction lines by code: " + strings.Join(parts, ", ")
+	return line + "; instruction lines by code: " + strings.Join(parts, ", ") + topOwn(c, calls, per)
+}
+
+// coldTop is -cold-top: how many of the limiter's own functions to list
+// with the instruction lines each cold decision misses in them.
+var coldTop *int
+
+// topOwn lists, after the line, the limiter's own functions (sluice's or
+// redis_rate's groups) that miss the most instruction lines per cold
+// decision, with the instructions they run; "" when -cold-top is 0.
+func topOwn(c costs, calls int, per func(fn string, names ...string) float64) string {
+	if coldTop == nil || *coldTop <= 0 {
+		return ""
+	}
+	var own []string
+	for fn := range c.byFn {
+		if g := groupOf(fn); g == "sluice" || g == "redis_rate" {
+			own = append(own, fn)
+		}
+	}
+	sort.Slice(own, func(i, j int) bool { return per(own[i], "ILmr") > per(own[j], "ILmr") })
+	var b strings.Builder
+	for _, fn := range own[:min(len(own), *coldTop)] {
+		fmt.Fprintf(&b, "\n  - %s: %.1f lines, %.0f instructions", fn, per(fn, "ILmr"), per(fn, "Ir"))
+	}
+	return b.String()
 }

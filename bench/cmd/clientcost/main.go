@@ -47,6 +47,9 @@
 // footprint (see cold.go):
 //
 //	go run ./cmd/clientcost -calls 2000 -cold 2097152
+//	go run ./cmd/clientcost -only sluice -calls 2000 -cold 2097152 -cold-top 12
+//
+// -cold-top N lists the limiter's own functions that miss the most lines.
 package main
 
 import (
@@ -95,6 +98,7 @@ func main() {
 	addr := flag.String("addr", "", "internal: the child's Redis")
 	keep = flag.String("keep", "", "copy each limiter's callgrind dump into this folder (for callgrind_annotate)")
 	cold = flag.Int("cold", 0, "with callgrind's cache simulation (L1 32 KiB, last level 1 MiB), write over this many bytes before each decision and count the decision's cache misses from cold (e.g. 2097152)")
+	coldTop = flag.Int("cold-top", 0, "with -cold, list this many of the limiter's own functions by the instruction lines a cold decision misses in them")
 	flag.Parse()
 	if *child != "" {
 		if err := runChild(*child, *addr, *calls, *nkeys, *callers); err != nil {

@@ -98,6 +98,13 @@ fn=(2)
 	if got := groupOf("github.com/sluicehq/sluice/bench.(*sluice).Allow"); got != "harness" {
 		t.Errorf("group of the bench package: %q", got)
 	}
+	top := 1
+	coldTop = &top
+	t.Cleanup(func() { coldTop = nil })
+	report := coldReport(c, 1)
+	if want := "sluice 1, the rest 50\n  - github.com/sluicehq/sluice/core.g: 1.0 lines, 8 instructions"; !strings.Contains(report, want) {
+		t.Errorf("report %q lacks %q", report, want)
+	}
 	for _, bad := range []string{"positions: line\n", "events: Ir\nob=(1) /bin/child\n0x10 1 x\n", "ob=(1) /bin/child\n0x10 1 1\n"} {
 		if _, err := parseCosts(strings.NewReader(bad), "/bin/child", syms); err == nil {
 			t.Errorf("parsed %q without an error", bad)

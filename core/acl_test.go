@@ -113,7 +113,7 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []string {
 
 	// Package overrides (which imports this one) sends its calls through
 	// what the limiter lends it: the same scripts and commands.
-	ov := lent{lim}
+	ov := lentOf(lim)
 	_, err = ov.SetOverride(ctx, "acl", "tenant:a", "5/m", 100_000)
 	fail("Overrides.Set", err)
 	_, err = ov.SetOverride(ctx, "acl", "203.0.113.0/24", "deny", 100_000)

@@ -425,7 +425,7 @@ func TestCallerCancelDoesNotTrip(t *testing.T) {
 			t.Fatalf("Allow with a 10ms caller deadline = %v, want the caller's error", err)
 		}
 	}
-	if s := lim.brk.state.Load(); s&3 != modeClosed {
+	if s := redisOf(lim).whole.brk.state.Load(); s&3 != modeClosed {
 		t.Fatalf("breaker mode %d after caller cancellations, want closed", s&3)
 	}
 	if len(rec.degraded) != 0 || rec.storeErrs != 0 {

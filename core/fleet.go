@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -86,11 +84,11 @@ func (o *options) validateFleet() error {
 // fleet is one limiter's membership: its heartbeat goroutine and what it
 // last learnt.
 type fleet struct {
-	send    func(ctx context.Context, kind string, o *op) ([]int64, error) // the limiter's sendOp
-	key, id string
-	every   time.Duration
-	floor   int
-	live    atomic.Int64 // members counted at the last heartbeat; 0 before the first
+	store    store  // the limiter's: heartbeats and leaving are store operations
+	name, id string // the fleet's Name, and this member's id
+	every    time.Duration
+	floor    int
+	live     atomic.Int64 // members counted at the last heartbeat; 0 before the first
 
 	// Used by the heartbeat goroutine only.
 	lastOK time.Time // the last heartbeat that reached Redis
@@ -116,8 +114,8 @@ var implicitFleet = Fleet{Name: "default", Heartbeat: time.Second}
 
 // newImplicitFleet returns the implicit fleet's membership, which starts
 // no goroutine: see maybeBeat.
-func newImplicitFleet(send func(context.Context, string, *op) ([]int64, error), prefix string) *fleet {
-	f := newFleetState(send, prefix, implicitFleet, 1)
+func newImplicitFleet(st store) *fleet {
+	f := newFleetState(st, implicitFleet, 1)
 	f.implicit = true
 	f.stop = func() {}
 	close(f.done)
@@ -150,8 +148,8 @@ func (f *fleet) maybeBeat(run func(func(context.Context)) bool) {
 	}
 }
 
-func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
-	fl := newFleetState(send, prefix, f, floor)
+func newFleet(st store, f Fleet, floor int) *fleet {
+	fl := newFleetState(st, f, floor)
 	ctx, cancel := context.WithCancel(context.Background())
 	fl.stop = cancel
 	go fl.run(ctx)
@@ -159,13 +157,11 @@ func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix s
 }
 
 // newFleetState returns a fleet membership with nothing running.
-func newFleetState(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
-	var id [8]byte
-	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+func newFleetState(st store, f Fleet, floor int) *fleet {
 	return &fleet{
-		send:  send,
-		key:   prefix + "{fleet:" + f.Name + "}",
-		id:    hex.EncodeToString(id[:]),
+		store: st,
+		name:  f.Name,
+		id:    newID(),
 		every: f.Heartbeat,
 		floor: floor,
 		done:  make(chan struct{}),
@@ -198,12 +194,10 @@ func (f *fleet) run(ctx context.Context) {
 func (f *fleet) beat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, f.every)
 	defer cancel()
-	ttl := 3 * f.every.Milliseconds()
-	v, err := f.send(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{f.key}, args: []any{f.id, ttl}})
-	if err != nil || len(v) != 1 || v[0] <= 0 {
+	n, err := f.store.heartbeat(ctx, f.name, f.id, 3*f.every)
+	if err != nil || n <= 0 {
 		return
 	}
-	n := v[0]
 	now := time.Now()
 	if now.Sub(f.lastOK) > 2*f.every {
 		f.backAt = now
@@ -237,9 +231,7 @@ func (f *fleet) close(timeout time.Duration) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if _, e := f.send(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{f.key}, args: []any{f.id}}); e != nil {
-			err = fmt.Errorf("core: leaving fleet %s: %w", f.key, e)
-		}
+		err = f.store.leaveFleet(ctx, f.name, f.id)
 	})
 	return err
 }
@@ -267,6 +259,7 @@ func (l *Limiter) Close() error {
 	l.keeper().close()
 	l.bg.stop()
 	l.hotLeases().close()
+	l.store.close()
 	if l.fleet == nil {
 		return nil
 	}

@@ -232,12 +232,12 @@ func TestCapAcrossClusterFailover(t *testing.T) {
 		}
 	}
 	if first.Acquired {
-		k := b.lim.keeper()
-		k.srvMu.Lock()
+		k := &redisOf(b.lim).seen
+		k.mu.Lock()
 		for nd, sv := range k.servers {
 			t.Logf("b knows %s: %+v", nd.brk.node, sv)
 		}
-		k.srvMu.Unlock()
+		k.mu.Unlock()
 		t.Fatalf("b right after the failover took a slot (%d in flight): want refused for the grace period", first.InFlight)
 	}
 	// After a lease (and the grace's slack), b is admitted.
@@ -351,7 +351,7 @@ func TestPoisonedLeases(t *testing.T) {
 	}
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
-	rkey := lim.rkey(c.fp, "k")
+	rkey := redisOf(lim).rkey(c.fp, "k")
 	if err := rdb.ZAdd(ctx, rkey, redis.Z{Score: math.Inf(1), Member: "forever"}, redis.Z{Score: 9e15, Member: "year-285000"}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestForeignLeaseSet(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
 	for _, key := range []string{"a", "b"} {
-		if err := rdb.Set(ctx, lim.rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
+		if err := rdb.Set(ctx, redisOf(lim).rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		ls, err := c.Acquire(ctx, key)
@@ -405,7 +405,7 @@ func TestForeignLeaseSet(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, lim.rkey(c.fp, "a")) {
+	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, redisOf(lim).rkey(c.fp, "a")) {
 		t.Errorf("log = %q; want one line naming the key", out)
 	}
 }
@@ -512,7 +512,7 @@ func TestPoisonedBucketLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
 			fields := []string{strconv.FormatInt(far, 10)}
 			for range tc.limits {
@@ -566,7 +566,7 @@ func TestForeignBucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -613,7 +613,7 @@ func TestHugeBucketValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "huge")
+			rkey := redisOf(lim).rkey(p.fp, "huge")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -662,14 +662,14 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	// The replica learns which server the node is from the INFO its
 	// first answer starts in the background; a read that failed (a busy
 	// machine) is made again at a later answer.
-	for deadline := time.Now().Add(10 * time.Second); blim.keeper().server(&blim.redis.whole).run == 0; {
+	for deadline := time.Now().Add(10 * time.Second); redisOf(blim).seen.server(&redisOf(blim).whole).run == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the replica never learnt which server the node is")
 		}
 		if _, err := blim.Allow(ctx, "x", PerSecond(1000)); err != nil {
 			t.Fatal(err)
 		}
-		blim.bg.wg.Wait()
+		redisOf(blim).bg.wg.Wait()
 	}
 	for range 3 {
 		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
@@ -711,7 +711,7 @@ func TestPoisonedBucketArrival(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -755,7 +755,7 @@ func TestRenewWhileOpen(t *testing.T) {
 		ls, err := c.Acquire(ctx, "stream")
 		if err == nil && ls.Degraded {
 			_ = ls.Release(ctx)
-			if lim.redis.whole.brk.isOpen() {
+			if redisOf(lim).whole.brk.isOpen() {
 				break
 			}
 		}
@@ -774,7 +774,7 @@ func TestRenewWhileOpen(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the restarted node holds %d of the 3 leases; the holder's renewals did not re-assert them", n)
 	}
-	if !lim.redis.whole.brk.isOpen() {
+	if !redisOf(lim).whole.brk.isOpen() {
 		t.Fatal("the breaker closed: the test no longer shows renewals passing an open breaker")
 	}
 	for _, ls := range held {

@@ -382,8 +382,8 @@ func TestLeaseScript(t *testing.T) {
 		t.Fatalf("life = %d µs, want 30000", life)
 	}
 	ctx := context.Background()
-	rkey := lim.rkey(p.fp, "k")
-	keys := []string{rkey, holdsKey(rkey, lim.prefix, p.fp)}
+	rkey := redisOf(lim).rkey(p.fp, "k")
+	keys := []string{rkey, holdsKey(rkey, redisOf(lim).cfg.prefix, p.fp)}
 	call := func(op int, id string, cost, want, hand int64) []int64 {
 		t.Helper()
 		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
@@ -499,8 +499,8 @@ func TestTokenLeasesCloseGivesBack(t *testing.T) {
 	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
 		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
 	}
-	rkey := lim.rkey(rule.p.fp, "k")
-	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, lim.prefix, rule.p.fp)).Result()
+	rkey := redisOf(lim).rkey(rule.p.fp, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,3 +88,50 @@ func checkNoRedis(t *testing.T, fset *token.FileSet, n ast.Node, local string) {
 		}
 	}
 }
+
+// TestEngineAndStoreCallOneWay keeps the line between the engine and the
+// Redis store, drawn by files until the store has a package of its own:
+// calls go down, from the engine to the store, and come up only through
+// what the engine handed the store when the limiter was built (storeUp).
+// A file of the Redis store (store.go, store_*.go) never names the
+// Limiter; a file of the engine never names the Redis store's types,
+// except New, which builds it.
+func TestEngineAndStoreCallOneWay(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeOnly := map[string]bool{"redisStore": true, "storeConfig": true, "storeUp": true, "serversSeen": true}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		isStore := name == "store.go" || strings.HasPrefix(name, "store_")
+		ast.Inspect(f, func(n ast.Node) bool {
+			if fd, ok := n.(*ast.FuncDecl); ok && !isStore && name == "limiter.go" && fd.Recv == nil && fd.Name.Name == "New" {
+				return false // New builds the store
+			}
+			if st, ok := n.(*ast.StarExpr); ok && !isStore {
+				if id, ok := st.X.(*ast.Ident); ok && (id.Name == "node" || id.Name == "breaker") {
+					t.Errorf("%s: the engine names the Redis store's %s: it may only ask through the store interface", fset.Position(id.Pos()), id.Name)
+				}
+			}
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			switch {
+			case isStore && id.Name == "Limiter":
+				t.Errorf("%s: the Redis store names the Limiter: it may only call down, and tell the engine through storeUp", fset.Position(id.Pos()))
+			case !isStore && storeOnly[id.Name]:
+				t.Errorf("%s: the engine names the Redis store's %s: it may only ask through the store interface", fset.Position(id.Pos()), id.Name)
+			}
+			return true
+		})
+	}
+}

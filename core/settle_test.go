@@ -685,7 +685,7 @@ func TestMarkerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redistest.NewClient(t, addr)
-	m := markerKey(redisKey(lim.prefix, rule.p.fp, "k"), lim.prefix, rule.p.fp, rv.id)
+	m := markerKey(redisKey(redisOf(lim).cfg.prefix, rule.p.fp, "k"), redisOf(lim).cfg.prefix, rule.p.fp, rv.id)
 	if got, hi := rdb.PTTL(ctx, m).Val(), SettleWindow+markerMargin; got > hi || got < hi-5*time.Second {
 		t.Fatalf("marker PTTL = %v, want about %v", got, hi)
 	}

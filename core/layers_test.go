@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,5 +134,102 @@ func TestEngineAndStoreCallOneWay(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// TestArchitectureNamesExist holds docs/architecture.md to the code: every
+// file of core it names in code spans (foo.go, core/foo.lua,
+// internal/batch) exists, and every unexported name it gives (a type, a
+// function, a method as Type.method, a field) is declared in core or its
+// internal packages. A renamed file or type then fails here, not in a
+// reader's hands.
+func TestArchitectureNamesExist(t *testing.T) {
+	doc, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, dir := range []string{".", "internal/batch", "internal/pause"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.FuncDecl:
+					declared[n.Name.Name] = true
+					if n.Recv != nil && len(n.Recv.List) == 1 {
+						recv := n.Recv.List[0].Type
+						if st, ok := recv.(*ast.StarExpr); ok {
+							recv = st.X
+						}
+						if ix, ok := recv.(*ast.IndexExpr); ok {
+							recv = ix.X
+						}
+						if id, ok := recv.(*ast.Ident); ok {
+							declared[id.Name+"."+n.Name.Name] = true
+						}
+					}
+				case *ast.TypeSpec:
+					declared[n.Name.Name] = true
+				case *ast.ValueSpec:
+					for _, id := range n.Names {
+						declared[id.Name] = true
+					}
+				case *ast.Field:
+					for _, id := range n.Names {
+						declared[id.Name] = true
+					}
+				}
+				return true
+			})
+		}
+	}
+	spans := regexp.MustCompile("`([^`\n]+)`").FindAllStringSubmatch(string(doc), -1)
+	ident := regexp.MustCompile(`^\*?([a-z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*\.[a-z][A-Za-z0-9]*)$`)
+	var files, names int
+	for _, m := range spans {
+		s := m[1]
+		switch {
+		case strings.Contains(s, " ") || strings.HasPrefix(s, ".") || strings.Contains(s, "*") && strings.ContainsAny(s, "./"):
+			// a pattern (store_*.go, .lua) or code, not a name
+		case strings.HasSuffix(s, ".go") || strings.HasSuffix(s, ".lua"):
+			files++
+			p := strings.TrimPrefix(s, "core/")
+			if _, err := os.Stat(p); err != nil && !strings.Contains(s, "/") {
+				t.Errorf("docs/architecture.md names %s, which core does not have", s)
+			} else if err != nil {
+				if _, err := os.Stat(filepath.Join("..", s)); err != nil {
+					t.Errorf("docs/architecture.md names %s, which the repository does not have", s)
+				}
+			}
+		case strings.HasPrefix(s, "internal/") || strings.HasPrefix(s, "core/internal/"):
+			files++
+			_, inCore := os.Stat(strings.TrimPrefix(s, "core/"))
+			_, inRepo := os.Stat(filepath.Join("..", s))
+			if inCore != nil && inRepo != nil {
+				t.Errorf("docs/architecture.md names %s, which the repository does not have", s)
+			}
+		case ident.MatchString(s):
+			name := strings.TrimPrefix(ident.FindStringSubmatch(s)[1], "*")
+			last := name[strings.IndexByte(name, '.')+1:]
+			if strings.ToLower(last[:1]) != last[:1] || strings.ToLower(name) == name && !strings.Contains(s, ".") {
+				continue // exported names are go doc's to check; one lower-case word is a package or prose
+			}
+			names++
+			if !declared[name] {
+				t.Errorf("docs/architecture.md names %s, which core does not declare", s)
+			}
+		}
+	}
+	t.Logf("%d file names and %d unexported names checked", files, names)
+	if files == 0 || names == 0 {
+		t.Fatalf("found %d file names and %d unexported names in docs/architecture.md; is the test reading it?", files, names)
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // This file is the one road every store operation takes through a node's
-// breaker: [Limiter.onNode] routes the call, runs it, reports it to the
+// breaker: [redisStore.onNode] routes the call, runs it, reports it to the
 // observer with its kind, and judges its outcome once, for every kind of
 // operation (decisions, peeks, settlements, acquisitions, releases,
 // renewals, resets, heartbeats). What it judges:

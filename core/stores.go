@@ -52,7 +52,7 @@ type store interface {
 	heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
 	leaveFleet(ctx context.Context, fleet, id string) error
 	// lend returns what the store lends package overrides (see
-	// storeops.go); budget is the limiter's.
+	// store_lend.go); budget is the limiter's.
 	lend(log func() *slog.Logger, budget time.Duration) storeops.Store
 	// close stops the store's background tasks and waits for them.
 	close()

@@ -508,3 +508,54 @@ func TestTokenLeasesCloseGivesBack(t *testing.T) {
 		t.Errorf("%d holds left in Redis after Close, want 0", n)
 	}
 }
+
+// TestTokenLeaseHoldsOfAnotherType: a value of another type where a key's
+// lease holds belong (another program writes under the prefix) is
+// replaced by the lease script, as a bucket's is, so the hot key is
+// leased again and decided by Redis: none of its decisions falls back.
+// Before, every take failed on it (WRONGTYPE) and the key was decided by
+// the fallback on a good part of its decisions for good.
+func TestTokenLeaseHoldsOfAnotherType(t *testing.T) {
+	addr := redistest.Addr(t)
+	obs := &leaseCounter{}
+	lim := newRedisLimiter(t, addr, WithObserver(obs))
+	base, err := lim.Prepare(Limit{Rate: 100000, Period: time.Second, Burst: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Fraction: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rkey := redisOf(lim).rkey(rule.p.fp, "k")
+	hkey := holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)
+	if err := redistest.NewClient(t, addr).Set(ctx, hkey, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var degraded int
+	for range 3000 {
+		res, err := rule.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Degraded {
+			degraded++
+		}
+	}
+	ev := obs.events()
+	t.Logf("degraded %d, %+v", degraded, ev)
+	if degraded > 0 || ev.Taken == 0 {
+		t.Errorf("with a string at the holds' key: %d of 3000 decisions degraded, %d tokens leased; want none degraded, some leased", degraded, ev.Taken)
+	}
+	typ, err := redistest.NewClient(t, addr).Type(ctx, hkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ != "hash" && typ != "none" {
+		t.Errorf("the holds' key is a %s after the leases, want a hash (or gone)", typ)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -47,10 +48,16 @@ func (got capLoss) check(t *testing.T, after string, most int64) {
 // state and returns the address of the server that then holds it.
 func capAfterLoss(t *testing.T, addr string, most int, window time.Duration, forget func() string) capLoss {
 	t.Helper()
+	return capAfterLossOn(t, func(opts ...Option) *Limiter { return newRedisLimiter(t, addr, opts...) }, addr, most, window, forget)
+}
+
+// capAfterLossOn is capAfterLoss with limiters made by newLim.
+func capAfterLossOn(t *testing.T, newLim func(...Option) *Limiter, addr string, most int, window time.Duration, forget func() string) capLoss {
+	t.Helper()
 	prefix := uniquePrefix()
 	quiet := WithLogger(slog.New(slog.DiscardHandler))
 	mk := func(opts ...Option) *Concurrency {
-		lim := newRedisLimiter(t, addr, append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond), quiet}, opts...)...)
+		lim := newLim(append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond), quiet}, opts...)...)
 		t.Cleanup(func() { _ = lim.Close() })
 		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: most, Lease: time.Second})
 		if err != nil {
@@ -131,6 +138,77 @@ func TestCapAcrossRestart(t *testing.T) {
 		return srv.Addr()
 	})
 	got.check(t, "a restart", 10)
+}
+
+// startBlind starts a redis-server whose only user may run every command
+// but the @dangerous ones (LASTSAVE and INFO among them), a common
+// hardening and managed-service default, and returns its server and a
+// function making limiters logged in as that user. The default user stays,
+// for the test's own checks.
+func startBlind(t *testing.T) (*redistest.Server, func(...Option) *Limiter) {
+	t.Helper()
+	srv := redistest.Start(t, "--user", "app", "on", ">pw", "~*", "&*", "+@all", "-@dangerous")
+	return srv, func(opts ...Option) *Limiter {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+		t.Cleanup(func() { _ = rdb.Close() })
+		lim, err := New(rdb, append([]Option{WithTimeout(10 * time.Second), WithFallbackReplicas(1)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+}
+
+// TestCapWithoutDangerousCommands: on a user without @dangerous (no
+// LASTSAVE, no INFO), a cap of 10 shared by three replicas holds 10 slots
+// in all, every one decided by Redis. Before, every acquisition failed on
+// LASTSAVE and fell back: 10 per replica, while Ready said all was well.
+func TestCapWithoutDangerousCommands(t *testing.T) {
+	_, newLim := startBlind(t)
+	ctx := context.Background()
+	prefix := WithPrefix(uniquePrefix())
+	taken := 0
+	for range 3 {
+		lim := newLim(prefix, WithLogger(quietLogger()))
+		t.Cleanup(func() { _ = lim.Close() })
+		if err := lim.Ready(ctx); err != nil {
+			t.Fatalf("Ready: %v", err)
+		}
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "jobs", Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			ls, err := c.Acquire(ctx, "tenant:a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ls.Degraded {
+				t.Fatalf("an acquisition was decided by the fallback: %+v", ls)
+			}
+			if ls.Acquired {
+				taken++
+			}
+		}
+	}
+	if taken != 10 {
+		t.Errorf("three replicas took %d slots of a cap of 10, want 10", taken)
+	}
+}
+
+// TestCapAcrossRestartBlind is TestCapAcrossRestart on a user without
+// @dangerous: the scripts cannot read the server's identity, and tell the
+// restart by the tag's epoch, which went with the data. The newcomers are
+// refused while the holder re-asserts its leases.
+func TestCapAcrossRestartBlind(t *testing.T) {
+	srv, newLim := startBlind(t)
+	got := capAfterLossOn(t, newLim, srv.Addr(), 10, 1500*time.Millisecond, func() string {
+		srv.Kill()
+		srv.Restart()
+		return srv.Addr()
+	})
+	got.check(t, "a restart, blind", 10)
 }
 
 // TestCapAcrossFailover: as TestCapAcrossRestart, but the state is lost

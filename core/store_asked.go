@@ -120,14 +120,15 @@ func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (l
 	id := newID()
 	var vals []int64
 	seen := s.seen.server(nd)
-	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1)}
+	ekey := epochKey(rkey, s.cfg.prefix)
+	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
 	if s.reload != nil { // a Cluster (see acquire.lua)
 		args[6] = seen.myid
 	}
 	if seen.run == 0 { // first contact: the script compares histories
 		args = s.seen.histories(nd, args)
 	}
-	o := op{script: acquireScript, keys: []string{rkey}, args: args}
+	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: args}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
@@ -137,7 +138,11 @@ func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (l
 		}
 		if err == nil {
 			s.foreignLease(rkey, vals[2])
-			s.seen.saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
+			if vals[3] == -1 { // blind: the tag's epoch (see acquire.lua)
+				s.seen.sawEpoch(ekey, vals[4])
+			} else {
+				s.seen.saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
+			}
 		}
 		return took, err
 	}
@@ -317,7 +322,7 @@ func (s *redisStore) renew(ctx context.Context, round []*renewal) {
 			if r.give {
 				ops[i] = &op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
 			} else {
-				ops[i] = &op{script: renewScript, keys: []string{r.rkey}, args: []any{r.max, r.lease.Milliseconds(), r.id}}
+				ops[i] = &op{script: renewScript, keys: []string{r.rkey, epochKey(r.rkey, s.cfg.prefix)}, args: []any{r.max, r.lease.Milliseconds(), r.id, newID()}}
 			}
 		}
 		_, _ = s.onNode(ctx, nd, s.cfg.now(), OpRenew, rs[0].rkey, func() (time.Duration, error) {

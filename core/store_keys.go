@@ -151,3 +151,17 @@ func holdsKey(rkey, prefix, fp string) string {
 	at := len(prefix) + 6 + len(fp)
 	return rkey[:at] + "~h" + rkey[at:]
 }
+
+// epochKey builds the name of the epoch of rkey's hash tag (see epoch in
+// leases.lua), which the concurrency scripts read when the server will
+// not tell them of a restart:
+//
+//	<prefix>{<tag>}~epoch
+//
+// In the lease set's slot, and never a bucket's, a marker's or a holds'
+// name: those have the fixed-length fingerprint right after the tag. No
+// expiry, so no volatile-* policy evicts it; it goes with the server's
+// data, which is what it is there to tell.
+func epochKey(rkey, prefix string) string {
+	return rkey[:len(prefix)+6] + "~epoch"
+}

@@ -14,6 +14,7 @@ import (
 type serversSeen struct {
 	mu      sync.Mutex
 	servers map[*node]serverSeen
+	epochs  map[string]int64 // a tag's epoch key -> its epoch, when the scripts are blind (see epoch in leases.lua)
 
 	foreignLogged atomic.Bool // a lease set of another type was logged (see foreignLease)
 }
@@ -104,4 +105,29 @@ func (k *serversSeen) seed(nd *node, info string) {
 func hexPrefix(id string) int64 {
 	n, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
 	return n
+}
+
+// maxEpochs bounds the tags whose epoch a store remembers. Past it, a
+// tag met for the first time is not remembered: the scripts take it as
+// first contact, as for a server never met, and cannot tell a loss of its
+// data. (The tags number 65,536: four hex digits.)
+const maxEpochs = 1 << 16
+
+// epoch returns the epoch known for the tag of epoch key ekey; 0 for none.
+func (k *serversSeen) epoch(ekey string) int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.epochs[ekey]
+}
+
+// sawEpoch records the epoch a blind script read for ekey's tag.
+func (k *serversSeen) sawEpoch(ekey string, e int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.epochs == nil {
+		k.epochs = make(map[string]int64)
+	}
+	if _, ok := k.epochs[ekey]; ok || len(k.epochs) < maxEpochs {
+		k.epochs[ekey] = e
+	}
 }

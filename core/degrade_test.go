@@ -379,7 +379,7 @@ func TestErrorClasses(t *testing.T) {
 	for name, mk := range cases {
 		for _, pol := range []FailurePolicy{FallbackLocal, FailOpen, FailClosed} {
 			t.Run(name+"/"+pol.String(), func(t *testing.T) {
-				lim, err := New(mk(t), WithFailurePolicy(pol), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+				lim, err := New(mk(t), WithFailurePolicy(pol), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithFallbackReplicas(1))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -127,7 +127,11 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	l.remote = true
 	switch {
 	case o.fleet.Name != "":
-		l.fleet = newFleet(l.store, o.fleet, o.replicas)
+		unmet := UnmetFleet // WithFallbackReplicas, if given, is the count to assume
+		if o.replicasSet {
+			unmet = o.replicas
+		}
+		l.fleet = newFleet(l.store, o.fleet, o.replicas, unmet)
 	case !o.replicasSet && o.fallback == nil && o.policy == FallbackLocal:
 		// Nothing sizes the fallback: by default it follows the fleet
 		// of limiters on this Redis and prefix, counted by decisions.
@@ -462,9 +466,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
-	res, d, err := l.done(d, p, SourceFallback, true)
-	res.Limit = sh.limits[d.index] // the limit actually enforced
-	return res, d, err
+	return l.report(d.result(p), d, p, sh.limits[d.index], SourceFallback, true)
 }
 
 // unavailable is the one switch of the failure policy, for every call the
@@ -497,8 +499,8 @@ func (l *Limiter) unavailable(cause error, observe, dryRun bool) (open bool, err
 func (l *Limiter) outageNote() []any {
 	attrs := []any{"policy", l.policy.String()}
 	switch f := l.fleet; {
-	case f != nil && f.implicit && f.live.Load() == 0:
-		attrs = append(attrs, "warning", "the fleet's size is not known (no heartbeat has reached Redis since this process started), so the fallback enforces every limit in full on each replica; give core.WithFallbackReplicas the replica count as a floor")
+	case f != nil && f.live.Load() == 0:
+		attrs = append(attrs, "warning", fmt.Sprintf("the fleet's size is not known (no heartbeat has reached Redis since this process started), so the fallback enforces 1/%d of every limit (core.UnmetFleet); give core.WithFallbackReplicas the replica count", f.unmet))
 	case f != nil:
 		attrs = append(attrs, "fleet", f.size())
 	}
@@ -508,6 +510,14 @@ func (l *Limiter) outageNote() []any {
 // done turns a decision into a Result and reports it.
 func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
 	res := d.result(p)
+	return l.report(res, d, p, res.Limit, src, degraded)
+}
+
+// report completes res, d's Result under limit (the limit that decided:
+// p's, or under the fallback its share), and tells the observer the
+// Result the caller gets.
+func (l *Limiter) report(res Result, d decision, p *plan, limit Limit, src Source, degraded bool) (Result, decision, error) {
+	res.Limit = limit
 	res.Degraded = degraded
 	res.DryRun = p.dryRun
 	if d.remaining < 0 { // fail-open: nothing was counted

@@ -441,7 +441,7 @@ func TestSettleOutage(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() int64 { return now.UnixMicro() }
 	rdb := &failScripter{clockScripter: clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}}
-	lim, err := New(rdb, WithPrefix(uniquePrefix()), WithTimeout(10*time.Second), WithBatching(0))
+	lim, err := New(rdb, WithPrefix(uniquePrefix()), WithTimeout(10*time.Second), WithBatching(0), WithFallbackReplicas(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -338,6 +338,39 @@ func WithPenalty(d time.Duration) Option {
 	return policy.WithPenalty[*echo.Context, Handlers](d)
 }
 
+// WithPerRoute makes the middleware count each route it guards apart: its
+// buckets are named by the request's route, as [keyfunc.Route] names it
+// ("route:GET /items/:id"; HEAD counts as GET), so a middleware registered
+// for a group (gin's r.Use, echo's e.Use or g.Use, fiber's App.Use,
+// httplimit around an http.ServeMux, a gRPC interceptor) gives every route
+// a budget of its own per key. Every request that matched no route, or
+// whose route the middleware cannot see, counts in one scope,
+// "route:unmatched", never one per path. A middleware that runs before the
+// router matched the request (fiber's App.Use, or httplimit around a
+// router other than http.ServeMux) sees no route; the first time a
+// per-route middleware sees a request without a route before any with
+// one, it logs a warning once, naming [policy.WithRoute] as the fix for a router
+// that reports no pattern (gorilla/mux, httprouter).
+//
+// With it off, the middleware is one budget per key across every route it
+// guards, wherever it is mounted: r.Use(New(lim, core.PerMinute(600), key))
+// allows 600 a minute per key across the service, and a middleware mounted
+// on one route counts for that route. No framework tells a middleware
+// whether it was mounted on a group or on a route, so this is the one
+// place where that choice is made. Two middlewares with the same limits and
+// no scope share one budget per key: the first time both have seen
+// requests, on different routes, for keys of one kind, one warning names
+// both routes and the fix ([policy.WithScope] or WithPerRoute(true)). The
+// constructor fails (an adapter panics) when it is true beside [policy.WithScope]
+// or [policy.WithRoute].
+//
+// Default: false: one budget per key across the middleware's routes.
+//
+// The same option as every adapter's: [policy.WithPerRoute], for echo v5.
+func WithPerRoute(on bool) Option {
+	return policy.WithPerRoute[*echo.Context, Handlers](on)
+}
+
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
 // problem details (application/problem+json) instead of plain status text.
 // Adapters whose framework has an error type of its own (echo, fiber)
@@ -380,24 +413,40 @@ func WithRetryJitter(max time.Duration) Option {
 	return policy.WithRetryJitter[*echo.Context, Handlers](max)
 }
 
-// WithScope names the middleware's buckets by name, in place of each request's
-// route: middlewares with the same scope and the same limits share buckets
-// (on every replica, through Redis), across every route they guard. That
-// is how one budget covers a group of routes, r.Use(New(..., WithScope("api"))),
-// or several middlewares, by choice. The buckets are those of the engine's
+// WithRoute names the one route the middleware guards, for routers that
+// do not report a route pattern (gorilla/mux, julienschmidt/httprouter):
+// the middleware counts in the buckets a per-route middleware
+// ([policy.WithPerRoute]) on a router that reports pattern would use, named
+// "route:" + pattern. Write the pattern as keyfunc.Route writes a route,
+// the method first: WithRoute("GET /orders/{id}"). Two middlewares with the
+// same limits and different routes then keep apart budgets, and keep them
+// when the service moves to a router that reports patterns. Mount such a
+// middleware on its route only. The constructor fails (an adapter panics)
+// on an empty pattern, or beside [policy.WithScope] or WithPerRoute(true).
+//
+// Default: none; see [policy.WithPerRoute].
+//
+// The same option as every adapter's: [policy.WithRoute], for echo v5.
+func WithRoute(pattern string) Option {
+	return policy.WithRoute[*echo.Context, Handlers](pattern)
+}
+
+// WithScope names the middleware's budget: middlewares with the same scope
+// and the same limits share buckets (on every replica, through Redis),
+// across every route they guard. Without it a middleware is already one
+// budget per key across its routes (see [policy.WithPerRoute]); name a scope to
+// keep two middlewares with the same limits apart (WithScope("search"),
+// WithScope("export")), or to make several middlewares one budget on
+// purpose. The buckets are those of the engine's
 // [core.Limiter.PrepareScoped](name, limits...) (the main limit first, then
 // those of [policy.WithLimits]), so code outside the middleware, a login handler
-// say, can draw on them or Reset them. Use it too to keep the buckets of a
-// long limit across an upgrade that changes their default name. Scopes are hashed into the Redis
-// keys' fingerprint, so any text will do; the constructor fails (an
-// adapter panics) on an empty one.
+// say, can draw on them or Reset them. Scopes are hashed into the Redis
+// keys' fingerprint, so any text will do. The constructor fails (an
+// adapter panics) on an empty one, or beside [policy.WithRoute] or
+// WithPerRoute(true).
 //
-// Default: the route of each request, as [keyfunc.Route] names it
-// ("route:GET /items/:id"; HEAD counts as GET), and one scope,
-// "route:unmatched", for every request that matched no route or whose
-// route the middleware cannot see. So a middleware counts per route, on
-// every route it guards, wherever and in whatever order it was made (see
-// the package documentation).
+// Default: no scope: the buckets of [core.Limiter.Prepare](limits...),
+// one budget per key across every route the middleware guards.
 //
 // The same option as every adapter's: [policy.WithScope], for echo v5.
 func WithScope(name string) Option {

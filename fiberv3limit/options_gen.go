@@ -17,7 +17,8 @@ import (
 // [policy.WithSkip] does. An entry is a key, exactly as the middleware's key
 // function returns it ("tenant:internal", "ip:192.0.2.7"), or a client
 // address: an IP address or a CIDR prefix ("10.0.0.0/8", "2001:db8::/32"),
-// matched against the address [policy.WithListClientIP] finds. A deny entry
+// matched against the client address as the key function reads it,
+// trusted proxies included, or as [policy.WithListClientIP] finds it. A deny entry
 // ([policy.WithDeny], or one of [policy.WithOverrides]) wins over an allow entry.
 //
 // Entries are read by [keyfunc.ParseListEntry], as overrides.Set and the
@@ -230,29 +231,42 @@ func WithLimits(more ...core.Limit) Option {
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
-// client address: with the rules of [keyfunc.IP] given opts, so that the
-// proxy rules are written once and shared with the key function:
+// client address: with the rules of [keyfunc.IP] given opts. It is needed
+// only when the key function does not read the client address, or reads
+// it with other rules than the lists should:
 //
 //	gateway := keyfunc.TrustProxies("10.0.0.0/8") // the gateway in front
-//	httplimit.New(lim, limit, keyfunc.Join(keyfunc.Tenant("X-Tenant-ID"), keyfunc.IP(gateway)),
+//	httplimit.New(lim, limit, keyfunc.Tenant("X-Tenant-ID"),
 //		httplimit.WithListClientIP(gateway),
 //		httplimit.WithAllow("192.0.2.0/24"))
 //
-// The lists match whole addresses whatever the options say ([keyfunc.IPv4Prefix]
+// Without it the lists read the client as the key function does: when the
+// request's key has an "ip:" part (keyfunc.IP, alone or in keyfunc.Join or
+// keyfunc.First) naming a client other than the connection's peer, which
+// keyfunc.IP does only for a peer it trusts as a proxy ([keyfunc.TrustProxies],
+// [keyfunc.TrustHeader]) or with [keyfunc.FrameworkClientIP], the lists see
+// that client; otherwise they see the peer. So
+// keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")) as the key is enough for
+// WithDeny("203.0.113.7") to refuse 203.0.113.7 behind that proxy. A client
+// the key groups (an IPv6 /64 by default) is matched as that group; name
+// the rules here to match whole addresses behind a proxy.
+//
+// The lists match whole addresses whatever opts say ([keyfunc.IPv4Prefix]
 // and [keyfunc.IPv6Prefix] group keys, not list entries), so an entry of one
 // IPv6 address matches that address. A request whose address cannot be found
 // matches no address entry (its key entries still apply). Passing the option
 // again replaces the rules; with no opts it restores the default. The
 // constructor fails (an adapter panics) on a nil option.
 //
-// Without it, behind a proxy, the lists see the proxy's address as every
-// client's: an allow range that contains the proxy lets every request pass.
-// The first request allowed that way, one that carried a forwarding header
-// (X-Forwarded-For, X-Real-IP or Forwarded) from a peer that an allow entry
-// holds, is logged as a warning, once per middleware.
+// Where neither the key function nor this option trusts the proxy, the
+// lists see the proxy's address as every client's: an allow range that
+// contains the proxy lets every request pass. The first request allowed
+// that way, one that carried a forwarding header (X-Forwarded-For,
+// X-Real-IP or Forwarded) from a peer that an allow entry holds, is logged
+// as a warning, once per middleware, naming the fix.
 //
-// Default: no options: the connection's peer address, no forwarding header
-// read, as keyfunc.IP().
+// Default: the client as the key function reads it, else the connection's
+// peer address.
 //
 // The same option as every adapter's: [policy.WithListClientIP], for fiber v3.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
@@ -416,7 +430,7 @@ func WithRetryJitter(max time.Duration) Option {
 // WithRoute names the one route the middleware guards, for routers that
 // do not report a route pattern (gorilla/mux, julienschmidt/httprouter):
 // the middleware counts in the buckets a per-route middleware
-// ([policy.WithPerRoute]) on a router that reports pattern would use, named
+// ([policy.WithPerRoute]) on a router that reports patterns would use, named
 // "route:" + pattern. Write the pattern as keyfunc.Route writes a route,
 // the method first: WithRoute("GET /orders/{id}"). Two middlewares with the
 // same limits and different routes then keep apart budgets, and keep them

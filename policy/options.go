@@ -304,7 +304,7 @@ func WithPerRoute[C, H any](on bool) Option[C, H] {
 // WithRoute names the one route the middleware guards, for routers that
 // do not report a route pattern (gorilla/mux, julienschmidt/httprouter):
 // the middleware counts in the buckets a per-route middleware
-// ([WithPerRoute]) on a router that reports pattern would use, named
+// ([WithPerRoute]) on a router that reports patterns would use, named
 // "route:" + pattern. Write the pattern as keyfunc.Route writes a route,
 // the method first: WithRoute("GET /orders/{id}"). Two middlewares with the
 // same limits and different routes then keep apart budgets, and keep them

@@ -3,7 +3,9 @@
 // every metric the docs and the Grafana dashboard name is one that
 // sluiceprom exports, with labels and label values it really uses, and
 // every OpenTelemetry instrument and attribute the docs name is one that
-// sluiceotel records.
+// sluiceotel records; and the defaults the docs state (breaker, budget,
+// fallback sizing, dial advice, the middleware options) are the code's
+// (defaults_test.go).
 package docs
 
 import (

@@ -42,6 +42,9 @@ func Frozen(tb testing.TB) *core.Limiter {
 
 // DownRedis returns a function making a limiter whose Redis has gone away
 // (connections are refused), deciding under policy with a short timeout.
+// Its fallback keeps each limit whole (WithFallbackReplicas(1): one
+// replica), so that steps can name the limit's own numbers; a replica
+// that never met its fleet otherwise enforces core.UnmetFleet's share.
 // The limiter logs nothing.
 func DownRedis(policy core.FailurePolicy) func(testing.TB) *core.Limiter {
 	return func(tb testing.TB) *core.Limiter {
@@ -51,6 +54,7 @@ func DownRedis(policy core.FailurePolicy) func(testing.TB) *core.Limiter {
 			core.WithFailurePolicy(policy),
 			core.WithTimeout(100*time.Millisecond),
 			core.WithLogger(slog.New(slog.DiscardHandler)),
+			core.WithFallbackReplicas(1),
 		)
 		if err != nil {
 			tb.Fatalf("core.New() = %v", err)

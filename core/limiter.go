@@ -323,34 +323,48 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	if l.denies != nil && cost == 1 && maxWait == 0 {
-		dn, st, ch := l.denies.check(p.id, key, now)
-		if st == denyWait {
-			// Another request is asking Redis about this key; its
-			// answer is ours too, unless it leaves the key open.
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return Result{}, decision{}, ctx.Err()
-			}
-			// Time has passed while waiting: judge the answer at the
-			// present, or a stale clock would deny what Redis admits.
-			now = l.now()
-			dn, st, ch = l.denies.check(p.id, key, now)
-		}
-		switch {
-		case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
-			// A denial cached from a rule of the same bucket without a
-			// penalty (see Rule.WithPenalty): this rule's denial must
-			// reach the store to lock the key.
-		case st == denyHit:
-			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
-			return l.done(d, p, SourceDenyCache, false)
-		case st == denyProbe:
-			defer l.denies.release(p.id, key, ch)
-		}
+	if l.denies != nil && cost == 1 && maxWait == 0 && l.denies.m.live.Load() != 0 {
+		return l.admitCached(ctx, key, p, now)
 	}
+	return l.decide(ctx, key, p, cost, maxWait, now)
+}
 
+// admitCached is admit for a unit request without a wait while the deny
+// cache holds entries: a live denial answers it, an expired one makes it
+// the probe that asks the store (or wait for the probe out), otherwise
+// the store decides.
+func (l *Limiter) admitCached(ctx context.Context, key string, p *plan, now int64) (Result, decision, error) {
+	dn, st, ch := l.denies.check(p.id, key, now)
+	if st == denyWait {
+		// Another request is asking Redis about this key; its answer
+		// is ours too, unless it leaves the key open.
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Result{}, decision{}, ctx.Err()
+		}
+		// Time has passed while waiting: judge the answer at the
+		// present, or a stale clock would deny what Redis admits.
+		now = l.now()
+		dn, st, ch = l.denies.check(p.id, key, now)
+	}
+	switch {
+	case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
+		// A denial cached from a rule of the same bucket without a
+		// penalty (see Rule.WithPenalty): this rule's denial must reach
+		// the store to lock the key.
+	case st == denyHit:
+		d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
+		return l.done(d, p, SourceDenyCache, false)
+	case st == denyProbe:
+		defer l.denies.release(p.id, key, ch)
+	}
+	return l.decide(ctx, key, p, 1, 0, now)
+}
+
+// decide has the store decide a request of cost on key under p at now,
+// and takes in its answer; without one, the failure policy decides.
+func (l *Limiter) decide(ctx context.Context, key string, p *plan, cost, maxWait, now int64) (Result, decision, error) {
 	d, na := l.store.decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
 		l.answered(key, p, d, cost, now)
@@ -466,7 +480,13 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
-	return l.report(d.result(p), d, p, sh.limits[d.index], SourceFallback, true)
+	res := d.result(p)
+	res.Limit = sh.limits[d.index] // the limit actually enforced, which the observer is told too
+	res.Degraded, res.DryRun = true, p.dryRun
+	if l.obs != nil {
+		l.obs.ObserveDecision(res, SourceFallback)
+	}
+	return res, d, nil
 }
 
 // unavailable is the one switch of the failure policy, for every call the
@@ -510,14 +530,6 @@ func (l *Limiter) outageNote() []any {
 // done turns a decision into a Result and reports it.
 func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
 	res := d.result(p)
-	return l.report(res, d, p, res.Limit, src, degraded)
-}
-
-// report completes res, d's Result under limit (the limit that decided:
-// p's, or under the fallback its share), and tells the observer the
-// Result the caller gets.
-func (l *Limiter) report(res Result, d decision, p *plan, limit Limit, src Source, degraded bool) (Result, decision, error) {
-	res.Limit = limit
 	res.Degraded = degraded
 	res.DryRun = p.dryRun
 	if d.remaining < 0 { // fail-open: nothing was counted

@@ -217,34 +217,82 @@ func (s *redisStore) node(ctx context.Context, rkey string) *node {
 // batch's own budget, while its caller may leave when ctx ends.
 func (s *redisStore) submit(ctx context.Context, n *node, c *call, budget time.Duration) (decision, time.Duration, error) {
 	if n.batch != nil {
-		return n.batch.Do(ctx, c)
-	}
-	if s.detached {
+		// A lone decision on an idle node, whose caller has the budget
+		// left, is sent here, in the caller's goroutine, holding one of
+		// the node's slots as a batch would (see batch.Alone): what the
+		// batcher would do with it, without its layers.
+		if s.ack != nil || !enough(ctx, budget) || !n.batch.Alone() {
+			return n.batch.Do(ctx, c)
+		}
+		defer n.batch.Done()
+	} else if s.detached {
 		return s.submitDetached(ctx, n, c, budget)
 	}
 	// The I/O time is counted from before the deadline is set, so a call
 	// that fails at its deadline has run for the whole budget however late
-	// this goroutine ran after setting it (unbatched: kept simple, a timer
-	// per call).
+	// this goroutine ran after setting it.
 	start := time.Now()
-	rctx, cancel := ctx, context.CancelFunc(nil)
-	if budget > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > budget {
-			rctx, cancel = context.WithTimeout(ctx, budget)
-		}
+	rctx, bc := ctx, (*budgetCtx)(nil)
+	var cancel context.CancelFunc
+	switch {
+	case budget <= 0 || !enough(ctx, budget):
+		// No budget, or the caller's own deadline comes first: the I/O
+		// runs under the caller's context.
+	case s.timerless:
+		// The client bounds every wait by the deadline itself: no
+		// timer, and a pooled context (see boundsWaits).
+		bc = budgetCtxs.Get().(*budgetCtx)
+		bc.Context, bc.dl = ctx, start.Add(budget)
+		rctx = bc
+	default:
+		rctx, cancel = context.WithTimeout(ctx, budget)
 	}
 	var d decision
 	var err error
 	if s.ack != nil {
 		d, err = s.evalAcked(rctx, n, c)
 	} else {
-		d, err = evalOne(rctx, s.rdb, c)
+		d, err = evalLone(rctx, s.rdb, c)
 	}
 	took := time.Since(start)
 	if cancel != nil {
 		cancel()
 	}
+	if bc != nil {
+		*bc = budgetCtx{}
+		budgetCtxs.Put(bc)
+	}
 	return d, took, err
+}
+
+// enough reports whether ctx leaves at least budget (or has no deadline).
+func enough(ctx context.Context, budget time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || budget <= 0 || time.Until(dl) >= budget
+}
+
+// budgetCtx carries a call's budget as a deadline without a timer: Done is
+// the caller's, and Err reports context.DeadlineExceeded once the deadline
+// has passed. Only for a client that bounds its waits by the deadline
+// itself (see boundsWaits). Pooled: a lone decision makes no allocation
+// for it.
+type budgetCtx struct {
+	context.Context
+	dl time.Time
+}
+
+var budgetCtxs = sync.Pool{New: func() any { return new(budgetCtx) }}
+
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.dl, true }
+
+func (c *budgetCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // submitDetached decides c for a client that ignores context deadlines
@@ -375,6 +423,19 @@ func hashTag(rkey string) string {
 // evalOne runs one call alone, in its own script call.
 func evalOne(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
 	return decisionForm.one(ctx, rdb, c)
+}
+
+// evalLone is evalOne for a call sent by itself (see submit): the lone
+// form straight to runInts and parseReply, without the form's layers.
+func evalLone(ctx context.Context, rdb redis.Scripter, c *call) (decision, error) {
+	vals, err := runInts(ctx, rdb, bucketScript, c.keys[:], c.loneArgs(), false)
+	if err == nil && len(vals) != replyWidth {
+		err = fmt.Errorf("%w of %d values for one key", errBadReply, len(vals))
+	}
+	if err != nil {
+		return decision{}, err
+	}
+	return parseReply(vals, c.plan)
 }
 
 // op is one script call of any kind but the bucket's decisions and

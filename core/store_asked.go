@@ -50,7 +50,13 @@ func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *n
 	c.rkey = s.rkey(c.plan.fp, c.key)
 	c.keys[0] = c.rkey
 	nd := s.node(ctx, c.rkey)
-	d, routed, err := s.decideOn(ctx, nd, c.now, kind, &c)
+	var d decision
+	routed, err := s.onNode(ctx, nd, c.now, kind, c.rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		d, took, err = s.submit(ctx, nd, &c, s.cfg.budget)
+		return took, err
+	})
 	if !routed || err != nil {
 		return decision{}, s.unrouted(ctx, nd, c.now, routed, err, kind == OpDecide)
 	}

@@ -56,9 +56,7 @@ func redisKeyTagged(prefix, fp, key string, slotKey []byte) string {
 func redisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 	var sum uint32
 	if slotKey != nil {
-		m := hmac.New(sha256.New, slotKey)
-		m.Write([]byte(tagKey))
-		sum = binary.BigEndian.Uint32(m.Sum(nil))
+		sum = keyedTag(slotKey, tagKey)
 	} else {
 		sum = 2166136261 // FNV-1a, inline so it stays off the heap
 		for i := 0; i < len(tagKey); i++ {
@@ -72,19 +70,10 @@ func redisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 		tag[3-i] = digits[sum&0xf]
 		sum >>= 4
 	}
-	var b strings.Builder
-	if len(key) > maxVerbatimKey || strings.HasPrefix(key, "#") {
-		d := sha256.Sum256([]byte(key))
-		b.Grow(len(prefix) + 6 + len(fp) + 2 + 32)
-		b.WriteString(prefix)
-		b.WriteByte('{')
-		b.Write(tag[:])
-		b.WriteByte('}')
-		b.WriteString(fp)
-		b.WriteString(":#")
-		b.WriteString(hex.EncodeToString(d[:16]))
-		return b.String()
+	if len(key) > maxVerbatimKey || len(key) > 0 && key[0] == '#' {
+		return digestedName(prefix, fp, tag, key)
 	}
+	var b strings.Builder
 	b.Grow(len(prefix) + 6 + len(fp) + 1 + len(key))
 	b.WriteString(prefix)
 	b.WriteByte('{')
@@ -93,6 +82,30 @@ func redisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 	b.WriteString(fp)
 	b.WriteByte(':')
 	b.WriteString(key)
+	return b.String()
+}
+
+// keyedTag is the tag's hash of tagKey under WithSlotKey's key: out of
+// redisKeyFrom's line, as it is rare.
+func keyedTag(slotKey []byte, tagKey string) uint32 {
+	m := hmac.New(sha256.New, slotKey)
+	m.Write([]byte(tagKey))
+	return binary.BigEndian.Uint32(m.Sum(nil))
+}
+
+// digestedName is redisKeyFrom for a key stored as its digest (longer than
+// maxVerbatimKey, or starting with '#'): out of line, as it is rare.
+func digestedName(prefix, fp string, tag [4]byte, key string) string {
+	d := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(prefix) + 6 + len(fp) + 2 + 32)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.Write(tag[:])
+	b.WriteByte('}')
+	b.WriteString(fp)
+	b.WriteString(":#")
+	b.WriteString(hex.EncodeToString(d[:16]))
 	return b.String()
 }
 

@@ -175,18 +175,6 @@ func (s *redisStore) aside(ctx context.Context, nd *node, kind, key string, run 
 	return err
 }
 
-// decideOn sends c, a decision of kind kind (OpDecide or OpPeek), to
-// node nd on the road (see onNode).
-func (s *redisStore) decideOn(ctx context.Context, nd *node, now int64, kind string, c *call) (d decision, routed bool, err error) {
-	routed, err = s.onNode(ctx, nd, now, kind, c.rkey, func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		d, took, err = s.submit(ctx, nd, c, s.cfg.budget)
-		return took, err
-	})
-	return d, routed, err
-}
-
 // chargeNode charges a failure of the call sent at now (routed r) on key
 // to nd's breaker.
 func (s *redisStore) chargeNode(nd *node, r route, now int64, key string, err error) {

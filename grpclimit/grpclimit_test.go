@@ -207,7 +207,9 @@ func callCanceledAfter(d time.Duration) func(healthpb.HealthClient) answer {
 // Unavailable and a fixed message, and admits again once Redis is back.
 func TestDegradedStore(t *testing.T) {
 	t.Run("FallbackLocal", func(t *testing.T) {
-		lim, proxy := redisLimiter(t)
+		// One replica: the limit whole (a replica that has not met its
+		// fleet yet otherwise enforces core.UnmetFleet's share).
+		lim, proxy := redisLimiter(t, core.WithFallbackReplicas(1))
 		s := serve(t, New(lim, core.PerMinute(2), keyfunc.IP()))
 		c := s.dial("203.0.113.7:5000")
 		if err := proxy.SetDown(true); err != nil {

@@ -5,7 +5,10 @@
 // request and gets back its own result, or its own context's error. The
 // callers do the work themselves; the batcher starts a goroutine only for
 // the rare batch whose leader may have to leave before the batch's answer
-// (see "Leaders" below).
+// (see "Leaders" below). A caller that would lead a batch of one on an
+// idle batcher may instead take the slot with [Batcher.Alone], send its
+// request itself, and free the slot with [Batcher.Done]: a slot held so
+// counts as a batch in flight for every rule below.
 //
 // # Slots, leaders and batches
 //
@@ -189,6 +192,30 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, time.Duration
 		return b.leave(ctx, m)
 	}
 }
+
+// Alone takes a slot for a request its caller sends by itself, in its own
+// goroutine, when that is what Do would do with it: a slot is free, no
+// leader is forming a batch, nobody is queued, and the last batch had no
+// company (nothing to gain by yielding for one). It reports whether it
+// took the slot; the caller then sends the request alone, within the
+// budget, and gives the slot back with Done once its I/O has ended. It
+// saves a lone request the member, the batch and the sender's layers that
+// Do goes through to come to the same thing.
+func (b *Batcher[Req, Res]) Alone() bool {
+	b.mu.Lock()
+	ok := b.inflight < b.maxInflight && b.forming == 0 && len(b.queue) == 0 && !b.busy
+	if ok {
+		b.inflight++
+		// As form for a leader alone: worth yielding for next time only
+		// if every slot is taken.
+		b.busy = b.inflight >= b.maxInflight
+	}
+	b.mu.Unlock()
+	return ok
+}
+
+// Done gives back the slot Alone took, to the first queued caller if any.
+func (b *Batcher[Req, Res]) Done() { b.finish() }
 
 // leave handles a queued caller whose context ended.
 func (b *Batcher[Req, Res]) leave(ctx context.Context, m *Member[Req, Res]) (Res, time.Duration, error) {

@@ -396,7 +396,8 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 			r := rand.New(rand.NewPCG(uint64(i), 11))
 			ctx := context.Background()
 			o := outcome{id: i, start: time.Now()}
-			switch r.IntN(4) {
+			kind := r.IntN(4)
+			switch kind {
 			case 0: // 1-3ms deadline: often shorter than the store's latency
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, time.Millisecond+time.Duration(r.Int64N(int64(2*time.Millisecond))))
@@ -412,7 +413,21 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 				}()
 				o.canceled = true
 			}
-			o.res, _, o.err = b.Do(ctx, i)
+			if kind == 3 && b.Alone() {
+				// Alone, as the store sends a lone decision on an
+				// idle batcher: under the budget, then Done.
+				m := &Member[int, int]{Req: i}
+				sctx, cancel := ctx, context.CancelFunc(func() {})
+				if budget > 0 {
+					sctx, cancel = context.WithTimeout(ctx, budget)
+				}
+				send(sctx, []*Member[int, int]{m})
+				cancel()
+				b.Done()
+				o.res, o.err = m.Res, m.Err
+			} else {
+				o.res, _, o.err = b.Do(ctx, i)
+			}
 			o.took = time.Since(o.start)
 			returned.Add(1)
 			out[i] = o

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
+	procpause "github.com/sluicehq/sluice/core/internal/pause"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -159,6 +160,11 @@ type sample struct {
 	key        int32
 	allowed    bool
 	degraded   bool
+	// paused: a pause of this process overlapped the decision, whose
+	// call may then have been sent twice (see the road in
+	// docs/architecture.md), charging its key twice: a denial early,
+	// which the exact counts allow for as they do a degraded decision.
+	paused bool
 }
 
 // loadRun drives a limiter from many goroutines, each deciding on keys in
@@ -202,9 +208,9 @@ func startLoad(lim *core.Limiter, keys []string, limit core.Limit, workers int, 
 				case <-tick.C:
 				}
 				k := (w*len(keys)/workers + n) % len(keys)
-				start := time.Since(r.t0)
+				start, ps := time.Since(r.t0), procpause.Now()
 				res, err := lim.Allow(ctx, keys[k], limit)
-				end := time.Since(r.t0)
+				end, paused := time.Since(r.t0), procpause.Overlaps(ps, procpause.Now())
 				if err != nil {
 					if r.errs.Add(1) == 1 {
 						r.mu.Lock()
@@ -216,7 +222,7 @@ func startLoad(lim *core.Limiter, keys []string, limit core.Limit, workers int, 
 				if !res.Allowed && !r.denied[k].Swap(true) {
 					r.pending.Add(-1)
 				}
-				local = append(local, sample{start: start, end: end, key: int32(k), allowed: res.Allowed, degraded: res.Degraded})
+				local = append(local, sample{start: start, end: end, key: int32(k), allowed: res.Allowed, degraded: res.Degraded, paused: paused})
 			}
 		}()
 	}
@@ -671,7 +677,7 @@ func TestClusterReshard(t *testing.T) {
 	touched := make([]bool, len(keys)) // some decision on the key was degraded
 	duringMove := 0
 	for _, s := range samples {
-		if s.degraded {
+		if s.degraded || s.paused {
 			touched[s.key] = true
 		}
 		if !s.allowed {
@@ -693,7 +699,7 @@ func TestClusterReshard(t *testing.T) {
 			t.Errorf("key %s (moved: %v) admitted %d times, %d of them degraded; want at most %d plus the degraded ones",
 				k, moved[i], admitted[i], degradedAdmits[i], n)
 		case !touched[i] && admitted[i] != n:
-			t.Errorf("key %s (moved: %v) admitted %d times, all by Redis; want exactly %d", k, moved[i], admitted[i], n)
+			t.Errorf("key %s (moved: %v) admitted %d times, all by Redis and no pause of this process overlapping; want exactly %d", k, moved[i], admitted[i], n)
 		case admitted[i] == n:
 			exact++
 		case admitted[i] < n:

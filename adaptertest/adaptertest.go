@@ -104,6 +104,9 @@ type Middleware struct {
 	Wait        time.Duration
 	ProblemJSON bool
 	Scope       string
+	// PerRoute maps to WithPerRoute(true); Route to WithRoute.
+	PerRoute bool
+	Route    string
 	// Penalty maps to WithPenalty.
 	Penalty time.Duration
 	// Concurrency maps to WithConcurrency; its zero value means "do not
@@ -248,6 +251,7 @@ func Run(t *testing.T, build Build) {
 			}
 		})
 	}
+	t.Run("two identical middlewares on two routes count apart or are logged", func(t *testing.T) { checkTwins(t, build) })
 	t.Run("rolling deploy", func(t *testing.T) { checkRollingDeploy(t, build) })
 }
 
@@ -312,19 +316,43 @@ func check(t *testing.T, step int, st Step, got Response) {
 	}
 }
 
-// CheckDefaultScope checks that middlewares made apart keep apart buckets
-// by default on two routes, even with the same limit and key function.
-// serve must route GET /a and GET /b, each through a middleware of its
-// own allowing one request a minute on one static key, made by two calls
-// of the adapter's New.
-func CheckDefaultScope(t *testing.T, serve Serve) {
+// CheckDefaultScope checks the default scope of two middlewares made apart
+// by two calls of the adapter's New, with no option, the same limit (one
+// request a minute) and the same key function (one static key), each on a
+// route of its own, GET /a and GET /b: they either keep apart buckets, or
+// they share one and one warning on the limiter's log names both routes
+// and the fix (WithScope or WithPerRoute). serve must build that router on
+// lim and return how to send it requests.
+func CheckDefaultScope(t *testing.T, serve func(lim *core.Limiter) Serve) {
 	t.Helper()
+	lim, log := Logged(t)
+	do := serve(lim)
 	for i, st := range []struct {
 		path string
 		want int
-	}{{"/a", 200}, {"/a", 429}, {"/b", 200}, {"/b", 429}} {
-		if got := serve(get(st.path)).Status; got != st.want {
-			t.Errorf("request %d, GET %s: status %d, want %d (two routes share a bucket?)", i+1, st.path, got, st.want)
+	}{{"/a", 200}, {"/a", 429}} {
+		if got := do(get(st.path)).Status; got != st.want {
+			t.Errorf("request %d, GET %s: status %d, want %d", i+1, st.path, got, st.want)
+		}
+	}
+	if got := do(get("/b")).Status; got == 200 {
+		return // apart
+	}
+	checkSharedLogged(t, log, "GET /a", "GET /b")
+}
+
+// checkSharedLogged checks that log holds one warning that two middlewares
+// share a budget, naming the routes first and second and the fix.
+func checkSharedLogged(t *testing.T, log *Log, first, second string) {
+	t.Helper()
+	said := log.Matching("share one budget")
+	if len(said) != 1 {
+		t.Errorf("two middlewares on %s and %s share a budget; log %q, want one line naming both", first, second, log.Lines())
+		return
+	}
+	for _, want := range []string{first, second, "WithScope", "WithPerRoute(true)"} {
+		if !strings.Contains(said[0], want) {
+			t.Errorf("log line %q does not name %q", said[0], want)
 		}
 	}
 }
@@ -361,6 +389,12 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.Scope != "" {
 		opts = append(opts, policy.WithScope[C, H](m.Scope))
+	}
+	if m.PerRoute {
+		opts = append(opts, policy.WithPerRoute[C, H](true))
+	}
+	if m.Route != "" {
+		opts = append(opts, policy.WithRoute[C, H](m.Route))
 	}
 	if m.Penalty != 0 {
 		opts = append(opts, policy.WithPenalty[C, H](m.Penalty))

@@ -13,20 +13,62 @@ import (
 )
 
 // bucketScenarios are the cases of bucket identity (see package policy's
-// documentation): buckets are named by the route and the limits, never by
-// where or in what order a middleware was made. The builder makes every
+// documentation): a middleware is one budget per key across the routes it
+// guards, unless it counts per route (WithPerRoute) or names a scope or
+// route; buckets are named by the limits and that choice, never by where
+// or in what order a middleware was made. The builder makes every
 // middleware at one line of its own code, in the order of the routes: a
 // name taken from the line or the order would merge what must stay apart.
 func bucketScenarios() []Scenario {
 	perIP := func(n int) *Middleware { return &Middleware{Limit: core.PerMinute(n), Key: keyfunc.IP()} }
-	page := perIP(2)
+	// A middleware for the whole app never counts per route here: fiber's
+	// App.Use runs before routing and sees no route (httplimit's and the
+	// policy's tests check WithPerRoute on a group).
+	perRouteIP := func(n int) *Middleware { m := perIP(n); m.PerRoute = true; return m }
+	page := perRouteIP(2)
+	three := []Route{
+		{Method: "GET", Pattern: "/orders"},
+		{Method: "GET", Pattern: "/invoices"},
+		{Method: "GET", Pattern: "/items/{id}"},
+	}
 	return []Scenario{
 		{
-			Name:    "a helper's middlewares on two routes keep apart buckets",
+			Name:    "a group middleware across three routes admits one budget",
+			Limiter: Memory,
+			Use:     perIP(3),
+			Routes:  three,
+			Steps: []Step{
+				{Request: get("/orders"), Want: Want{Status: 200}},
+				{Request: get("/invoices"), Want: Want{Status: 200}},
+				{Request: get("/items/1"), Want: Want{Status: 200}},
+				{Request: get("/orders"), Want: Want{Status: 429}},
+				{Request: get("/invoices"), Want: Want{Status: 429}},
+				{Request: get("/items/2"), Want: Want{Status: 429}},
+				// Another client: its own budget.
+				{Request: Request{Path: "/orders", RemoteAddr: "198.51.100.4:1"}, Want: Want{Status: 200}},
+			},
+		},
+		{
+			Name:    "a route middleware counts for its route, apart from the group's",
+			Limiter: Memory,
+			Use:     perIP(3),
+			Routes: []Route{
+				{Method: "GET", Pattern: "/search", Middleware: perIP(1)},
+				{Method: "GET", Pattern: "/orders"},
+			},
+			Steps: []Step{
+				{Request: get("/search"), Want: Want{Status: 200}}, // the group's 1 of 3, the route's 1 of 1
+				{Request: get("/search"), Want: Want{Status: 429}}, // the group's 2 of 3; the route's spent
+				{Request: get("/orders"), Want: Want{Status: 200}}, // the group's 3 of 3
+				{Request: get("/orders"), Want: Want{Status: 429}},
+			},
+		},
+		{
+			Name:    "a helper's middlewares on two routes keep apart buckets per route",
 			Limiter: Memory,
 			Routes: []Route{
-				{Method: "GET", Pattern: "/orders", Middleware: perIP(1)},
-				{Method: "GET", Pattern: "/invoices", Middleware: perIP(1)},
+				{Method: "GET", Pattern: "/orders", Middleware: perRouteIP(1)},
+				{Method: "GET", Pattern: "/invoices", Middleware: perRouteIP(1)},
 			},
 			Steps: []Step{
 				{Request: get("/orders"), Want: Want{Status: 200}},
@@ -36,7 +78,21 @@ func bucketScenarios() []Scenario {
 			},
 		},
 		{
-			Name:    "HEAD counts as GET",
+			Name:    "a helper's middlewares naming their routes keep apart buckets",
+			Limiter: Memory,
+			Routes: []Route{
+				{Method: "GET", Pattern: "/orders", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.IP(), Route: "GET /orders"}},
+				{Method: "GET", Pattern: "/invoices", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.IP(), Route: "GET /invoices"}},
+			},
+			Steps: []Step{
+				{Request: get("/orders"), Want: Want{Status: 200}},
+				{Request: get("/orders"), Want: Want{Status: 429}},
+				{Request: get("/invoices"), Want: Want{Status: 200}},
+				{Request: get("/invoices"), Want: Want{Status: 429}},
+			},
+		},
+		{
+			Name:    "per route, HEAD counts as GET",
 			Limiter: Memory,
 			Routes: []Route{
 				{Method: "GET", Pattern: "/page", Middleware: page},
@@ -68,8 +124,8 @@ func bucketScenarios() []Scenario {
 			Name:    "a penalty on one route and none on another, one engine",
 			Limiter: Frozen,
 			Routes: []Route{
-				{Method: "POST", Pattern: "/login", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.IP(), Penalty: 15 * time.Minute}},
-				{Method: "GET", Pattern: "/search", Middleware: perIP(1)},
+				{Method: "POST", Pattern: "/login", Middleware: &Middleware{Limit: core.PerMinute(1), Key: keyfunc.IP(), Penalty: 15 * time.Minute, PerRoute: true}},
+				{Method: "GET", Pattern: "/search", Middleware: perRouteIP(1)},
 			},
 			Steps: []Step{
 				{Request: Request{Method: "POST", Path: "/login"}, Want: Want{Status: 200}},
@@ -141,4 +197,24 @@ func checkRollingDeploy(t *testing.T, build Build) {
 			}
 		}
 	}
+}
+
+// checkTwins serves two routes, each through a middleware of its own with
+// the same limit and key function and no scope, as a helper makes them:
+// they count apart, or they share one budget and one warning on the
+// limiter's log names both routes and the fix.
+func checkTwins(t *testing.T, build Build) {
+	lim, log := Logged(t)
+	twin := func() *Middleware { return &Middleware{Limit: core.PerMinute(1), Key: keyfunc.IP()} }
+	serve := build(t, App{Limiter: lim, Routes: []Route{
+		{Method: "GET", Pattern: "/orders", Middleware: twin()},
+		{Method: "GET", Pattern: "/invoices", Middleware: twin()},
+	}})
+	if got := do(serve, Step{Request: get("/orders")}); got.Status != 200 {
+		t.Fatalf("GET /orders: status %d, want 200", got.Status)
+	}
+	if got := do(serve, Step{Request: get("/invoices")}); got.Status == 200 {
+		return // apart
+	}
+	checkSharedLogged(t, log, "GET /orders", "GET /invoices")
 }

@@ -37,8 +37,9 @@
 // [Request.RemoteAddr] (the IP scenarios depend on it) and make
 // [Request.Context] the context the adapter passes to the policy.
 //
-// The app-wide middleware of a scenario never keys by route: not every
-// framework knows the route there (see fiberlimit's documentation).
+// The app-wide middleware of a scenario never keys by route nor counts per
+// route (WithPerRoute): not every framework knows the route there (see
+// fiberlimit's documentation).
 //
 // # What is checked
 //

@@ -1,8 +1,11 @@
 package adaptertest
 
 import (
+	"context"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,3 +85,63 @@ func newClient(tb testing.TB, addr string) *redis.Client {
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Logged returns a limiter in process memory, as [Memory] does, whose log
+// lines are kept in the Log returned with it.
+func Logged(tb testing.TB) (*core.Limiter, *Log) {
+	tb.Helper()
+	log := &Log{}
+	lim, err := core.NewMemory(core.WithLogger(slog.New(log)))
+	if err != nil {
+		tb.Fatalf("core.NewMemory(core.WithLogger(...)) = %v", err)
+	}
+	return lim, log
+}
+
+// Log is a slog.Handler that keeps every record as one line: the message
+// and its attributes as key=value. It is safe for concurrent use.
+type Log struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Lines returns the lines logged so far.
+func (h *Log) Lines() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.lines...)
+}
+
+// Matching returns the lines logged so far that contain s.
+func (h *Log) Matching(s string) []string {
+	var got []string
+	for _, l := range h.Lines() {
+		if strings.Contains(l, s) {
+			got = append(got, l)
+		}
+	}
+	return got
+}
+
+// Enabled reports true: every level is kept.
+func (h *Log) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle keeps r as one line.
+func (h *Log) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	h.mu.Lock()
+	h.lines = append(h.lines, b.String())
+	h.mu.Unlock()
+	return nil
+}
+
+// WithAttrs returns h: attributes given ahead are not kept.
+func (h *Log) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+// WithGroup returns h: groups are not kept.
+func (h *Log) WithGroup(string) slog.Handler { return h }

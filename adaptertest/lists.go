@@ -59,6 +59,30 @@ func listScenarios() []Scenario {
 
 	return []Scenario{
 		{
+			Name:    "lists read the client as the key function does, trusted proxies included",
+			Limiter: Memory,
+			Routes: []Route{{Method: "GET", Pattern: "/items/{id}", Middleware: &Middleware{
+				Limit: core.PerMinute(1), Key: keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")),
+				DenyEntries: []string{"203.0.113.7"}, AllowEntries: []string{"198.51.100.0/24"},
+			}}},
+			Steps: []Step{
+				// Behind the trusted proxy: the forwarded client is refused.
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "203.0.113.7"), Want: Want{Status: 403, Absent: allFields}},
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "192.0.2.1, 203.0.113.7"), Want: Want{Status: 403}},
+				{Request: from("203.0.113.7:5000"), Want: Want{Status: 403}},
+				// From an untrusted peer the header is not read, by the
+				// key function nor by the lists.
+				{Request: from("198.51.100.9:5000", "X-Forwarded-For", "203.0.113.7"), Want: Want{Status: 200, Absent: allFields}},
+				{Request: from("192.0.2.20:5000", "X-Forwarded-For", "198.51.100.9"), Want: Want{Status: 200, Header: legacy(1, 0, 60)}},
+				// Allowed behind the proxy, by the forwarded client.
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "198.51.100.4"), Want: Want{Status: 200, Absent: allFields}},
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "198.51.100.4"), Want: Want{Status: 200, Absent: allFields}},
+				// Neither: limited as usual.
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "192.0.2.99"), Want: Want{Status: 200, Header: legacy(1, 0, 60)}},
+				{Request: from("10.0.0.5:5000", "X-Forwarded-For", "192.0.2.99"), Want: Want{Status: 429}},
+			},
+		},
+		{
 			Name:    "allow and deny lists by key and client address",
 			Limiter: Memory,
 			Routes: []Route{

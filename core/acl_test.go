@@ -1,15 +1,20 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -127,7 +132,7 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 
 	// Package overrides (which imports this one) sends its calls through
 	// what the limiter lends it: the same scripts and commands.
-	ov := lent{lim}
+	ov := lentOf(lim)
 	_, err = ov.SetOverride(ctx, "acl", "tenant:a", "5/m", 100_000)
 	fail("Overrides.Set", err)
 	_, err = ov.SetOverride(ctx, "acl", "203.0.113.0/24", "deny", 100_000)
@@ -202,4 +207,73 @@ func TestLeastPrivilegeACL(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestScriptCommandsDocumented holds every command a script calls to the
+// ACL table of docs/production.md (one home for what each feature needs)
+// and to aclCommands, the user TestLeastPrivilegeACL runs as: a script
+// that calls a new command fails here until both name it. A command called
+// under pcall, whose refusal the script handles, must be marked optional
+// in the table and may be missing from aclCommands.
+func TestScriptCommandsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/production.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := bytes.Index(doc, []byte("## Redis permissions (ACL)"))
+	if start < 0 {
+		t.Fatal("docs/production.md has no section \"Redis permissions (ACL)\"")
+	}
+	section := doc[start:]
+	if end := bytes.Index(section[3:], []byte("\n## ")); end >= 0 {
+		section = section[:end+3]
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([A-Z]+(?: [A-Z]+)?)`").FindAllSubmatch(section, -1) {
+		documented[strings.ToLower(string(m[1]))] = true
+	}
+	optional := map[string]bool{}
+	for _, line := range strings.Split(string(section), "\n") {
+		if _, after, ok := strings.Cut(line, "optional:"); ok {
+			for _, m := range regexp.MustCompile("`([A-Z]+(?: [A-Z]+)?)`").FindAllStringSubmatch(after, -1) {
+				optional[strings.ToLower(m[1])] = true
+			}
+		}
+	}
+	granted := map[string]bool{}
+	for _, c := range aclCommands {
+		granted[strings.ReplaceAll(c, "|", " ")] = true
+	}
+	scripts, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := regexp.MustCompile(`\b(redis\.p?call|call)\(\s*'([A-Za-z]+)'(?:,\s*'([A-Za-z]+)')?`)
+	seen := 0
+	for _, name := range scripts {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range called.FindAllStringSubmatch(string(src), -1) {
+			cmd := strings.ToLower(m[2])
+			if cmd == "cluster" && m[3] != "" {
+				cmd += " " + strings.ToLower(m[3])
+			}
+			seen++
+			pcall := m[1] == "redis.pcall"
+			switch {
+			case !documented[cmd]:
+				t.Errorf("%s calls %s, which docs/production.md's ACL table does not name", name, strings.ToUpper(cmd))
+			case pcall && !optional[cmd] && !granted[cmd]:
+				t.Errorf("%s calls %s under pcall: the table should mark it optional, or aclCommands grant it", name, strings.ToUpper(cmd))
+			case !pcall && !granted[cmd]:
+				t.Errorf("%s calls %s, which aclCommands (the least-privilege user) does not grant", name, strings.ToUpper(cmd))
+			}
+		}
+	}
+	t.Logf("%d calls in %d scripts checked against %d documented commands", seen, len(scripts), len(documented))
+	if seen == 0 {
+		t.Fatal("found no redis.call in the scripts: is the test reading them?")
+	}
 }

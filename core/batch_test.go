@@ -25,7 +25,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}
-		s := newRedisStore(rdb, &breaker{}, 0, 4)
+		s := newRedisStore(rdb, &breaker{}, storeConfig{inflight: 4}, storeUp{})
 		batchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), &now)
 	})
 	t.Run("ring", func(t *testing.T) {
@@ -37,7 +37,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, 0, 4)
+		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
 		batchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), &now)
 	})

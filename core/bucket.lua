@@ -1,7 +1,7 @@
 -- sluice: exact token buckets (GCRA), one or more per key, decided atomically.
 --
 -- The layout table: the script's protocol, described here and nowhere else.
--- Everything else points here: in Go, store_redis.go builds the arguments
+-- Everything else points here: in Go, store_bucket.go builds the arguments
 -- (appendArgs the lone form, scriptArgs the batch form) and decodes the
 -- reply (parseReply), and gcra.go's stepBucket is the model of the arithmetic;
 -- docs/architecture.md describes the round trip. Names are the script's

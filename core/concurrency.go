@@ -2,19 +2,14 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/sluicehq/sluice/core/internal/batch"
 )
 
 // ConcurrencyLimit caps the requests in flight per key: at most Max hold a
@@ -125,7 +120,7 @@ type Lease struct {
 // [ErrUnavailable], when the store is unavailable under FailClosed.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (*Lease, error) {
 	ls, err := c.acquire(ctx, key)
-	if ls != nil && c.lim.cobs != nil {
+	if cobs, ok := c.lim.obs.(ConcurrencyObserver); ok && ls != nil {
 		src := SourceStore
 		switch {
 		case ls.Degraded && ls.c == nil:
@@ -133,7 +128,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (*Lease, error) {
 		case ls.Degraded:
 			src = SourceFallback
 		}
-		c.lim.cobs.ObserveAcquire(c.limit, ls.Acquired, src)
+		cobs.ObserveAcquire(c.limit, ls.Acquired, src)
 	}
 	return ls, err
 }
@@ -147,22 +142,25 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	l := c.lim
-	ls, err := l.store.acquire(ctx, c, key)
+	ls, lost, err := l.store.acquire(ctx, c, key)
+	if lost != nil {
+		l.keeper().giveBack(*lost)
+	}
 	if err == nil {
+		if ls.rkey != "" {
+			l.keeper().add(ls, time.Now().Add(c.lease))
+		}
 		return ls, nil
 	}
-	storeErr, gone := split(err)
+	cause, gone := split(err)
 	if gone != nil {
 		return nil, gone // the caller gave up
 	}
-	switch l.policy {
-	case FailOpen:
+	switch open, err := l.unavailable(cause, false, false); {
+	case err != nil:
+		return nil, err
+	case open:
 		return &Lease{Acquired: true, Degraded: true}, nil
-	case FailClosed:
-		if storeErr == nil {
-			storeErr = errors.New("circuit open after repeated store failures")
-		}
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, storeErr)
 	}
 	return c.acquireLocal(key, c.localShare(), true), nil
 }
@@ -201,12 +199,15 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if c == nil {
 			return // fail open: nothing was counted
 		}
-		if c.lim.cobs != nil {
-			c.lim.cobs.ObserveRelease(c.limit)
+		if cobs, ok := c.lim.obs.(ConcurrencyObserver); ok {
+			cobs.ObserveRelease(c.limit)
 		}
 		if ls.local {
 			c.lim.local.slots().give(makeLocalKey(c.id, ls.key))
 			return
+		}
+		if ls.rkey != "" {
+			c.lim.keeper().remove(ls)
 		}
 		err = c.lim.store.release(ctx, ls)
 		if na, ok := errors.AsType[*noAnswer](err); ok && na.gone == nil && na.cause == nil {
@@ -216,24 +217,6 @@ func (ls *Lease) Release(ctx context.Context) error {
 		err = unanswered(err, "release a slot of", ls.key)
 	})
 	return err
-}
-
-// foreignLease logs, once per limiter, that the lease set rkey held a
-// value of another type, which the script deleted (flag 1).
-func (l *Limiter) foreignLease(rkey string, flag int64) {
-	if flag != 1 || !l.keeper().foreignLogged.CompareAndSwap(false, true) {
-		return
-	}
-	l.log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
-		"key", rkey)
-}
-
-// newLeaseID returns 16 random hex digits: unique enough that two live
-// leases of one key never share an id.
-func newLeaseID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // The slots of a key are a sorted set: each member a lease id, scored by
@@ -261,107 +244,13 @@ type leaseKeeper struct {
 	stop   chan struct{} // closed by Close
 	done   chan struct{} // closed when the loop has returned; nil: not running
 	closed bool
-
-	foreignLogged atomic.Bool // a lease set of another type was logged
-
-	srvMu   sync.Mutex
-	servers map[*node]serverSeen // what the lease scripts saw of each node's server
-}
-
-// serverSeen is what a limiter knows of the server process behind a node:
-// its LASTSAVE when last read (the second it started, or its last save),
-// which process it is (from its run_id), its replication history (from
-// master_replid: see history() in leases.lua), on a Cluster its node id,
-// and, if the limiter saw it
-// replace another, since when (ms on its clock): its start after a
-// restart, or, for a server that had run longer than a lease (a failover
-// to a replica, a restart that loaded a file), the moment the change was
-// noticed. A key's lease set within a lease of then may lack holders the
-// server never heard of (see acquire.lua).
-type serverSeen struct{ lastsave, run, restart, replid, myid int64 }
-
-// server returns what the keeper knows of nd's server.
-func (k *leaseKeeper) server(nd *node) serverSeen {
-	k.srvMu.Lock()
-	defer k.srvMu.Unlock()
-	return k.servers[nd]
-}
-
-// histories appends to args the replication histories of the servers the
-// keeper knows on nodes other than nd: a server on nd whose previous
-// history is one of them was promoted from that node's replica (a Cluster
-// failover; see acquire.lua).
-func (k *leaseKeeper) histories(nd *node, args []any) []any {
-	k.srvMu.Lock()
-	defer k.srvMu.Unlock()
-	for other, s := range k.servers {
-		if other != nd && s.replid != 0 {
-			args = append(args, s.replid)
-		}
-	}
-	return args
-}
-
-// saw records what a lease script or an INFO reply read of nd's server
-// (zero fields: not read). With replaced, the server replaced one the
-// limiter knew, since got.restart; a new process behind a known one
-// replaced it since its start (the acquire script's verdict, which knows
-// the lease, comes with replaced).
-func (k *leaseKeeper) saw(nd *node, got serverSeen, replaced bool) {
-	if got.lastsave == 0 && got.run == 0 {
-		return
-	}
-	k.srvMu.Lock()
-	defer k.srvMu.Unlock()
-	if k.servers == nil {
-		k.servers = make(map[*node]serverSeen)
-	}
-	s := k.servers[nd]
-	if got.lastsave != 0 {
-		s.lastsave = got.lastsave
-	}
-	if replaced || (got.run != 0 && s.run != 0 && got.run != s.run) {
-		s.restart = got.restart
-	}
-	if got.run != 0 {
-		s.run = got.run
-	}
-	if got.replid != 0 {
-		s.replid = got.replid
-	}
-	if got.myid != 0 {
-		s.myid = got.myid
-	}
-	k.servers[nd] = s
-}
-
-// seed records what an INFO reply of nd's server says of it, as the
-// acquire script would have (see saw): its LASTSAVE (rdb_last_save_time),
-// which process it is (run_id), and its replication history
-// (master_replid).
-func (k *leaseKeeper) seed(nd *node, info string) {
-	save, _ := strconv.ParseInt(infoField(info, "rdb_last_save_time"), 10, 64)
-	run := hexPrefix(infoField(info, "run_id"))
-	up, _ := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
-	if run == 0 {
-		return
-	}
-	k.saw(nd, serverSeen{lastsave: save, run: run, restart: time.Now().UnixMilli() - up*1000, replid: hexPrefix(infoField(info, "master_replid"))}, false)
-}
-
-// hexPrefix is the number of id's first 13 hex digits, as the lease
-// scripts read run_id and master_replid (0 for none).
-func hexPrefix(id string) int64 {
-	n, _ := strconv.ParseInt(id[:min(13, len(id))], 16, 64)
-	return n
 }
 
 // keeper returns the limiter's lease keeper, made on first use.
 func (l *Limiter) keeper() *leaseKeeper {
-	l.keepOnce.Do(func() {
-		l.keep = &leaseKeeper{l: l, leases: make(map[*Lease]struct{}), stop: make(chan struct{})}
+	return l.keep.get(func() *leaseKeeper {
+		return &leaseKeeper{l: l, leases: make(map[*Lease]struct{}), stop: make(chan struct{})}
 	})
-	return l.keep
 }
 
 func (k *leaseKeeper) add(ls *Lease, expiry time.Time) {
@@ -394,15 +283,15 @@ type orphan struct {
 // expires by itself within its lease.
 const maxOrphans = 4096
 
-// orphan asks the keeper to give back, in its next round, the slot that
-// Redis may hold for id in rkey.
-func (k *leaseKeeper) orphan(c *Concurrency, rkey, id string) {
+// giveBack asks the keeper to give back, in its next round, the slot that
+// Redis may hold for o.
+func (k *leaseKeeper) giveBack(o orphan) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed || len(k.lost) >= maxOrphans {
 		return
 	}
-	k.lost = append(k.lost, orphan{c: c, rkey: rkey, id: id, until: time.Now().Add(c.lease)})
+	k.lost = append(k.lost, o)
 	k.startLocked()
 }
 
@@ -467,98 +356,47 @@ func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 	// No caller waits on a round, so it has a second (or the budget, if
 	// longer): a restarted node must hear from its holders within its
 	// grace period, and a round cut short by a pause of this process, or
-	// by a fresh connection's handshake, would wait for the next.
+	// by a fresh connection's handshake, would wait for the next. A
+	// renewal that fails is tried again next round; a lease that has
+	// expired is found out by its Release.
 	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
 	defer cancel()
-	// One round per node, in one pipeline, on the road: sent even while
-	// the node's breaker is open (see Limiter.aside), so a restarted node
-	// hears from its holders within its grace period; a renewal that
-	// fails is tried again next round; a lease that has expired is found
-	// out by its Release.
-	type round struct {
-		leases []*Lease
-		lost   []orphan
-		key    string // a key of the node's, for the road
-	}
-	byNode := map[*node]*round{}
-	var order []*node
-	of := func(rkey string) *round {
-		nd := l.redis.node(ctx, rkey)
-		r, ok := byNode[nd]
-		if !ok {
-			r = &round{key: rkey}
-			byNode[nd] = r
-			order = append(order, nd)
-		}
-		return r
-	}
+	round := make([]*renewal, 0, len(due)+len(lost))
 	for _, ls := range due {
-		r := of(ls.rkey)
-		r.leases = append(r.leases, ls)
+		round = append(round, &renewal{rkey: ls.rkey, id: ls.id, max: ls.c.limit.Max, lease: ls.c.lease})
 	}
+	var gives []orphan
 	for _, o := range lost {
 		if now.Before(o.until) {
-			r := of(o.rkey)
-			r.lost = append(r.lost, o)
+			gives = append(gives, o)
+			round = append(round, &renewal{rkey: o.rkey, id: o.id, lease: o.c.lease, give: true})
 		}
 	}
+	l.store.renew(ctx, round)
 	var retry []orphan
-	for _, nd := range order {
-		r := byNode[nd]
-		ops := make([]*op, 0, len(r.leases)+len(r.lost))
-		for _, ls := range r.leases {
-			ops = append(ops, &op{script: renewScript, keys: []string{ls.rkey}, args: []any{ls.c.limit.Max, ls.c.lease.Milliseconds(), ls.id}})
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, r := range round {
+		if r.give {
+			if !r.sent || r.err != nil && !keyFault(r.err) {
+				retry = append(retry, gives[i-len(due)])
+			}
+			continue
 		}
-		for _, o := range r.lost {
-			ops = append(ops, &op{script: releaseScript, keys: []string{o.rkey}, args: []any{o.c.lease.Milliseconds(), o.id}})
+		if r.err != nil || len(r.vals) != 2 {
+			continue // tried again next round
 		}
-		var replies []*batch.Member[*op, []int64]
-		_, _ = l.onNode(ctx, nd, l.now(), OpRenew, r.key, func() (time.Duration, error) {
-			start := time.Now()
-			replies = l.redis.runOps(ctx, nd, ops)
-			for _, m := range replies {
-				if m.Err != nil && !keyFault(m.Err) {
-					return time.Since(start), m.Err // the node's failure, charged once
-				}
-			}
-			return time.Since(start), nil
-		})
-		k.mu.Lock()
-		for i, m := range replies {
-			if i >= len(r.leases) {
-				if m.Err != nil && !keyFault(m.Err) {
-					retry = append(retry, r.lost[i-len(r.leases)])
-				}
-				continue
-			}
-			if m.Err != nil || len(m.Res) != 2 {
-				continue // tried again next round
-			}
-			ls := r.leases[i]
-			switch m.Res[0] {
-			case 1:
-				ls.expiry = now.Add(ls.c.lease)
-			case 0:
-				// Missing, and the key at its cap: re-asserting would
-				// exceed it, so the lease is lost (its Release says so).
-				delete(k.leases, ls)
-			}
-		}
-		if replies == nil {
-			retry = append(retry, r.lost...) // the breaker kept the round away
-		}
-		k.mu.Unlock()
-		for i, m := range replies {
-			if m.Err == nil && len(m.Res) == 2 {
-				l.foreignLease(ops[i].keys[0], m.Res[1])
-			}
+		ls := due[i]
+		switch r.vals[0] {
+		case 1:
+			ls.expiry = now.Add(ls.c.lease)
+		case 0:
+			// Missing, and the key at its cap: re-asserting would
+			// exceed it, so the lease is lost (its Release says so).
+			delete(k.leases, ls)
 		}
 	}
-	if len(retry) > 0 {
-		k.mu.Lock()
-		k.lost = append(k.lost, retry...)
-		k.mu.Unlock()
-	}
+	k.lost = append(k.lost, retry...)
 }
 
 // close stops the keeper and waits for its loop. Leases still held are no

@@ -351,7 +351,7 @@ func TestAcquireLostAnswerGivesSlotBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rkey := lim.rkey(c.fp, "k")
+	rkey := redisOf(lim).rkey(c.fp, "k")
 	direct := redistest.NewClient(t, srv.Addr())
 	held := func() int64 {
 		n, err := direct.ZCard(ctx, rkey).Result()

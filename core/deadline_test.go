@@ -326,3 +326,43 @@ func TestEvictedProbeWakesWaiters(t *testing.T) {
 	// The prober's own release finds nothing to close and must not panic.
 	c.release(id, "a", ch)
 }
+
+// TestDenyEntryGoesWhenItsProbeFindsTokens: once a denied key's entry
+// expires, the request that probes Redis and is admitted with tokens to
+// spare (nothing new to cache) removes the entry, so later requests on
+// the key are plain misses: no probe each (an allocation, and under
+// concurrency a wait of one round trip). Before, the expired entry
+// lingered and made every later request a probe of its own.
+func TestDenyEntryGoesWhenItsProbeFindsTokens(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	lim := newClockLimiter(t, redistest.Addr(t), &now)
+	ctx := context.Background()
+	limit := Limit{Rate: 10, Period: time.Second, Burst: 10}
+	rule, err := lim.Prepare(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if res, err := rule.Allow(ctx, "k"); err != nil || !res.Allowed {
+			t.Fatalf("draining the burst: %+v, %v", res, err)
+		}
+	}
+	if res, err := rule.Allow(ctx, "k"); err != nil || res.Allowed {
+		t.Fatalf("past the burst: %+v, %v; want denied", res, err)
+	}
+	if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st != denyHit {
+		t.Fatalf("after the denial the deny cache says %v, want a hit", st)
+	}
+	now = now.Add(time.Second) // the bucket is full again
+	if res, err := rule.Allow(ctx, "k"); err != nil || !res.Allowed || res.Remaining != 9 {
+		t.Fatalf("a second later: %+v, %v; want admitted with 9 left", res, err)
+	}
+	for i := range 3 {
+		if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st != denyMiss {
+			t.Fatalf("check %d after the admitted probe = %v, want a miss: the expired entry lingers", i, st)
+		}
+	}
+	if n := lim.denies.m.len(); n != 0 {
+		t.Errorf("the deny cache holds %d entries, want none", n)
+	}
+}

@@ -379,7 +379,7 @@ func TestErrorClasses(t *testing.T) {
 	for name, mk := range cases {
 		for _, pol := range []FailurePolicy{FallbackLocal, FailOpen, FailClosed} {
 			t.Run(name+"/"+pol.String(), func(t *testing.T) {
-				lim, err := New(mk(t), WithFailurePolicy(pol), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+				lim, err := New(mk(t), WithFailurePolicy(pol), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithFallbackReplicas(1))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -425,7 +425,7 @@ func TestCallerCancelDoesNotTrip(t *testing.T) {
 			t.Fatalf("Allow with a 10ms caller deadline = %v, want the caller's error", err)
 		}
 	}
-	if s := lim.brk.state.Load(); s&3 != modeClosed {
+	if s := redisOf(lim).whole.brk.state.Load(); s&3 != modeClosed {
 		t.Fatalf("breaker mode %d after caller cancellations, want closed", s&3)
 	}
 	if len(rec.degraded) != 0 || rec.storeErrs != 0 {

@@ -61,7 +61,7 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 	defer func() { _ = ls.Release(ctx) }()
 	// An overrides set of one entry, written as package overrides writes
 	// it (that package imports this one).
-	if _, err := (lent{lim}).SetOverride(ctx, "plans", "tenant:evil", "deny", 100_000); err != nil {
+	if _, err := (lentOf(lim)).SetOverride(ctx, "plans", "tenant:evil", "deny", 100_000); err != nil {
 		t.Fatal(err)
 	}
 	ovKey := "ev:{ovr:plans}"

@@ -207,7 +207,7 @@ func TestBreakerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := &lim.brk; b.threshold != 3 || b.closeAfter != 5 || b.cooldown != 100_000 || b.node != "127.0.0.1:1" {
+	if b := redisOf(lim).whole.brk; b.threshold != 3 || b.closeAfter != 5 || b.cooldown != 100_000 || b.node != "127.0.0.1:1" {
 		t.Fatalf("breaker = threshold %d, closeAfter %d, cooldown %dµs, node %q; want 3, 5, 100000, 127.0.0.1:1",
 			b.threshold, b.closeAfter, b.cooldown, b.node)
 	}

@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -36,9 +34,12 @@ type Fleet struct {
 // itself to a sorted set in Redis (<prefix>{fleet:<Name>}), drops members
 // silent for three heartbeats and reads how many remain: one script call,
 // never on the request path. [Limiter.Close] stops it and removes the
-// instance at once. While Redis is unreachable the last count stands; an
-// instance that never reached Redis uses the floor. [WithFallbackReplicas]
-// sets that floor: the divisor is never below it (default 1).
+// instance at once. While Redis is unreachable the last count stands.
+// [WithFallbackReplicas] sets a floor: the divisor is never below it
+// (default 1). An instance that has not counted its fleet yet (Redis has
+// been unreachable since it started) divides by that floor if it was
+// set, or else by [UnmetFleet]: a stated share, not the whole limit on
+// each replica.
 //
 // WithFleet applies to the [FallbackLocal] policy and cannot be combined
 // with [WithFallbackLimit]; [New] returns an error naming the conflict.
@@ -53,8 +54,8 @@ type Fleet struct {
 // being counted after three seconds. Several services on one Redis and
 // prefix count as one fleet, which errs toward smaller shares. Until an
 // instance's first heartbeat reaches Redis it cannot know the fleet: its
-// fallback enforces every limit in full, and the outage's log line says
-// so.
+// fallback divides every limit by [UnmetFleet], and the outage's log line
+// says so.
 func WithFleet(f Fleet) Option {
 	return func(o *options) {
 		o.fleet = f
@@ -83,14 +84,23 @@ func (o *options) validateFleet() error {
 	return nil
 }
 
+// UnmetFleet is the divisor of the local fallback's limits on an instance
+// that has not yet counted its fleet (see [WithFleet]; the implicit fleet
+// by default): Redis has been unreachable since it started, so it cannot
+// know how many replicas share each limit, and enforces a quarter of each
+// rather than the whole: N such replicas admit N/4 of a limit's worth
+// instead of N. [WithFallbackReplicas] replaces it with the count given.
+const UnmetFleet = 4
+
 // fleet is one limiter's membership: its heartbeat goroutine and what it
 // last learnt.
 type fleet struct {
-	send    func(ctx context.Context, kind string, o *op) ([]int64, error) // the limiter's sendOp
-	key, id string
-	every   time.Duration
-	floor   int
-	live    atomic.Int64 // members counted at the last heartbeat; 0 before the first
+	store    store  // the limiter's: heartbeats and leaving are store operations
+	name, id string // the fleet's Name, and this member's id
+	every    time.Duration
+	floor    int          // the divisor's floor (WithFallbackReplicas)
+	unmet    int          // the divisor before the first count: the floor if set, else UnmetFleet
+	live     atomic.Int64 // members counted at the last heartbeat; 0 before the first
 
 	// Used by the heartbeat goroutine only.
 	lastOK time.Time // the last heartbeat that reached Redis
@@ -116,8 +126,8 @@ var implicitFleet = Fleet{Name: "default", Heartbeat: time.Second}
 
 // newImplicitFleet returns the implicit fleet's membership, which starts
 // no goroutine: see maybeBeat.
-func newImplicitFleet(send func(context.Context, string, *op) ([]int64, error), prefix string) *fleet {
-	f := newFleetState(send, prefix, implicitFleet, 1)
+func newImplicitFleet(st store) *fleet {
+	f := newFleetState(st, implicitFleet, 1, UnmetFleet)
 	f.implicit = true
 	f.stop = func() {}
 	close(f.done)
@@ -150,8 +160,8 @@ func (f *fleet) maybeBeat(run func(func(context.Context)) bool) {
 	}
 }
 
-func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
-	fl := newFleetState(send, prefix, f, floor)
+func newFleet(st store, f Fleet, floor, unmet int) *fleet {
+	fl := newFleetState(st, f, floor, unmet)
 	ctx, cancel := context.WithCancel(context.Background())
 	fl.stop = cancel
 	go fl.run(ctx)
@@ -159,15 +169,14 @@ func newFleet(send func(context.Context, string, *op) ([]int64, error), prefix s
 }
 
 // newFleetState returns a fleet membership with nothing running.
-func newFleetState(send func(context.Context, string, *op) ([]int64, error), prefix string, f Fleet, floor int) *fleet {
-	var id [8]byte
-	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+func newFleetState(st store, f Fleet, floor, unmet int) *fleet {
 	return &fleet{
-		send:  send,
-		key:   prefix + "{fleet:" + f.Name + "}",
-		id:    hex.EncodeToString(id[:]),
+		store: st,
+		name:  f.Name,
+		id:    newID(),
 		every: f.Heartbeat,
 		floor: floor,
+		unmet: max(floor, unmet),
 		done:  make(chan struct{}),
 	}
 }
@@ -198,12 +207,10 @@ func (f *fleet) run(ctx context.Context) {
 func (f *fleet) beat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, f.every)
 	defer cancel()
-	ttl := 3 * f.every.Milliseconds()
-	v, err := f.send(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{f.key}, args: []any{f.id, ttl}})
-	if err != nil || len(v) != 1 || v[0] <= 0 {
+	n, err := f.store.heartbeat(ctx, f.name, f.id, 3*f.every)
+	if err != nil || n <= 0 {
 		return
 	}
-	n := v[0]
 	now := time.Now()
 	if now.Sub(f.lastOK) > 2*f.every {
 		f.backAt = now
@@ -215,14 +222,23 @@ func (f *fleet) beat(ctx context.Context) {
 	f.live.Store(n)
 }
 
-// size is the divisor of the fallback's limits: the fleet's last known
-// size, and never below the floor.
+// size is the fleet's last known size, never below the floor (see
+// Limiter.FleetSize).
 func (f *fleet) size() int {
 	n := f.live.Load()
 	if n > math.MaxInt32 {
 		n = math.MaxInt32
 	}
 	return max(int(n), f.floor)
+}
+
+// divisor is the divisor of the fallback's limits: the fleet's size, or
+// before the first count, unmet (see UnmetFleet).
+func (f *fleet) divisor() int {
+	if f.live.Load() == 0 {
+		return f.unmet
+	}
+	return f.size()
 }
 
 // close stops the heartbeat and removes the member, within timeout.
@@ -237,9 +253,7 @@ func (f *fleet) close(timeout time.Duration) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if _, e := f.send(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{f.key}, args: []any{f.id}}); e != nil {
-			err = fmt.Errorf("core: leaving fleet %s: %w", f.key, e)
-		}
+		err = f.store.leaveFleet(ctx, f.name, f.id)
 	})
 	return err
 }
@@ -267,6 +281,7 @@ func (l *Limiter) Close() error {
 	l.keeper().close()
 	l.bg.stop()
 	l.hotLeases().close()
+	l.store.close()
 	if l.fleet == nil {
 		return nil
 	}
@@ -279,7 +294,7 @@ func (l *Limiter) share(p *plan) *share {
 	if l.fleet == nil {
 		return &p.local
 	}
-	n := l.fleet.size()
+	n := l.fleet.divisor()
 	if s := p.fleetShare.Load(); s != nil && s.n == n {
 		return s
 	}

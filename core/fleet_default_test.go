@@ -80,10 +80,18 @@ func TestImplicitFleetSizesTheFallback(t *testing.T) {
 				t.Cleanup(func() { _ = lims[i].Close() })
 			}
 			admitted, _ := hammer(t, lims, "hot", limit, outage)
-			t.Logf("%d replicas, Redis never reached: %d admitted in %v (each replica enforces the whole limit: about %d)",
-				n, admitted, outage, int64(n)*(int64(limit.Burst)+int64(outage.Seconds()*float64(limit.Rate))))
-			if !strings.Contains(logs.String(), "the fleet's size is not known") {
-				t.Errorf("no log line says the fleet's size is unknown; log:\n%s", logs.String())
+			// Each replica enforces 1/UnmetFleet of the limit: its burst,
+			// and its rate over the outage.
+			share := shareOf(UnmetFleet)(limit)
+			bound := int64(n) * (int64(share.Burst) + int64(outage.Seconds()*float64(limit.Rate)/UnmetFleet) + 1)
+			whole := int64(n) * (int64(limit.Burst) + int64(outage.Seconds()*float64(limit.Rate)))
+			t.Logf("%d replicas, Redis never reached: %d admitted in %v; the stated share's bound %d; the whole limit on each would be about %d",
+				n, admitted, outage, bound, whole)
+			if admitted > bound {
+				t.Errorf("replicas that never met their fleet admitted %d, more than 1/%d of the limit each allows (%d)", admitted, UnmetFleet, bound)
+			}
+			if !strings.Contains(logs.String(), "the fleet's size is not known") || !strings.Contains(logs.String(), "core.UnmetFleet") {
+				t.Errorf("no log line says the fleet's size is unknown and the share assumed; log:\n%s", logs.String())
 			}
 		})
 	}

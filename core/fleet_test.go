@@ -154,7 +154,7 @@ func TestFleetFallbackAfterScaleOut(t *testing.T) {
 			}
 			for _, l := range lims {
 				l.Close()
-				l.redis.rdb.(*redis.Client).Close()
+				redisOf(l).rdb.(*redis.Client).Close()
 			}
 			redistest.Drain()
 			bound := limit.Burst + limit.Rate*seconds

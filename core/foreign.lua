@@ -1,5 +1,5 @@
 -- Replaces a value of another type (a hash, a list, ...) found where a
--- bucket belongs (see core/foreign.go): KEYS[1] is deleted if it holds
+-- bucket belongs (see core/store_foreign.go): KEYS[1] is deleted if it holds
 -- anything but a string, so the key's next decision finds no bucket (a
 -- full one) and writes its own. Replies {1} when it deleted it, {0} when the
 -- value was a string or missing (another fault: left as it is). GET under

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -47,10 +48,16 @@ func (got capLoss) check(t *testing.T, after string, most int64) {
 // state and returns the address of the server that then holds it.
 func capAfterLoss(t *testing.T, addr string, most int, window time.Duration, forget func() string) capLoss {
 	t.Helper()
+	return capAfterLossOn(t, func(opts ...Option) *Limiter { return newRedisLimiter(t, addr, opts...) }, addr, most, window, forget)
+}
+
+// capAfterLossOn is capAfterLoss with limiters made by newLim.
+func capAfterLossOn(t *testing.T, newLim func(...Option) *Limiter, addr string, most int, window time.Duration, forget func() string) capLoss {
+	t.Helper()
 	prefix := uniquePrefix()
 	quiet := WithLogger(slog.New(slog.DiscardHandler))
 	mk := func(opts ...Option) *Concurrency {
-		lim := newRedisLimiter(t, addr, append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond), quiet}, opts...)...)
+		lim := newLim(append([]Option{WithPrefix(prefix), WithTimeout(200 * time.Millisecond), quiet}, opts...)...)
 		t.Cleanup(func() { _ = lim.Close() })
 		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "streams", Max: most, Lease: time.Second})
 		if err != nil {
@@ -131,6 +138,77 @@ func TestCapAcrossRestart(t *testing.T) {
 		return srv.Addr()
 	})
 	got.check(t, "a restart", 10)
+}
+
+// startBlind starts a redis-server whose only user may run every command
+// but the @dangerous ones (LASTSAVE and INFO among them), a common
+// hardening and managed-service default, and returns its server and a
+// function making limiters logged in as that user. The default user stays,
+// for the test's own checks.
+func startBlind(t *testing.T) (*redistest.Server, func(...Option) *Limiter) {
+	t.Helper()
+	srv := redistest.Start(t, "--user", "app", "on", ">pw", "~*", "&*", "+@all", "-@dangerous")
+	return srv, func(opts ...Option) *Limiter {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+		t.Cleanup(func() { _ = rdb.Close() })
+		lim, err := New(rdb, append([]Option{WithTimeout(10 * time.Second), WithFallbackReplicas(1)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+}
+
+// TestCapWithoutDangerousCommands: on a user without @dangerous (no
+// LASTSAVE, no INFO), a cap of 10 shared by three replicas holds 10 slots
+// in all, every one decided by Redis. Before, every acquisition failed on
+// LASTSAVE and fell back: 10 per replica, while Ready said all was well.
+func TestCapWithoutDangerousCommands(t *testing.T) {
+	_, newLim := startBlind(t)
+	ctx := context.Background()
+	prefix := WithPrefix(uniquePrefix())
+	taken := 0
+	for range 3 {
+		lim := newLim(prefix, WithLogger(quietLogger()))
+		t.Cleanup(func() { _ = lim.Close() })
+		if err := lim.Ready(ctx); err != nil {
+			t.Fatalf("Ready: %v", err)
+		}
+		c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "jobs", Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			ls, err := c.Acquire(ctx, "tenant:a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ls.Degraded {
+				t.Fatalf("an acquisition was decided by the fallback: %+v", ls)
+			}
+			if ls.Acquired {
+				taken++
+			}
+		}
+	}
+	if taken != 10 {
+		t.Errorf("three replicas took %d slots of a cap of 10, want 10", taken)
+	}
+}
+
+// TestCapAcrossRestartBlind is TestCapAcrossRestart on a user without
+// @dangerous: the scripts cannot read the server's identity, and tell the
+// restart by the tag's epoch, which went with the data. The newcomers are
+// refused while the holder re-asserts its leases.
+func TestCapAcrossRestartBlind(t *testing.T) {
+	srv, newLim := startBlind(t)
+	got := capAfterLossOn(t, newLim, srv.Addr(), 10, 1500*time.Millisecond, func() string {
+		srv.Kill()
+		srv.Restart()
+		return srv.Addr()
+	})
+	got.check(t, "a restart, blind", 10)
 }
 
 // TestCapAcrossFailover: as TestCapAcrossRestart, but the state is lost
@@ -232,12 +310,12 @@ func TestCapAcrossClusterFailover(t *testing.T) {
 		}
 	}
 	if first.Acquired {
-		k := b.lim.keeper()
-		k.srvMu.Lock()
+		k := &redisOf(b.lim).seen
+		k.mu.Lock()
 		for nd, sv := range k.servers {
 			t.Logf("b knows %s: %+v", nd.brk.node, sv)
 		}
-		k.srvMu.Unlock()
+		k.mu.Unlock()
 		t.Fatalf("b right after the failover took a slot (%d in flight): want refused for the grace period", first.InFlight)
 	}
 	// After a lease (and the grace's slack), b is admitted.
@@ -351,7 +429,7 @@ func TestPoisonedLeases(t *testing.T) {
 	}
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
-	rkey := lim.rkey(c.fp, "k")
+	rkey := redisOf(lim).rkey(c.fp, "k")
 	if err := rdb.ZAdd(ctx, rkey, redis.Z{Score: math.Inf(1), Member: "forever"}, redis.Z{Score: 9e15, Member: "year-285000"}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +471,7 @@ func TestForeignLeaseSet(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
 	for _, key := range []string{"a", "b"} {
-		if err := rdb.Set(ctx, lim.rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
+		if err := rdb.Set(ctx, redisOf(lim).rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		ls, err := c.Acquire(ctx, key)
@@ -405,7 +483,7 @@ func TestForeignLeaseSet(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, lim.rkey(c.fp, "a")) {
+	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, redisOf(lim).rkey(c.fp, "a")) {
 		t.Errorf("log = %q; want one line naming the key", out)
 	}
 }
@@ -512,7 +590,7 @@ func TestPoisonedBucketLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
 			fields := []string{strconv.FormatInt(far, 10)}
 			for range tc.limits {
@@ -566,7 +644,7 @@ func TestForeignBucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -613,7 +691,7 @@ func TestHugeBucketValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "huge")
+			rkey := redisOf(lim).rkey(p.fp, "huge")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -662,14 +740,14 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	// The replica learns which server the node is from the INFO its
 	// first answer starts in the background; a read that failed (a busy
 	// machine) is made again at a later answer.
-	for deadline := time.Now().Add(10 * time.Second); blim.keeper().server(&blim.redis.whole).run == 0; {
+	for deadline := time.Now().Add(10 * time.Second); redisOf(blim).seen.server(&redisOf(blim).whole).run == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the replica never learnt which server the node is")
 		}
 		if _, err := blim.Allow(ctx, "x", PerSecond(1000)); err != nil {
 			t.Fatal(err)
 		}
-		blim.bg.wg.Wait()
+		redisOf(blim).bg.wg.Wait()
 	}
 	for range 3 {
 		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
@@ -711,7 +789,7 @@ func TestPoisonedBucketArrival(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := lim.rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.fp, "k")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -755,7 +833,7 @@ func TestRenewWhileOpen(t *testing.T) {
 		ls, err := c.Acquire(ctx, "stream")
 		if err == nil && ls.Degraded {
 			_ = ls.Release(ctx)
-			if lim.redis.whole.brk.isOpen() {
+			if redisOf(lim).whole.brk.isOpen() {
 				break
 			}
 		}
@@ -774,7 +852,7 @@ func TestRenewWhileOpen(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the restarted node holds %d of the 3 leases; the holder's renewals did not re-assert them", n)
 	}
-	if !lim.redis.whole.brk.isOpen() {
+	if !redisOf(lim).whole.brk.isOpen() {
 		t.Fatal("the breaker closed: the test no longer shows renewals passing an open breaker")
 	}
 	for _, ls := range held {

@@ -194,7 +194,7 @@ func TestSlotKey(t *testing.T) {
 	differ := 0
 	for i := range 64 {
 		k := fmt.Sprintf("ip:203.0.113.%d", i)
-		ka, kb, ko, plain := a.rkey("f", k), b.rkey("f", k), other.rkey("f", k), redisKey("sluice:", "f", k)
+		ka, kb, ko, plain := redisOf(a).rkey("f", k), redisOf(b).rkey("f", k), redisOf(other).rkey("f", k), redisKey("sluice:", "f", k)
 		if ka != kb {
 			t.Fatalf("one secret, two names: %q and %q", ka, kb)
 		}

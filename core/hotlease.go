@@ -2,12 +2,9 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,15 +213,14 @@ type hotLeases struct {
 
 // hotLeases returns the limiter's lease state, made on first use.
 func (l *Limiter) hotLeases() *hotLeases {
-	l.hotOnce.Do(func() {
+	return l.hot.get(func() *hotLeases {
 		h := &hotLeases{l: l, held: map[*hotKey]struct{}{}, stop: make(chan struct{})}
 		for i := range h.shards {
 			h.shards[i].m = map[hotID]*hotKey{}
 		}
 		h.minLife.Store(maxLeaseLife)
-		l.hot = h
+		return h
 	})
-	return l.hot
 }
 
 func (h *hotLeases) noteLife(life int64) {
@@ -247,7 +243,6 @@ type hotKey struct {
 	mu       sync.Mutex
 	key      string
 	p        *plan
-	rkey     string
 	id       string // the lease's id in the key's holds
 	hand     int64  // tokens in hand
 	expires  int64  // local microsecond the lease ends
@@ -291,10 +286,8 @@ func (h *hotLeases) get(p *plan, key string, now int64) *hotKey {
 			return nil
 		}
 	}
-	var buf [16]byte
-	_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
 	key = string(append([]byte(nil), key...))
-	hk := &hotKey{key: key, p: p, rkey: h.l.rkey(p.fp, key), id: hex.EncodeToString(buf[:]), winStart: now, lastUse: now}
+	hk := &hotKey{key: key, p: p, id: newID(), winStart: now, lastUse: now}
 	sh.m[hotID{p.id, key}] = hk
 	return hk
 }
@@ -370,7 +363,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 			l.obs.ObserveDecision(res, SourceLease)
 		}
 		if more {
-			_, _, _, _ = l.leaseTake(ctx, hk, 0, now)
+			_, _ = l.leaseTake(ctx, hk, 0, now)
 		}
 		return res, decision{allowed: true, remaining: int64(res.Remaining), reset: micros(res.ResetAfter), index: idx}, true, nil
 	}
@@ -382,30 +375,23 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 	hk.inflight = true
 	hk.lastUse = now
 	hk.mu.Unlock()
-	d, nd, routed, err := l.leaseTake(ctx, hk, cost, now)
-	if routed && err == nil {
-		if d.allowed {
-			l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
-		} else if l.denies != nil && d.next > 0 {
-			l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
-				reset: now + d.reset, locked: d.locked, index: d.index})
-		}
+	d, na := l.leaseTake(ctx, hk, cost, now)
+	if na == nil {
+		l.answered(key, p, d, cost, now)
 		res, d, err = l.done(d, p, SourceStore, false)
 		return res, d, true, err
 	}
-	if cerr := callerGone(ctx); routed && cerr != nil {
-		return Result{}, decision{}, true, cerr
+	if na.gone != nil {
+		return Result{}, decision{}, true, na.gone
 	}
-	nd.brk.degraded.Add(1)
-	l.stillDown(nd.brk, now)
-	res, d, err = l.fallback(key, p, now, cost, 0, err)
+	res, d, err = l.fallback(key, p, now, cost, 0, na.cause)
 	return res, d, true, err
 }
 
 // leaseTake sends a take for hk (with a request of cost, 0 for none)
 // sent at now, carrying its hand, and applies the reply. hk.inflight is
 // set; leaseTake clears it.
-func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (decision, *node, bool, error) {
+func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (decision, *noAnswer) {
 	p, lc := hk.p, hk.p.lease
 	hk.mu.Lock()
 	carry, want, spent := hk.hand, hk.want(lc.life), hk.spent
@@ -420,49 +406,32 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		// Keep the fallback warm with what the hand admitted.
 		l.local.charge(p.id, hk.key, now, l.share(p).ticks, spent, false)
 	}
-	want = min(want+cost, lc.bound)
-	args := make([]any, 0, 8+len(p.args))
-	args = append(args, "1", hk.id, strconv.FormatInt(cost, 10), strconv.FormatInt(want, 10), strconv.FormatInt(carry, 10),
-		strconv.FormatInt(lc.life, 10), strconv.FormatInt(lc.bound, 10), strconv.FormatInt(max(0, l.penaltyOf(p)), 10))
-	args = append(args, p.args...)
-	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
-	nd := l.redis.node(ctx, hk.rkey)
-	var vals []int64
 	start := time.Now()
-	routed, err := l.onNode(ctx, nd, now, OpLease, hk.rkey, func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		vals, took, err = l.redis.runOp(ctx, nd, o, l.timeout)
-		return took, err
-	})
+	a, na := l.store.lease(ctx, &leaseCall{plan: p, key: hk.key, id: hk.id, cost: cost, want: min(want+cost, lc.bound), carry: carry, penalty: l.penaltyOf(p), now: now})
 	rtt := int64(time.Since(start) / time.Microsecond)
-	var d decision
-	var granted, life, refunded int64
-	if routed && err == nil {
-		d, granted, life, refunded, err = parseLease(vals, p)
-	}
 	var lost int64
 	if carry < 0 {
-		lost = -carry - refunded // what the take could not give back
+		lost = -carry - a.refunds // what the take could not give back
 	}
-	if refunded > 0 && l.denies != nil {
+	if a.refunds > 0 && l.denies != nil {
 		l.denies.delete(p.id, hk.key)
 	}
 	hk.mu.Lock()
 	hk.inflight = false
-	if !routed || err != nil {
+	if na != nil {
 		hk.spent += spent // reported with the next event
 		hk.mu.Unlock()
 		l.observeLease(p, LeaseEvent{Lost: lost})
-		return d, nd, routed, err
+		return decision{}, na
 	}
+	d := a.d
 	hk.rtt = rtt
 	hk.remaining, hk.resetAt, hk.index = d.remaining, now+d.reset, d.index
-	if d.allowed && life > 0 {
-		hk.hand += granted
-		hk.expires = now + life
+	if d.allowed && a.life > 0 {
+		hk.hand += a.granted
+		hk.expires = now + a.life
 	}
-	if granted > 0 {
+	if a.granted > 0 {
 		hk.fails = 0
 	} else {
 		// Denied, or nothing granted: the key is at or near exhaustion.
@@ -475,27 +444,10 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	holding := hk.hand > 0
 	hk.mu.Unlock()
 	if holding {
-		l.hot.hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
+		l.hotLeases().hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
 	}
-	l.observeLease(p, LeaseEvent{Taken: granted, Spent: spent, Returned: refunded, Lost: lost})
-	return d, nd, true, nil
-}
-
-// parseLease decodes a take's reply: the request's decision, the tokens
-// granted, the lease's life and the tokens given back first.
-func parseLease(vals []int64, p *plan) (d decision, granted, life, refunded int64, err error) {
-	if len(vals) != replyWidth+3 {
-		return decision{}, 0, 0, 0, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), replyWidth+3)
-	}
-	d, err = parseReply(vals[:replyWidth], p)
-	if err != nil {
-		return d, 0, 0, 0, err
-	}
-	granted, life, refunded = vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
-	if granted < 0 || life < 0 || life > maxLeaseLife || refunded < 0 {
-		return d, 0, 0, 0, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, granted, life)
-	}
-	return d, granted, life, refunded, nil
+	l.observeLease(p, LeaseEvent{Taken: a.granted, Spent: spent, Returned: a.refunds, Lost: lost})
+	return d, nil
 }
 
 // giveBack gives hk's hand back to Redis.
@@ -512,23 +464,8 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 	u, spent := hk.hand, hk.spent
 	hk.hand, hk.spent, hk.inflight = 0, 0, true
 	hk.mu.Unlock()
-	args := make([]any, 0, 8+len(p.args))
-	args = append(args, "2", hk.id, "0", "0", strconv.FormatInt(u, 10), strconv.FormatInt(p.lease.life, 10),
-		strconv.FormatInt(p.lease.bound, 10), "0")
-	args = append(args, p.args...)
-	o := &op{script: leaseScript, keys: []string{hk.rkey, holdsKey(hk.rkey, l.prefix, p.fp)}, args: args}
-	nd := l.redis.node(ctx, hk.rkey)
-	var vals []int64
-	routed, err := l.onNode(ctx, nd, now, OpLeaseReturn, hk.rkey, func() (time.Duration, error) {
-		var took time.Duration
-		var err error
-		vals, took, err = l.redis.runOp(ctx, nd, o, l.timeout)
-		return took, err
-	})
-	var back int64
-	if routed && err == nil && len(vals) == 1 && vals[0] >= 0 && vals[0] <= u {
-		back = vals[0]
-	}
+	a, _ := l.store.lease(ctx, &leaseCall{plan: p, key: hk.key, id: hk.id, back: true, carry: u, now: now})
+	back := a.refunds
 	if back > 0 && l.denies != nil {
 		l.denies.delete(p.id, hk.key) // tokens came back: as a refund does
 	}
@@ -547,17 +484,6 @@ func (l *Limiter) observeLease(p *plan, ev LeaseEvent) {
 	if lo, ok := l.obs.(LeaseObserver); ok {
 		lo.ObserveTokenLease(p.limits[0], ev)
 	}
-}
-
-// holdsKey builds the name of the hash of rkey's lease holds:
-//
-//	<prefix>{<tag>}<fingerprint>~h:<key>
-//
-// In the bucket's hash tag, and never a bucket's name (a bucket has ':'
-// right after the fixed-length fingerprint) nor a marker's (see markerKey).
-func holdsKey(rkey, prefix, fp string) string {
-	at := len(prefix) + 6 + len(fp)
-	return rkey[:at] + "~h" + rkey[at:]
 }
 
 // hold adds hk to the keys with tokens in hand, and starts the keeper.

@@ -382,8 +382,8 @@ func TestLeaseScript(t *testing.T) {
 		t.Fatalf("life = %d µs, want 30000", life)
 	}
 	ctx := context.Background()
-	rkey := lim.rkey(p.fp, "k")
-	keys := []string{rkey, holdsKey(rkey, lim.prefix, p.fp)}
+	rkey := redisOf(lim).rkey(p.fp, "k")
+	keys := []string{rkey, holdsKey(rkey, redisOf(lim).cfg.prefix, p.fp)}
 	call := func(op int, id string, cost, want, hand int64) []int64 {
 		t.Helper()
 		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
@@ -499,12 +499,63 @@ func TestTokenLeasesCloseGivesBack(t *testing.T) {
 	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
 		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
 	}
-	rkey := lim.rkey(rule.p.fp, "k")
-	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, lim.prefix, rule.p.fp)).Result()
+	rkey := redisOf(lim).rkey(rule.p.fp, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
 		t.Errorf("%d holds left in Redis after Close, want 0", n)
+	}
+}
+
+// TestTokenLeaseHoldsOfAnotherType: a value of another type where a key's
+// lease holds belong (another program writes under the prefix) is
+// replaced by the lease script, as a bucket's is, so the hot key is
+// leased again and decided by Redis: none of its decisions falls back.
+// Before, every take failed on it (WRONGTYPE) and the key was decided by
+// the fallback on a good part of its decisions for good.
+func TestTokenLeaseHoldsOfAnotherType(t *testing.T) {
+	addr := redistest.Addr(t)
+	obs := &leaseCounter{}
+	lim := newRedisLimiter(t, addr, WithObserver(obs))
+	base, err := lim.Prepare(Limit{Rate: 100000, Period: time.Second, Burst: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Fraction: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rkey := redisOf(lim).rkey(rule.p.fp, "k")
+	hkey := holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)
+	if err := redistest.NewClient(t, addr).Set(ctx, hkey, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var degraded int
+	for range 3000 {
+		res, err := rule.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Degraded {
+			degraded++
+		}
+	}
+	ev := obs.events()
+	t.Logf("degraded %d, %+v", degraded, ev)
+	if degraded > 0 || ev.Taken == 0 {
+		t.Errorf("with a string at the holds' key: %d of 3000 decisions degraded, %d tokens leased; want none degraded, some leased", degraded, ev.Taken)
+	}
+	typ, err := redistest.NewClient(t, addr).Type(ctx, hkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ != "hash" && typ != "none" {
+		t.Errorf("the holds' key is a %s after the leases, want a hash (or gone)", typ)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -111,7 +111,14 @@ end
 -- give back what it did not spend, once; then it goes.
 local grace_us = 10000000
 local holds, own, own_ended, ended = {}, nil, nil, 0
-local flat = call('HGETALL', hkey)
+local flat = redis.pcall('HGETALL', hkey)
+if flat.err then
+  -- A value of another type where the holds belong (another program
+  -- writes under the prefix): no hold of ours can be in it, so it goes,
+  -- as foreign.lua replaces a bucket's, and the key is leased again.
+  call('DEL', hkey)
+  flat = {}
+end
 for j = 1, #flat, 2 do
   local held, untl = string.match(flat[j + 1], '^(%d+) (%d+)$')
   held, untl = (held or 0) + 0, (untl or 0) + 0

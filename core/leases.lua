@@ -61,9 +61,14 @@ end
 -- server reads INFO: when the server started, in ms on its clock,
 -- within a second either way (see SLACK), and which process
 -- it is: the first 13 hex digits of its run_id (new at every start), as a
--- number.
+-- number. nil when the server refuses INFO (a user without @dangerous, or
+-- a server that lacks it): the scripts are blind to the process, and
+-- tell a loss of data by the key's epoch instead (see epoch).
 local function server()
-  local info = redis.call('INFO', 'server')
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then
+    return nil
+  end
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
   local id = tonumber(string.sub(string.match(info, 'run_id:(%x+)') or '1', 1, 13), 16) or 1
   return now - up * 1000, id
@@ -79,4 +84,23 @@ local function history()
     return tonumber(string.sub(string.match(info, field .. ':(%x+)') or '0', 1, 13), 16) or 0
   end
   return num('master_replid'), num('master_replid2')
+end
+
+-- epoch reads the epoch of the key's hash tag, KEYS[2]: a value written
+-- once, with no expiry, so it goes only with the server's data (a restart
+-- without persistence, a flush, a failover that lost its write). Blind
+-- scripts (see server) compare it with the one the limiter knew: another
+-- one says the key's lease set may lack holders, as a new process does.
+-- Missing (or of another type) it is written as fresh. Returns its first
+-- 13 hex digits as a number, and whether it was written now.
+local function epoch(fresh)
+  local e = redis.pcall('GET', KEYS[2])
+  if type(e) ~= 'string' then
+    if type(e) == 'table' then
+      redis.call('DEL', KEYS[2])
+    end
+    redis.call('SET', KEYS[2], fresh)
+    return tonumber(string.sub(fresh, 1, 13), 16) or 1, true
+  end
+  return tonumber(string.sub(e, 1, 13), 16) or 1, false
 end

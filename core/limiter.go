@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluicehq/sluice/internal/storeops"
 )
 
 // Limiter is the engine: it decides requests against token buckets kept in
@@ -21,45 +20,52 @@ import (
 // [FailurePolicy]. One Limiter serves any number of limits, keys and
 // middlewares; each call names its key and its limits.
 //
-// A Limiter is safe for concurrent use. It starts no goroutines and holds no
-// resources beyond memory, except with [WithFleet]: then it runs one
-// heartbeat goroutine, which [Limiter.Close] stops. The Redis client stays
-// the caller's to close. Its zero value is not usable; create one with [New]
-// or [NewMemory].
+// A Limiter is safe for concurrent use. It holds no resources beyond memory
+// and the goroutines it starts as needed, each of which [Limiter.Close]
+// stops and waits for: with [WithFleet], one heartbeat loop; while
+// concurrency slots are held, their renewal loop; while token leases are
+// held, their give-back loop; and short tasks (the implicit fleet's
+// heartbeats, a node's eviction policy read, warm-ups of a node's
+// connection pools after a failure, a decision run apart for a client
+// that ignores deadlines). A limiter made by [NewMemory] starts none. The
+// Redis client stays the caller's to close, after Close. Its zero value is
+// not usable; create one with [New] or [NewMemory].
 type Limiter struct {
-	store        store       // where the buckets are: redis, or memory for NewMemory
-	redis        *redisStore // the Redis store; nil for NewMemory (read only on paths that exist for Redis alone: the road, the lease keeper, token leases, node retirement)
-	prefix       string
-	slotKey      []byte // WithSlotKey; nil for the unkeyed tag
-	penalty      int64  // microseconds
-	timeout      time.Duration
-	policy       FailurePolicy
-	inflight     int // round trips before decisions are batched; 0 disables batching
-	plans        planCache
-	local        *localStore
-	denies       *denyCache   // nil when disabled
-	fleet        *fleet       // nil without WithFleet
-	openNodes    atomic.Int32 // nodes whose breaker is open
-	lastSweep    atomic.Int64 // microsecond of the last look for nodes to retire
-	brk          breaker      // the store's breaker, or the template of per-master ones
-	obs          Observer
-	cobs         ConcurrencyObserver // obs, if it observes caps too
-	logger       *slog.Logger
-	warnFallback bool     // nothing sizes the fallback: the implicit fleet does (see implicitFleet)
-	coarseSaid   sync.Map // global Limit -> struct{}: a replaced fallback was logged
-	coarseCount  atomic.Int32
-	replicas     int          // WithFallbackReplicas
-	keepOnce     sync.Once    // makes keep
-	keep         *leaseKeeper // renews concurrency leases (see Concurrency)
-	keyLog                    // keys whose own failures were logged (see keyFailed)
-	bg           background   // background tasks, stopped by Close (see rewarm)
-	hotOnce      sync.Once    // makes hot
-	hot          *hotLeases   // token leases of hot keys (see Rule.WithTokenLeases)
+	store    store             // where the buckets are: Redis (New), or this process's memory (NewMemory)
+	remote   bool              // the store is not this process's memory: its answers keep the fallback warm
+	plans    planCache         // compiled limits
+	local    *localStore       // the fallback's buckets and slots (NewMemory: the store's own)
+	denies   *denyCache        // nil when disabled
+	policy   FailurePolicy     // how a request the store did not answer is decided (see unavailable)
+	fleet    *fleet            // sizes the fallback: WithFleet, or the implicit fleet; nil for neither
+	replicas int               // WithFallbackReplicas: the fallback's divisor without a fleet, and its floor
+	penalty  int64             // WithPenalty, microseconds
+	timeout  time.Duration     // WithTimeout: the store's budget per call
+	obs      Observer          // nil: none
+	logs     logs              // where and what the engine logs
+	keep     lazy[leaseKeeper] // renews concurrency leases (see Concurrency)
+	hot      lazy[hotLeases]   // token leases of hot keys (see Rule.WithTokenLeases)
+	bg       background        // the engine's background tasks (the implicit fleet's beats), stopped by Close
+	now      func() int64      // the limiter's clock, microseconds; replaced by tests and WithClock
+}
 
-	epoch   time.Time
-	epochUS int64
-	now     func() int64 // microseconds; replaced by tests
+// logs is the engine's logger and what it has logged once.
+type logs struct {
+	logger      *slog.Logger // WithLogger; nil: slog.Default() at the time of each line
+	coarseSaid  sync.Map     // global Limit -> struct{}: a replaced fallback was logged
+	coarseCount atomic.Int32
+}
 
+// lazy holds a *T made on first use.
+type lazy[T any] struct {
+	once sync.Once
+	v    *T
+}
+
+// get returns the value, made by mk on first use.
+func (z *lazy[T]) get(mk func() *T) *T {
+	z.once.Do(func() { z.v = mk() })
+	return z.v
 }
 
 // New returns a Limiter that keeps its buckets in rdb, which may be any
@@ -101,22 +107,39 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if o.clock != nil {
 		return nil, errors.New("core: WithClock applies to NewMemory only; a Redis-backed limiter reads Redis's clock")
 	}
-	l.brk.node = nodeName(rdb)
-	l.redis = newRedisStore(rdb, &l.brk, l.timeout, l.inflight)
-	l.redis.ack = newReplicaAck(o.ack, l.log)
-	l.redis.l = l
-	l.store = l.redis
+	brk := &breaker{
+		threshold:  int32(o.breaker.Failures),
+		closeAfter: int32(o.breaker.Successes),
+		cooldown:   micros(o.breaker.Probe),
+		stale:      micros(o.breaker.Probe) + 2*max(micros(o.timeout), 1000_000),
+		node:       nodeName(rdb),
+	}
+	// The store reads the engine's clock through l, so a clock replaced
+	// after New (tests do) is the store's too; the decisions' own calls
+	// carry their time.
+	now := func() int64 { return l.now() }
+	cfg := storeConfig{prefix: o.prefix, slotKey: o.slotKey, budget: o.timeout, inflight: o.inflight, now: now, ack: o.ack}
+	var obs storeObserver
+	if o.observer != nil {
+		obs = o.observer
+	}
+	l.store = newRedisStore(rdb, brk, cfg, storeUp{obs: obs, log: l.log, note: l.outageNote})
+	l.remote = true
 	switch {
 	case o.fleet.Name != "":
-		l.fleet = newFleet(l.sendOp, l.prefix, o.fleet, o.replicas)
-	case l.warnFallback:
+		unmet := UnmetFleet // WithFallbackReplicas, if given, is the count to assume
+		if o.replicasSet {
+			unmet = o.replicas
+		}
+		l.fleet = newFleet(l.store, o.fleet, o.replicas, unmet)
+	case !o.replicasSet && o.fallback == nil && o.policy == FallbackLocal:
 		// Nothing sizes the fallback: by default it follows the fleet
 		// of limiters on this Redis and prefix, counted by decisions.
-		l.fleet = newImplicitFleet(l.sendOp, l.prefix)
+		l.fleet = newImplicitFleet(l.store)
 	}
 	if advice := clientAdvice(rdb, l.timeout); len(advice) > 0 {
 		l.log().Warn("sluice: the Redis client's options cost the limiter safety or speed; docs/production.md has the recommended client",
-			"node", l.brk.node, "advice", strings.Join(advice, "; "))
+			"node", brk.node, "advice", strings.Join(advice, "; "))
 	}
 	return l, nil
 }
@@ -152,28 +175,17 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 		return nil, o, err
 	}
 	l := &Limiter{
-		prefix:       o.prefix,
-		slotKey:      o.slotKey,
-		penalty:      micros(o.penalty),
-		timeout:      o.timeout,
-		policy:       o.policy,
-		inflight:     o.inflight,
-		local:        newLocalStore(o.capacity),
-		obs:          o.observer,
-		cobs:         asConcurrencyObserver(o.observer),
-		logger:       o.logger,
-		replicas:     o.replicas,
-		warnFallback: !o.replicasSet && o.fleet.Name == "" && o.policy == FallbackLocal,
-		epoch:        time.Now(),
+		penalty:  micros(o.penalty),
+		timeout:  o.timeout,
+		policy:   o.policy,
+		local:    newLocalStore(o.capacity),
+		obs:      o.observer,
+		logs:     logs{logger: o.logger},
+		replicas: o.replicas,
 	}
-	l.epochUS = l.epoch.UnixMicro()
-	l.now = func() int64 { return l.epochUS + int64(time.Since(l.epoch)/time.Microsecond) }
-	l.brk = breaker{
-		threshold:  int32(o.breaker.Failures),
-		closeAfter: int32(o.breaker.Successes),
-		cooldown:   micros(o.breaker.Probe),
-		stale:      micros(o.breaker.Probe) + 2*max(micros(o.timeout), 1000_000),
-	}
+	epoch := time.Now()
+	epochUS := epoch.UnixMicro()
+	l.now = func() int64 { return epochUS + int64(time.Since(epoch)/time.Microsecond) }
 	l.plans.fallback = fallbackFunc(o)
 	l.plans.warn = l.warnCoarse
 	if o.denyCache {
@@ -299,13 +311,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	if key == "" {
 		return Result{}, decision{}, errEmptyKey
 	}
-	if n < 1 {
-		return Result{}, decision{}, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
-	}
-	if int64(n) > p.minB {
-		return Result{}, decision{}, fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, p.minB)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkCost(ctx, n, p.minB); err != nil {
 		return Result{}, decision{}, err
 	}
 	now := l.now()
@@ -345,26 +351,59 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	penalty := l.penaltyOf(p)
-	d, na := l.store.decide(ctx, key, p, cost, maxWait, penalty, now)
+	d, na := l.store.decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
-		if l.denies != nil && d.next > 0 && (!d.allowed || penalty == 0 && !p.stepped) {
-			// Redis said when a unit request can next pass. Counted
-			// from when this request was sent, that never outlasts
-			// Redis's own answer. With a penalty lock, only denials
-			// are cached: the first denial must reach Redis to lock.
-			// So with a stepped limit: an admission does not say
-			// which limit denies next, and a quota spent until
-			// midnight should be named by the denials it causes.
-			l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
-				reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
-		}
+		l.answered(key, p, d, cost, now)
 		return l.done(d, p, SourceStore, false)
 	}
 	if na.gone != nil {
 		return Result{}, decision{}, na.gone // the caller gave up: no decision
 	}
 	return l.fallback(key, p, now, cost, maxWait, na.cause)
+}
+
+// checkCost validates a request of cost n under limits whose smallest
+// Burst is minB, and the caller's context: the one validation of every
+// decision, of a key's or a path's.
+func checkCost(ctx context.Context, n int, minB int64) error {
+	if n < 1 {
+		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
+	}
+	if int64(n) > minB {
+		return fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, minB)
+	}
+	return ctx.Err()
+}
+
+// answered takes in what the store answered to a request of cost on key
+// under p at now, in the one place that does: the deny cache learns when
+// a unit request can next pass, an admission is charged to the local
+// fallback (kept warm for a switch to it), and the implicit fleet beats
+// when a heartbeat is due.
+func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
+	if l.denies != nil && d.next > 0 && (!d.allowed || l.penaltyOf(p) == 0 && !p.stepped) {
+		// Redis said when a unit request can next pass. Counted from
+		// when this request was sent, that never outlasts Redis's own
+		// answer. With a penalty lock, only denials are cached: the
+		// first denial must reach Redis to lock. So with a stepped
+		// limit: an admission does not say which limit denies next,
+		// and a quota spent until midnight should be named by the
+		// denials it causes.
+		l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
+			reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
+	}
+	if !l.remote {
+		return
+	}
+	if d.allowed {
+		// Keep the fallback warm for keys that have used half a burst
+		// or more; one less used starts the fallback from a full
+		// bucket, which it nearly is, and costs no memory.
+		l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
+	}
+	if l.fleet != nil && l.fleet.implicit {
+		l.fleet.maybeBeat(l.bg.run)
+	}
 }
 
 // penaltyOf returns the penalty lock of p's denials in microseconds: its
@@ -414,37 +453,71 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	return unanswered(l.store.reset(ctx, p, key), "reset", key)
 }
 
-// callerGone is storeops.CallerGone: the caller's context error, also
-// when its deadline has passed but its timer has not fired yet.
-func callerGone(ctx context.Context) error { return storeops.CallerGone(ctx) }
-
 // fallback decides without the store, under the failure policy.
 func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause error) (Result, decision, error) {
-	switch l.policy {
-	case FailOpen:
+	switch open, err := l.unavailable(cause, true, p.dryRun); {
+	case err != nil:
+		return Result{}, decision{}, err
+	case open:
 		return l.done(decision{allowed: true, remaining: -1}, p, SourceFailOpen, true)
-	case FailClosed:
-		if l.obs != nil {
-			l.obs.ObserveDecision(Result{DryRun: p.dryRun}, SourceFailClosed)
-		}
-		if cause == nil {
-			cause = errors.New("circuit open after repeated store failures")
-		}
-		return Result{}, decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	// A request may cost more than a replica's share of the burst; it
 	// then takes the whole share, rather than being denied for as long
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
-	res, d, err := l.done(d, p, SourceFallback, true)
-	res.Limit = sh.limits[d.index] // the limit actually enforced
-	return res, d, err
+	return l.report(d.result(p), d, p, sh.limits[d.index], SourceFallback, true)
+}
+
+// unavailable is the one switch of the failure policy, for every call the
+// store did not answer (cause says why; nil when a breaker kept the call
+// away): decisions of keys and paths, reservations, token leases and caps.
+// Under FailOpen it reports open (admit without counting); under
+// FailClosed it returns an error wrapping ErrUnavailable, observed as a
+// SourceFailClosed decision when observe is set (caps have their own
+// observation); under FallbackLocal, neither: the caller decides in local
+// memory.
+func (l *Limiter) unavailable(cause error, observe, dryRun bool) (open bool, err error) {
+	switch l.policy {
+	case FailOpen:
+		return true, nil
+	case FailClosed:
+		if observe && l.obs != nil {
+			l.obs.ObserveDecision(Result{DryRun: dryRun}, SourceFailClosed)
+		}
+		if cause == nil {
+			cause = errors.New("circuit open after repeated store failures")
+		}
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	return false, nil
+}
+
+// outageNote is the engine's words for the log line of an outage's start
+// (see storeUp.note): its failure policy, and the fleet that sizes its
+// fallback.
+func (l *Limiter) outageNote() []any {
+	attrs := []any{"policy", l.policy.String()}
+	switch f := l.fleet; {
+	case f != nil && f.live.Load() == 0:
+		attrs = append(attrs, "warning", fmt.Sprintf("the fleet's size is not known (no heartbeat has reached Redis since this process started), so the fallback enforces 1/%d of every limit (core.UnmetFleet); give core.WithFallbackReplicas the replica count", f.unmet))
+	case f != nil:
+		attrs = append(attrs, "fleet", f.size())
+	}
+	return attrs
 }
 
 // done turns a decision into a Result and reports it.
 func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
 	res := d.result(p)
+	return l.report(res, d, p, res.Limit, src, degraded)
+}
+
+// report completes res, d's Result under limit (the limit that decided:
+// p's, or under the fallback its share), and tells the observer the
+// Result the caller gets.
+func (l *Limiter) report(res Result, d decision, p *plan, limit Limit, src Source, degraded bool) (Result, decision, error) {
+	res.Limit = limit
 	res.Degraded = degraded
 	res.DryRun = p.dryRun
 	if d.remaining < 0 { // fail-open: nothing was counted
@@ -463,8 +536,8 @@ func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, 
 func (l *Limiter) Logger() *slog.Logger { return l.log() }
 
 func (l *Limiter) log() *slog.Logger {
-	if l.logger != nil {
-		return l.logger
+	if l.logs.logger != nil {
+		return l.logs.logger
 	}
 	return slog.Default()
 }
@@ -477,13 +550,13 @@ const maxCoarseLogs = 64
 // be used as given and the global rate is enforced per replica instead.
 func (l *Limiter) warnCoarse(cs []coarseFallback) {
 	for _, c := range cs {
-		if l.coarseCount.Load() >= maxCoarseLogs {
+		if l.logs.coarseCount.Load() >= maxCoarseLogs {
 			return
 		}
-		if _, said := l.coarseSaid.LoadOrStore(c.global, struct{}{}); said {
+		if _, said := l.logs.coarseSaid.LoadOrStore(c.global, struct{}{}); said {
 			continue
 		}
-		l.coarseCount.Add(1)
+		l.logs.coarseCount.Add(1)
 		l.log().Warn("sluice: the local fallback keeps this limit's own rate; its per-replica share cannot be counted exactly",
 			"limit", c.global.String(), "cause", c.cause)
 	}

@@ -418,7 +418,12 @@ func (c *denyCache) put(id uint64, key string, now int64, d denial) {
 }
 
 // release ends probe ch on key if it is still open, waking its waiters,
-// who then ask Redis themselves.
+// who then ask Redis themselves. An entry whose probe is still open was
+// not replaced by a fresh answer (put): the probe was admitted with
+// tokens to spare, or not answered. Its entry has expired and says
+// nothing any more, so it goes: kept, it would make every later request
+// on the key a probe of its own, an allocation each and, under
+// concurrency, a wait of one round trip.
 func (c *denyCache) release(id uint64, key string, ch chan struct{}) {
 	k := makeLocalKey(id, key)
 	sh := c.m.shard(k)
@@ -426,6 +431,8 @@ func (c *denyCache) release(id uint64, key string, ch chan struct{}) {
 	if d := sh.m[k]; d != nil && d.probe == ch {
 		close(ch)
 		d.probe = nil
+		delete(sh.m, k)
+		c.m.removedOne(sh)
 	}
 	sh.mu.Unlock()
 }

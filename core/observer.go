@@ -162,12 +162,6 @@ func (c StoreCall) Reason() string {
 	return ErrorReason(c.Err)
 }
 
-// asConcurrencyObserver returns o if it observes caps too, else nil.
-func asConcurrencyObserver(o Observer) ConcurrencyObserver {
-	co, _ := o.(ConcurrencyObserver)
-	return co
-}
-
 // ObserveDenyList tells the limiter's observer (see [WithObserver]) of a
 // request refused by a deny list before any decision, as a decision of
 // source [SourceDenyList] with a zero Result, marked DryRun when dryRun is

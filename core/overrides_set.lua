@@ -1,5 +1,5 @@
 -- Sets entry ARGV[1] to ARGV[2] in the overrides hash KEYS[1] and bumps
--- its version KEYS[2] (see core/overrides.go), unless the hash would hold
+-- its version KEYS[2] (see overrides/overrides.go and core/store_lend.go), unless the hash would hold
 -- more than ARGV[3] entries: then replies -(entries)-1 and changes nothing.
 -- KEYS[3] is the set's epoch: written (as ARGV[4]) only when missing, so
 -- it is new exactly when the set's history starts again (a first write,

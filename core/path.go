@@ -2,10 +2,7 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -190,7 +187,7 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 
 // pathAsk is a path's decision as the engine asks it of the store.
 type pathAsk struct {
-	r       *PathRule
+	names   []string      // each level's name, for the log
 	plans   []*plan       // each level's, root first
 	pd      *pathDecision // its keys; the store sets its rkeys
 	ids     []uint64      // each level's plan id
@@ -242,13 +239,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 			pd.minPlan = plans[i]
 		}
 	}
-	if n < 1 {
-		return Result{}, pd, fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
-	}
-	if int64(n) > pd.minPlan.minB {
-		return Result{}, pd, fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, pd.minPlan.minB)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkCost(ctx, n, pd.minPlan.minB); err != nil {
 		return Result{}, pd, err
 	}
 	now := l.now()
@@ -257,7 +248,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	if r.penalty >= 0 {
 		penalty = r.penalty
 	}
-	q := &pathAsk{r: r, plans: plans, pd: &pd, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
+	q := &pathAsk{names: r.names, plans: plans, pd: &pd, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
 	pd.keys = make([]string, len(path))
 	for i := range path {
 		pd.keys[i] = pathKeyOf(path, i)
@@ -266,25 +257,24 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	}
 	d, lv, err := l.store.decidePath(ctx, q)
 	if err == nil {
+		if d.allowed && l.remote {
+			for i, p := range plans {
+				l.local.charge(p.id, pd.keys[i], now, l.share(p).ticks, cost, 2*d.remaining < int64(plans[lv].limits[d.index].Burst))
+			}
+		}
 		return l.donePath(d, r, lv, SourceStore, false), pd, nil
 	}
-	err, gone := split(err)
+	cause, gone := split(err)
 	if gone != nil {
 		return Result{}, pd, gone // the caller gave up: no decision
 	}
-	switch l.policy {
-	case FailOpen:
+	switch open, err := l.unavailable(cause, true, r.dryRun); {
+	case err != nil:
+		return Result{}, pd, err
+	case open:
 		pd.failOpen = true
 		res := l.donePath(decision{allowed: true, remaining: -1}, r, len(path)-1, SourceFailOpen, true)
 		return res, pd, nil
-	case FailClosed:
-		if l.obs != nil {
-			l.obs.ObserveDecision(Result{DryRun: r.dryRun}, SourceFailClosed)
-		}
-		if err == nil {
-			err = errors.New("circuit open after repeated store failures")
-		}
-		return Result{}, pd, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	shares := make([]*share, len(path))
 	minB := cost
@@ -406,14 +396,6 @@ type pathSettle struct {
 	keys  []string      // each level's key (see pathKeyOf)
 	rkeys []string      // each level's stored name, in Redis
 	ticks [][]tickLimit // in memory: each level's limits as charged
-}
-
-// newReservationID returns a fresh reservation id, which names its
-// markers (see markerKey).
-func newReservationID() string {
-	var buf [16]byte
-	_, _ = rand.Read(buf[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(buf[:])
 }
 
 // pathCall is one path decision asked of Redis: its stored names, root

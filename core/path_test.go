@@ -329,7 +329,7 @@ func TestPathForeignLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(lim.prefix, r.plans[lv].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
+			rkey := redisKeyFrom(redisOf(lim).cfg.prefix, r.plans[lv].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
 			for round := range 2 {
 				if err := rdb.Del(ctx, rkey).Err(); err != nil {
 					t.Fatal(err)
@@ -366,7 +366,7 @@ func TestPathForeignLevel(t *testing.T) {
 	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
 		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
 		for lv, p := range c.plans {
-			c.rkeys = append(c.rkeys, redisKeyFrom(lim.prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			c.rkeys = append(c.rkeys, redisKeyFrom(redisOf(lim).cfg.prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
 			cl := call{plan: p, cost: 1, now: now}
 			c.args = cl.appendGroup(c.args)
 		}
@@ -413,7 +413,7 @@ func TestPathPoisonedLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(lim.prefix, r.plans[1].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
+			rkey := redisKeyFrom(redisOf(lim).cfg.prefix, r.plans[1].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}

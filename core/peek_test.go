@@ -45,7 +45,7 @@ func TestPeekForetellsAllow(t *testing.T) {
 					rdb := redistest.NewClient(t, addr)
 					raw = func(key string) string {
 						p, _ := lim.plans.get(limits)
-						v, err := rdb.Get(context.Background(), redisKey(lim.prefix, p.fp, key)).Result()
+						v, err := rdb.Get(context.Background(), redisKey(redisOf(lim).cfg.prefix, p.fp, key)).Result()
 						if err != nil && !errors.Is(err, redis.Nil) {
 							t.Fatal(err)
 						}
@@ -146,7 +146,7 @@ func TestPeekWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := PerMinute(10)
 	p, _ := lim.plans.get([]Limit{limit})
-	rkey := redisKey(lim.prefix, p.fp, "alice")
+	rkey := redisKey(redisOf(lim).cfg.prefix, p.fp, "alice")
 	res, err := lim.Peek(ctx, "alice", limit)
 	if err != nil || !res.Allowed || res.Remaining != 10 {
 		t.Fatalf("Peek of a fresh key = %+v, %v; want allowed with 10 remaining", res, err)
@@ -187,7 +187,7 @@ func TestPeekStoreDown(t *testing.T) {
 			t.Fatalf("Peek %d with Redis down: %v, want ErrUnavailable", i, err)
 		}
 	}
-	if !lim.brk.isOpen() {
+	if !redisOf(lim).whole.brk.isOpen() {
 		t.Fatal("five failed peeks did not open the breaker")
 	}
 }

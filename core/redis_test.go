@@ -509,7 +509,7 @@ func TestOneCommandPerDecision(t *testing.T) {
 	if _, err := lim.Allow(ctx, "warm", limit); err != nil {
 		t.Fatal(err)
 	}
-	lim.bg.wg.Wait() // the eviction policy's one read (INFO, perhaps on a new connection)
+	redisOf(lim).bg.wg.Wait() // the eviction policy's one read (INFO, perhaps on a new connection)
 	admin := redistest.NewClient(t, srv.Addr())
 	before, err := redistest.CommandCalls(ctx, admin)
 	if err != nil {

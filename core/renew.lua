@@ -1,4 +1,6 @@
--- Renews a lease (see acquire.lua): ARGV max, lease_ms, id. A lease the
+-- Renews a lease (see acquire.lua): KEYS[1] the lease set, KEYS[2] its
+-- tag's epoch; ARGV max, lease_ms, id, and a fresh epoch for a blind
+-- script (see epoch() in leases.lua). A lease the
 -- set no longer holds is re-asserted if the key has a free slot: Redis
 -- may have forgotten it (a restart, a failover that lost writes), and a
 -- holder reclaims it, also in the key's grace period, when newcomers are
@@ -18,6 +20,12 @@ if held() >= tonumber(ARGV[1]) then
 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
   local start = server()
+  if start == nil then
+    -- Blind (see server() in leases.lua): a loss of the data shows in the
+    -- tag's epoch (KEYS[2]; ARGV[4] is a fresh one), noticed now.
+    local _, lost = epoch(ARGV[4])
+    start = lost and now - SLACK or 0
+  end
   if start + SLACK + lease > now then
     redis.call('ZADD', KEYS[1], start + SLACK + lease, GRACE)
   end

@@ -131,7 +131,7 @@ func acquireBurst(t *testing.T, ready bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rkey = lim.rkey(c.fp, "hot")
+		rkey = redisOf(lim).rkey(c.fp, "hot")
 		for range perInstance {
 			wg.Go(func() {
 				<-start
@@ -332,7 +332,7 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.LPush(ctx, redisKey(lim.prefix, p.fp, "poisoned"), "x").Err(); err != nil {
+			if err := rdb.LPush(ctx, redisKey(redisOf(lim).cfg.prefix, p.fp, "poisoned"), "x").Err(); err != nil {
 				t.Fatal(err)
 			}
 			return "poisoned", limits
@@ -375,7 +375,7 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 				if o := rec.outages(); len(o) != 0 {
 					t.Errorf("a key's own fault opened a breaker: %v", o)
 				}
-				if lim.brk.isOpen() {
+				if redisOf(lim).whole.brk.isOpen() {
 					t.Error("the breaker is open")
 				}
 			})

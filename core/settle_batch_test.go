@@ -30,7 +30,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := redistest.NewClient(t, redistest.Addr(t))
-		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, 0, 4)
+		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
 		settleBatchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), s.sendSettles(false, nil), rdb, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
@@ -41,7 +41,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, 0, 4)
+		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
 		settleBatchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), s.sendSettles(true, pipeline), ring, &now)
 	})
@@ -256,7 +256,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	rvs := settleLoad(t, rule, callers, per, keys, cost)
 	model := map[string]*bucket{}
 	for _, k := range keys {
-		rk := redisKey(lim.prefix, rule.p.fp, k)
+		rk := redisKey(redisOf(lim).cfg.prefix, rule.p.fp, k)
 		v, err := admin.Get(ctx, rk).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +324,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	nrv, ntwins := int64(callers*per), int64(0)
 	for g := range callers {
 		for i, rv := range rvs[g] {
-			rk := redisKey(lim.prefix, rule.p.fp, rv.key)
+			rk := redisKey(redisOf(lim).cfg.prefix, rule.p.fp, rv.key)
 			settleBucket(model[rk], at.UnixMicro(), rule.p.ticks, int64(finals[g][i])-rv.n)
 			if twins[g][i] != nil {
 				ntwins++
@@ -343,7 +343,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	if n := stores.Load() - observed; n != settled.Load()+refused.Load() {
 		t.Errorf("the observer saw %d store calls during the settlements, want one per settlement (%d)", n, settled.Load()+refused.Load())
 	}
-	if brk := lim.redis.whole.brk; brk.isOpen() {
+	if brk := redisOf(lim).whole.brk; brk.isOpen() {
 		t.Error("the breaker opened")
 	}
 	t.Logf("%d reservations on %d keys settled from %d goroutines, %d of them twice at once: every bucket as the model says", nrv, len(keys), callers, ntwins)

@@ -441,7 +441,7 @@ func TestSettleOutage(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() int64 { return now.UnixMicro() }
 	rdb := &failScripter{clockScripter: clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}}
-	lim, err := New(rdb, WithPrefix(uniquePrefix()), WithTimeout(10*time.Second), WithBatching(0))
+	lim, err := New(rdb, WithPrefix(uniquePrefix()), WithTimeout(10*time.Second), WithBatching(0), WithFallbackReplicas(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,7 +685,7 @@ func TestMarkerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redistest.NewClient(t, addr)
-	m := markerKey(redisKey(lim.prefix, rule.p.fp, "k"), lim.prefix, rule.p.fp, rv.id)
+	m := markerKey(redisKey(redisOf(lim).cfg.prefix, rule.p.fp, "k"), redisOf(lim).cfg.prefix, rule.p.fp, rv.id)
 	if got, hi := rdb.PTTL(ctx, m).Val(), SettleWindow+markerMargin; got > hi || got < hi-5*time.Second {
 		t.Fatalf("marker PTTL = %v, want about %v", got, hi)
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/internal/storeops"
 )
 
 // node is one failure domain of the store: a Redis server, a Cluster
@@ -45,8 +47,48 @@ type redisStore struct {
 	reload    func()       // asks the client to reload its slot map; nil when it has none
 	reloaded  atomic.Int64 // unix nanoseconds of the last reload asked for
 	ack       *replicaAck  // WAIT after every script call; nil for none (see WithReplicaAck)
-	l         *Limiter     // the limiter whose store this is: its road, keeper and fallback
+	cfg       storeConfig  // names, budget and batching, as the limiter was given them
+	up        storeUp      // what the engine hears; the store calls nothing else above it
+
+	openNodes atomic.Int32 // nodes whose breaker is open
+	lastSweep atomic.Int64 // microsecond of the last look for nodes to retire (see maybeSweep)
+	keyLog                 // keys whose own failures were logged (see keyFailed)
+	seen      serversSeen  // what the scripts and INFO told of each node's server (see serverSeen)
+	bg        background   // the store's background tasks (warm-ups, policy reads), stopped by close
 }
+
+// storeConfig is what the Redis store is given of the limiter's options.
+type storeConfig struct {
+	prefix   string        // WithPrefix: the start of every stored name
+	slotKey  []byte        // WithSlotKey; nil for the unkeyed hash tag
+	budget   time.Duration // WithTimeout: each call's I/O budget
+	inflight int           // WithBatching: batches in flight per node; 0: no batching
+	now      func() int64  // the limiter's clock, microseconds
+	ack      ackConfig     // WithReplicaAck
+}
+
+// storeObserver is the part of an [Observer] the store tells: its calls,
+// and each node's outages.
+type storeObserver interface {
+	ObserveStore(call StoreCall)
+	ObserveDegraded(outage StoreOutage)
+	ObserveRecovered(outage StoreOutage)
+}
+
+// storeUp is all the Redis store tells the engine above it, handed down
+// when the limiter is built: calls go down, and only these come up.
+type storeUp struct {
+	obs  storeObserver       // nil: none
+	log  func() *slog.Logger // the limiter's logger
+	note func() []any        // the engine's words for an outage's log line (its failure policy, its fleet); may be nil
+}
+
+// callerGone is storeops.CallerGone: the caller's context error, also
+// when its deadline has passed but its timer has not fired yet.
+func callerGone(ctx context.Context) error { return storeops.CallerGone(ctx) }
+
+// close stops the store's background tasks and waits for them.
+func (s *redisStore) close() { s.bg.stop() }
 
 // ownerOf returns the master that owns rkey now, as the key of s.nodes,
 // and its address; ok is false when the client cannot say.
@@ -89,51 +131,25 @@ func (s *redisStore) failed() {
 	s.reload()
 }
 
-// newRedisStore builds the store for rdb; brk is the limiter's breaker, the
-// template of per-master ones. timed asks for each call's I/O time.
-func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, inflight int) *redisStore {
-	s := &redisStore{rdb: rdb, whole: node{brk: brk}, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget)}
-	on := inflight > 0 && !s.detached
-	// Every batch is timed: the road judges a call by its I/O time (see
-	// Limiter.onNode).
-	cfg := batch.Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
-	batched := func(send batch.Sender[*call, decision]) *batch.Batcher[*call, decision] {
-		if !on {
-			return nil
-		}
-		return batch.New(send, cfg)
+// newRedisStore builds the store for rdb; brk is the template of its
+// breakers (one per Cluster master), which the store keeps for its
+// whole or its one node.
+func newRedisStore(rdb redis.Scripter, brk *breaker, cfg storeConfig, up storeUp) *redisStore {
+	budget := cfg.budget
+	if cfg.now == nil {
+		epoch := time.Now()
+		cfg.now = func() int64 { return epoch.UnixMicro() + int64(time.Since(epoch)/time.Microsecond) }
 	}
-	// Settlements have batchers of their own, with the same limits: they
-	// neither take the decisions' slots nor wait behind them.
-	settles := func(send batch.Sender[*settleCall, bool]) *batch.Batcher[*settleCall, bool] {
-		if !on {
-			return nil
-		}
-		return batch.New(send, cfg)
+	if up.log == nil {
+		up.log = slog.Default
 	}
-	// Every other kind of operation (acquisitions, releases, resets,
-	// ...) shares a third batcher per node: its batches are pipelines.
-	opsBatched := func(pipeline func() redis.Pipeliner) *batch.Batcher[*op, []int64] {
-		if !on {
-			return nil
-		}
-		return batch.New(s.sendOps(pipeline), cfg)
-	}
-	// Paths of keys (see PathRule) have batchers of their own: path.lua
-	// decides many paths in one call.
-	pathsBatched := func(grouped bool, pipeline func() redis.Pipeliner) *batch.Batcher[*pathCall, pathAnswer] {
-		if !on {
-			return nil
-		}
-		return batch.New(s.sendPaths(grouped, pipeline), cfg)
-	}
+	s := &redisStore{rdb: rdb, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget), cfg: cfg, up: up}
+	s.whole.brk = brk
+	s.ack = newReplicaAck(cfg.ack, up.log)
 	switch c := rdb.(type) {
 	case *redis.Client:
-		s.whole.paths = pathsBatched(false, c.Pipeline)
 		s.whole.client = c
-		s.whole.batch = batched(s.sendDecisions(&s.whole, false, c.Pipeline))
-		s.whole.settle = settles(s.sendSettles(false, c.Pipeline))
-		s.whole.ops = opsBatched(c.Pipeline)
+		s.equip(&s.whole, false, c.Pipeline)
 	case *redis.ClusterClient:
 		// A batch is one node's: it goes through the Cluster client
 		// (which follows MOVED and ASK) in a pipeline of its own.
@@ -141,24 +157,40 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, budget time.Duration, infli
 		s.reload = func() { c.ReloadState(context.Background()) }
 		s.mkNode = func(m *redis.Client) *node {
 			n := &node{brk: brk.clone(m.Options().Addr), client: m}
-			n.batch = batched(s.sendDecisions(n, true, c.Pipeline))
-			n.settle = settles(s.sendSettles(true, c.Pipeline))
-			n.ops = opsBatched(c.Pipeline)
-			n.paths = pathsBatched(true, c.Pipeline)
+			s.equip(n, true, c.Pipeline)
 			return n
 		}
 	case *redis.Ring:
 		s.nodeOf = func(_ context.Context, rkey string) (*redis.Client, error) { return c.GetShardClientForKey(rkey) }
 		s.mkNode = func(m *redis.Client) *node {
-			n := &node{brk: brk, client: m}
-			n.batch = batched(s.sendDecisions(n, true, c.Pipeline))
-			n.settle = settles(s.sendSettles(true, c.Pipeline))
-			n.ops = opsBatched(c.Pipeline)
-			n.paths = pathsBatched(true, c.Pipeline)
+			n := &node{brk: brk, client: m} // a Ring's shards share one breaker
+			s.equip(n, true, c.Pipeline)
 			return n
 		}
 	}
 	return s
+}
+
+// equip gives node n its batchers, which send through pipeline; with
+// split (a Cluster master or Ring shard) one script call per hash tag.
+// Without batching (WithBatching(0), or a client that ignores deadlines)
+// it gives none: each call is sent alone.
+func (s *redisStore) equip(n *node, split bool, pipeline func() redis.Pipeliner) {
+	if s.cfg.inflight <= 0 || s.detached {
+		return
+	}
+	// Every batch is timed: the road judges a call by its I/O time (see
+	// onNode).
+	cfg := batch.Config{Budget: s.cfg.budget, MaxInflight: s.cfg.inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
+	n.batch = batch.New(s.sendDecisions(n, split, pipeline), cfg)
+	// Settlements have batchers of their own, with the same limits: they
+	// neither take the decisions' slots nor wait behind them. So have
+	// paths of keys (see PathRule): path.lua decides many in one call.
+	// Every other kind of operation (acquisitions, releases, resets,
+	// ...) shares a fourth: its batches are pipelines.
+	n.settle = batch.New(s.sendSettles(split, pipeline), cfg)
+	n.paths = batch.New(s.sendPaths(split, pipeline), cfg)
+	n.ops = batch.New(s.sendOps(pipeline), cfg)
 }
 
 // maxBatch bounds the decisions in one script call or pipeline.
@@ -445,8 +477,8 @@ func (s *redisStore) runOps(ctx context.Context, n *node, ops []*op) []*batch.Me
 }
 
 // sendScriptInt is sendScript for a script whose reply is one integer.
-func (l *Limiter) sendScriptInt(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (int64, error) {
-	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+func (s *redisStore) sendScriptInt(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (int64, error) {
+	cmd, err := s.sendScript(ctx, kind, sc, keys, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -455,8 +487,8 @@ func (l *Limiter) sendScriptInt(ctx context.Context, kind string, sc *redis.Scri
 
 // sendScriptInts is sendScript for a script whose reply is a list of
 // integers (see sendOp).
-func (l *Limiter) sendScriptInts(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]int64, error) {
-	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+func (s *redisStore) sendScriptInts(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]int64, error) {
+	cmd, err := s.sendScript(ctx, kind, sc, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -465,8 +497,8 @@ func (l *Limiter) sendScriptInts(ctx context.Context, kind string, sc *redis.Scr
 
 // sendScriptSlice is sendScript for a script whose reply is a list of
 // values of several types (the overrides' load), which the caller decodes.
-func (l *Limiter) sendScriptSlice(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]any, error) {
-	cmd, err := l.sendScript(ctx, kind, sc, keys, args...)
+func (s *redisStore) sendScriptSlice(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) ([]any, error) {
+	cmd, err := s.sendScript(ctx, kind, sc, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -477,15 +509,15 @@ func (l *Limiter) sendScriptSlice(ctx context.Context, kind string, sc *redis.Sc
 // ctx's deadline as its budget (or the limiter's), through the store's
 // one runner of lone calls, and reports it to the observer; it feeds no
 // breaker (see sendOp). The callers above decode its reply.
-func (l *Limiter) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	nd := l.redis.node(ctx, keys[0])
-	budget := l.timeout
+func (s *redisStore) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	nd := s.node(ctx, keys[0])
+	budget := s.cfg.budget
 	if dl, ok := ctx.Deadline(); ok {
 		budget = max(time.Until(dl), time.Millisecond)
 	}
-	cmd, took, err := l.redis.runScript(ctx, sc, keys, args, budget)
-	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	cmd, took, err := s.runScript(ctx, sc, keys, args, budget)
+	if s.up.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}
 	return cmd, err
 }

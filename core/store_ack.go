@@ -112,18 +112,6 @@ func newReplicaAck(c ackConfig, log func() *slog.Logger) *replicaAck {
 	return &replicaAck{replicas: c.replicas, timeout: c.timeout.Truncate(time.Millisecond), log: log}
 }
 
-// ReplicaAckMisses returns how many decisions, since the limiter was made,
-// Redis made in calls that did not get the acknowledgement [WithReplicaAck]
-// asks for: fewer replicas acknowledged within the timeout, the reply to
-// the wait was lost, or the call was sent without a wait (while replicas
-// fall short, after a Cluster redirect, or on a client the limiter cannot
-// wait on). Each of those decisions stands, and a failover may lose its
-// write. Denials and peeks in such calls are counted too, though they
-// wrote nothing (without a penalty lock). It returns 0 without
-// WithReplicaAck, and for a limiter made by [NewMemory]. It is safe for
-// concurrent use.
-func (l *Limiter) ReplicaAckMisses() int64 { return l.store.ackMisses() }
-
 func (s *redisStore) ackMisses() int64 {
 	if s.ack == nil {
 		return 0

@@ -10,11 +10,12 @@ import (
 )
 
 // This file is what the engine asks of the Redis store (see store): each
-// question is routed to the node that owns its key and sent on the road
-// (see Limiter.onNode), and its outcome is turned into the store's answer,
-// or a *noAnswer. What an answer entails on
-// Redis (the fallback's copy of a busy key kept warm, idle nodes retired,
-// the implicit fleet's heartbeat) is done here, before the engine sees it.
+// question is named and routed to the node that owns its key, sent on the
+// road (see redisStore.onNode), and its outcome turned into the store's
+// answer, or a *noAnswer. What an answer entails on Redis alone (nodes
+// retired after a failover) is done here; what it entails for the engine
+// (the fallback kept warm, the deny cache, the fleet's heartbeat) is the
+// engine's, once it has the answer.
 
 // unrouted returns the store's error for a call on nd that the road
 // routed (routed) and that ended with err, which is not nil unless routed
@@ -27,7 +28,7 @@ func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed b
 	}
 	if degrades {
 		nd.brk.degraded.Add(1)
-		s.l.stillDown(nd.brk, now)
+		s.stillDown(nd.brk, now)
 	}
 	if !routed {
 		err = nil
@@ -46,73 +47,53 @@ func (s *redisStore) peek(ctx context.Context, key string, p *plan, now int64) (
 // ask sends c, a decision of kind OpDecide or OpPeek, to the node of its
 // key.
 func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *noAnswer) {
-	l, p := s.l, c.plan
-	c.rkey = l.rkey(p.fp, c.key)
+	c.rkey = s.rkey(c.plan.fp, c.key)
 	c.keys[0] = c.rkey
 	nd := s.node(ctx, c.rkey)
-	d, routed, err := l.decideOn(ctx, nd, c.now, kind, &c)
+	d, routed, err := s.decideOn(ctx, nd, c.now, kind, &c)
 	if !routed || err != nil {
 		return decision{}, s.unrouted(ctx, nd, c.now, routed, err, kind == OpDecide)
 	}
-	if kind != OpDecide {
-		return d, nil
-	}
-	l.maybeSweep(ctx, c.now)
-	if l.fleet != nil && l.fleet.implicit {
-		l.fleet.maybeBeat(l.bg.run)
-	}
-	if d.allowed {
-		// Keep the fallback warm for keys that have used half a burst
-		// or more; one less used starts the fallback from a full
-		// bucket, which it nearly is, and costs no memory.
-		l.local.charge(p.id, c.key, c.now, l.share(p).ticks, c.cost, 2*d.remaining < int64(p.limits[d.index].Burst))
-	}
+	s.maybeSweep(ctx, c.now)
 	return d, nil
 }
 
 func (s *redisStore) decidePath(ctx context.Context, q *pathAsk) (decision, int, error) {
-	l, pd := s.l, q.pd
+	pd := q.pd
 	pd.rkeys = make([]string, len(q.plans))
 	root := pd.keys[0]
 	args := make([]any, 1, 1+len(q.plans)*12)
 	args[0] = strconv.Itoa(len(q.plans))
 	for i, p := range q.plans {
-		pd.rkeys[i] = redisKeyFrom(l.prefix, p.fp, root, pd.keys[i], l.slotKey)
+		pd.rkeys[i] = redisKeyFrom(s.cfg.prefix, p.fp, root, pd.keys[i], s.cfg.slotKey)
 		c := call{plan: p, cost: q.cost, penalty: q.penalty, now: q.now}
 		args = c.appendGroup(args)
 	}
 	pc := &pathCall{rkeys: pd.rkeys, args: args, plans: q.plans}
 	nd := s.node(ctx, pd.rkeys[0])
 	var ans pathAnswer
-	routed, err := l.onNode(ctx, nd, q.now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, q.now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		ans, took, err = s.submitPath(ctx, nd, pc, l.timeout)
+		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.budget)
 		return took, err
 	})
 	if !routed || err != nil {
 		return decision{}, 0, s.unrouted(ctx, nd, q.now, routed, err, true)
 	}
-	d, lv := ans.d, ans.lv
 	if ans.foreign > 0 {
-		l.foreignLevel(nd, pd.rkeys[ans.foreign-1], q.r.names[ans.foreign-1])
+		s.foreignLevel(nd, pd.rkeys[ans.foreign-1], q.names[ans.foreign-1])
 	}
-	l.maybeSweep(ctx, q.now)
-	if d.allowed {
-		for i, p := range q.plans {
-			l.local.charge(p.id, pd.keys[i], q.now, l.share(p).ticks, q.cost, 2*d.remaining < int64(q.plans[lv].limits[d.index].Burst))
-		}
-	}
-	return d, lv, nil
+	s.maybeSweep(ctx, q.now)
+	return ans.d, ans.lv, nil
 }
 
 func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
-	l := s.l
-	rkey := l.rkey(p.fp, key)
+	rkey := s.rkey(p.fp, key)
 	nd := s.node(ctx, rkey)
-	now := l.now()
-	routed, err := l.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
-		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, l.timeout)
+	now := s.cfg.now()
+	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
+		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, s.cfg.budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -123,64 +104,70 @@ func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
 
 // reserved names rv's markers in Redis, where its settlement goes.
 func (s *redisStore) reserved(rv *Reservation) {
-	rv.via, rv.held, rv.id = settleStore, rv.n, newReservationID()
+	rv.via, rv.held, rv.id = settleStore, rv.n, newID()
 }
 
 func (s *redisStore) inProcess() bool { return false }
 
-// acquire takes a slot of key in Redis, under a lease the keeper renews.
-func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (*Lease, error) {
-	l := s.l
-	rkey := l.rkey(c.fp, key)
-	now := l.now()
+// acquire takes a slot of key in Redis. A slot Redis may hold though
+// nobody heard it was given (the answer was lost to a timeout, or the
+// caller gave up after the script was sent) comes back as lost, for the
+// engine's lease keeper to give back.
+func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (ls *Lease, lost *orphan, _ error) {
+	rkey := s.rkey(c.fp, key)
+	now := s.cfg.now()
 	nd := s.node(ctx, rkey)
-	id := newLeaseID()
+	id := newID()
 	var vals []int64
-	seen := l.keeper().server(nd)
-	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1)}
+	seen := s.seen.server(nd)
+	ekey := epochKey(rkey, s.cfg.prefix)
+	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
 	if s.reload != nil { // a Cluster (see acquire.lua)
 		args[6] = seen.myid
 	}
 	if seen.run == 0 { // first contact: the script compares histories
-		args = l.keeper().histories(nd, args)
+		args = s.seen.histories(nd, args)
 	}
-	o := op{script: acquireScript, keys: []string{rkey}, args: args}
+	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: args}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, l.timeout)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
 		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
 		if err == nil {
-			l.foreignLease(rkey, vals[2])
-			l.keeper().saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
+			s.foreignLease(rkey, vals[2])
+			if vals[3] == -1 { // blind: the tag's epoch (see acquire.lua)
+				s.seen.sawEpoch(ekey, vals[4])
+			} else {
+				s.seen.saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
+			}
 		}
 		return took, err
 	}
-	routed, err := l.onNode(ctx, nd, now, OpAcquire, rkey, send)
+	routed, err := s.onNode(ctx, nd, now, OpAcquire, rkey, send)
 	if routed && err != nil && ErrorReason(err) == ReasonTimeout && callerGone(ctx) == nil {
 		// The answer was lost to a stall of Redis, and Redis may have
 		// given the slot: ask once more with the same id, which takes no
 		// second slot, rather than let the fallback add one beside it.
 		// (onNode itself asks again after a pause of this process.)
-		routed, err = l.onNode(ctx, nd, l.now(), OpAcquire, rkey, send)
+		routed, err = s.onNode(ctx, nd, s.cfg.now(), OpAcquire, rkey, send)
 	}
 	if routed && err != nil && (ErrorReason(err) == ReasonTimeout || callerGone(ctx) != nil) {
 		// Redis may hold the slot though nobody heard it was given:
 		// the keeper gives it back, or it would keep one of Max for a
 		// whole lease after a blip.
-		l.keeper().orphan(c, rkey, id)
+		lost = &orphan{c: c, rkey: rkey, id: id, until: time.Now().Add(c.lease)}
 	}
 	if !routed || err != nil {
-		return nil, s.unrouted(ctx, nd, now, routed, err, true)
+		return nil, lost, s.unrouted(ctx, nd, now, routed, err, true)
 	}
-	ls := &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
+	ls = &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
 	if ls.Acquired {
 		ls.rkey, ls.id = rkey, id
-		l.keeper().add(ls, time.Now().Add(c.lease))
 	}
-	return ls, nil
+	return ls, nil, nil
 }
 
 // settle applies final to rv, a reservation Redis admitted, by one call
@@ -190,26 +177,26 @@ func (s *redisStore) settle(ctx context.Context, rv *Reservation, final int64, m
 	if rv.path != nil {
 		return s.settlePath(ctx, rv, final, marker)
 	}
-	l, p := s.l, rv.p
+	p := rv.p
 	delta := final - rv.n
-	rkey := l.rkey(p.fp, rv.key)
-	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
+	rkey := s.rkey(p.fp, rv.key)
+	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
 	nd := s.node(ctx, rkey)
 	var applied bool
-	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, s.cfg.now(), OpSettle, rkey, func() (time.Duration, error) {
 		start := time.Now()
 		var err error
 		switch {
 		case s.detached:
-			applied, err = runApart(ctx, l.timeout, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
+			applied, err = runApart(ctx, s.cfg.budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
 		case nd.settle != nil:
 			var took time.Duration
 			applied, took, err = nd.settle.Do(ctx, sc)
 			return took, err
 		default:
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if l.timeout > 0 {
-				rctx, cancel = context.WithTimeout(ctx, l.timeout)
+			if s.cfg.budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
 			}
 			applied, err = settleOne(rctx, s.rdb, sc)
 			cancel()
@@ -217,7 +204,7 @@ func (s *redisStore) settle(ctx context.Context, rv *Reservation, final int64, m
 		return time.Since(start), err
 	})
 	if !routed || err != nil {
-		return false, s.unrouted(ctx, nd, l.now(), routed, err, false)
+		return false, s.unrouted(ctx, nd, s.cfg.now(), routed, err, false)
 	}
 	return applied, nil
 }
@@ -225,22 +212,22 @@ func (s *redisStore) settle(ctx context.Context, rv *Reservation, final int64, m
 // settlePath is settle for a path's reservation: every level's bucket in
 // one call, each with its own marker.
 func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int64, marker time.Duration) (bool, error) {
-	l, ps := s.l, rv.path
+	ps := rv.path
 	delta := final - rv.n
 	members := make([]*batch.Member[*settleCall, bool], len(ps.plans))
 	for i, p := range ps.plans {
 		rkey := ps.rkeys[i]
-		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, l.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}}
+		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}}
 	}
 	nd := s.node(ctx, ps.rkeys[0])
 	var vals []int64
-	routed, err := l.onNode(ctx, nd, l.now(), OpSettle, ps.rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, s.cfg.now(), OpSettle, ps.rkeys[0], func() (time.Duration, error) {
 		if len(members) == 1 {
 			// settle.lua's lone form replies with one integer.
 			start := time.Now()
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if l.timeout > 0 {
-				rctx, cancel = context.WithTimeout(ctx, l.timeout)
+			if s.cfg.budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
 			}
 			defer cancel()
 			applied, err := settleOne(rctx, s.rdb, members[0].Req)
@@ -253,11 +240,11 @@ func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int6
 		keys, args := settleArgs(members)
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, l.timeout)
+		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, s.cfg.budget)
 		return took, err
 	})
 	if !routed || err != nil {
-		return false, s.unrouted(ctx, nd, l.now(), routed, err, false)
+		return false, s.unrouted(ctx, nd, s.cfg.now(), routed, err, false)
 	}
 	applied := false
 	for _, v := range vals {
@@ -275,28 +262,198 @@ func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int6
 // release gives ls's slot back in Redis. It returns ErrLeaseLost when the
 // slot had expired there before.
 func (s *redisStore) release(ctx context.Context, ls *Lease) error {
-	l, c := s.l, ls.c
-	l.keeper().remove(ls)
+	c := ls.c
 	nd := s.node(ctx, ls.rkey)
 	var vals []int64
-	routed, cerr := l.onNode(ctx, nd, l.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
+	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
 		o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{c.lease.Milliseconds(), ls.id}}
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, l.timeout)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
 		if err == nil && len(vals) != 2 {
 			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
 		}
 		if err == nil {
-			l.foreignLease(ls.rkey, vals[1])
+			s.foreignLease(ls.rkey, vals[1])
 		}
 		return took, err
 	})
 	switch {
 	case !routed || cerr != nil:
-		return s.unrouted(ctx, nd, l.now(), routed, cerr, false)
+		return s.unrouted(ctx, nd, s.cfg.now(), routed, cerr, false)
 	case vals[0] == 0:
 		return ErrLeaseLost
+	}
+	return nil
+}
+
+// renewal is one call of the lease keeper's round (see renew): a slot's
+// renewal, or with give, the give back of a slot nobody heard was given.
+// The store sets its outcome: the reply, or the error, and whether it was
+// sent at all.
+type renewal struct {
+	rkey, id string
+	max      int           // the cap's Max
+	lease    time.Duration // the cap's lease
+	give     bool          // give the slot back (release.lua), not renew it
+	vals     []int64       // the reply: renew.lua's or release.lua's
+	err      error
+	sent     bool
+}
+
+// renew sends a round of the lease keeper's calls: one pipeline per node,
+// on the road even while the node's breaker is open (see aside), so that
+// a restarted node hears from its holders within its grace period. A
+// node's failure is charged once for its round.
+func (s *redisStore) renew(ctx context.Context, round []*renewal) {
+	byNode := map[*node][]*renewal{}
+	var order []*node
+	for _, r := range round {
+		nd := s.node(ctx, r.rkey)
+		if _, ok := byNode[nd]; !ok {
+			order = append(order, nd)
+		}
+		byNode[nd] = append(byNode[nd], r)
+	}
+	for _, nd := range order {
+		rs := byNode[nd]
+		ops := make([]*op, len(rs))
+		for i, r := range rs {
+			if r.give {
+				ops[i] = &op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
+			} else {
+				ops[i] = &op{script: renewScript, keys: []string{r.rkey, epochKey(r.rkey, s.cfg.prefix)}, args: []any{r.max, r.lease.Milliseconds(), r.id, newID()}}
+			}
+		}
+		_, _ = s.onNode(ctx, nd, s.cfg.now(), OpRenew, rs[0].rkey, func() (time.Duration, error) {
+			start := time.Now()
+			replies := s.runOps(ctx, nd, ops)
+			var err error
+			for i, m := range replies {
+				rs[i].vals, rs[i].err, rs[i].sent = m.Res, m.Err, true
+				if m.Err != nil && !keyFault(m.Err) && err == nil {
+					err = m.Err // the node's failure, charged once
+				}
+			}
+			return time.Since(start), err
+		})
+		for _, r := range rs {
+			if r.err == nil && len(r.vals) == 2 {
+				s.foreignLease(r.rkey, r.vals[1])
+			}
+		}
+	}
+}
+
+// foreignLease logs, once per store, that the lease set rkey held a value
+// of another type, which the script deleted (flag 1).
+func (s *redisStore) foreignLease(rkey string, flag int64) {
+	if flag != 1 || !s.seen.foreignLogged.CompareAndSwap(false, true) {
+		return
+	}
+	s.up.log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
+		"key", rkey)
+}
+
+// leaseCall is a token lease asked of the store (see hotlease.go): a take
+// (with the request of cost that asked, 0 for none), or with back a give
+// back of carry tokens.
+type leaseCall struct {
+	plan    *plan
+	key     string
+	id      string // the lease's id in the key's holds
+	back    bool
+	cost    int64
+	want    int64
+	carry   int64 // tokens in hand carried into the take; negative: given back first
+	penalty int64 // microseconds
+	now     int64
+}
+
+// leaseAnswer is a token lease call's answer: the request's decision, the
+// tokens granted, the lease's life and the tokens given back.
+type leaseAnswer struct {
+	d                      decision
+	granted, life, refunds int64
+}
+
+// lease sends lc on the road as one call of lease.lua (kind OpLease, or
+// OpLeaseReturn for a give back) to the node of its key. A take that
+// carries a request counts as decided without the store when it is not
+// answered, as a decision does.
+func (s *redisStore) lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer) {
+	p := lc.plan
+	rkey := s.rkey(p.fp, lc.key)
+	mode, kind := "1", OpLease
+	if lc.back {
+		mode, kind = "2", OpLeaseReturn
+	}
+	args := make([]any, 0, 8+len(p.args))
+	args = append(args, mode, lc.id, strconv.FormatInt(lc.cost, 10), strconv.FormatInt(lc.want, 10), strconv.FormatInt(lc.carry, 10),
+		strconv.FormatInt(p.lease.life, 10), strconv.FormatInt(p.lease.bound, 10), strconv.FormatInt(max(0, lc.penalty), 10))
+	args = append(args, p.args...)
+	o := &op{script: leaseScript, keys: []string{rkey, holdsKey(rkey, s.cfg.prefix, p.fp)}, args: args}
+	nd := s.node(ctx, rkey)
+	var vals []int64
+	routed, err := s.onNode(ctx, nd, lc.now, kind, rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = s.runOp(ctx, nd, o, s.cfg.budget)
+		return took, err
+	})
+	var a leaseAnswer
+	if routed && err == nil {
+		if !lc.back {
+			a, err = parseLease(vals, p)
+		} else if len(vals) != 1 || vals[0] < 0 || vals[0] > lc.carry {
+			err = fmt.Errorf("%w %v to a give back of %d tokens", errBadReply, vals, lc.carry)
+		} else {
+			a.refunds = vals[0]
+		}
+		if err == nil {
+			return a, nil
+		}
+	}
+	return leaseAnswer{}, s.unrouted(ctx, nd, lc.now, routed, err, !lc.back && lc.cost > 0)
+}
+
+// parseLease decodes a take's reply: the request's decision, the tokens
+// granted, the lease's life and the tokens given back first.
+func parseLease(vals []int64, p *plan) (leaseAnswer, error) {
+	var a leaseAnswer
+	if len(vals) != replyWidth+3 {
+		return a, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), replyWidth+3)
+	}
+	d, err := parseReply(vals[:replyWidth], p)
+	if err != nil {
+		return a, err
+	}
+	a.d, a.granted, a.life, a.refunds = d, vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
+	if a.granted < 0 || a.life < 0 || a.life > maxLeaseLife || a.refunds < 0 {
+		return leaseAnswer{}, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, a.granted, a.life)
+	}
+	return a, nil
+}
+
+// heartbeat announces member id in fleet (see WithFleet), drops members
+// silent for ttl, and returns how many remain. No failure policy governs
+// it (see sendOp).
+func (s *redisStore) heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error) {
+	v, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{s.fleetKey(fleet)}, args: []any{id, ttl.Milliseconds()}})
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 {
+		return 0, fmt.Errorf("%w %v from the fleet script", errBadReply, v)
+	}
+	return v[0], nil
+}
+
+// leaveFleet removes member id from fleet at once.
+func (s *redisStore) leaveFleet(ctx context.Context, fleet, id string) error {
+	_, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{s.fleetKey(fleet)}, args: []any{id}})
+	if err != nil {
+		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(fleet), err)
 	}
 	return nil
 }

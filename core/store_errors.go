@@ -21,6 +21,9 @@ func ErrorReason(err error) string {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
+		if deniedByACL(msg) {
+			return ReasonNoPerm
+		}
 		for _, r := range redisReasons {
 			if strings.HasPrefix(msg, r.prefix) {
 				return r.reason
@@ -43,6 +46,16 @@ func ErrorReason(err error) string {
 		return ReasonConnection
 	}
 	return ReasonOther
+}
+
+// deniedByACL reports whether msg, a Redis error reply, says the user may
+// not run a command: NOPERM as a command's own reply, and, raised inside a
+// script, the wordings Redis 7 ("The user executing the script can't run
+// this command"), Valkey and Redis 8 ("NOPERM ... no permissions") give.
+// A script's refusal would otherwise read as a fault of the script.
+func deniedByACL(msg string) bool {
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "no permissions to run") ||
+		strings.Contains(msg, "can't run this command")
 }
 
 // redisReasons maps the prefixes of Redis error replies to reasons.

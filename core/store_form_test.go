@@ -77,7 +77,7 @@ func testScriptCallOnTheWire(t *testing.T, batching int) {
 	defer lim.Close()
 	limit := Limit{Rate: 3, Period: 60e9, Burst: 3}
 	p := mustPlan(t, limit)
-	rkey := redisKey(lim.prefix, p.fp, "k")
+	rkey := redisKey(redisOf(lim).cfg.prefix, p.fp, "k")
 
 	for i, tc := range []struct {
 		flush bool     // SCRIPT FLUSH first

@@ -10,38 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Ready reports whether the store can decide, for a Kubernetes readiness
-// or start-up probe: nil when every node answered, let the limiter run
-// scripts and keeps an eviction policy that cannot evict what the limiter
-// must keep. Otherwise it returns an error wrapping [ErrUnavailable] that
-// says the cause in words: nothing listens at the address (refused), no
-// answer before ctx's deadline (timeout), authentication failed, the
-// Redis user may not run scripts, or the eviction policy can lose limits.
-//
-// Ready also warms each node: it opens as many connections as the
-// limiter keeps calls in flight to a node (see [WithBatching]) and loads
-// the limiter's scripts, so that the first decisions after it pay neither
-// connection handshakes nor EVAL's second round trip inside their budget. It asks every node (every
-// master of a Cluster, every shard of a Ring); it is bounded by ctx alone,
-// not by the limiter's budget, and sends its calls whatever the breakers
-// say. For a limiter made by [NewMemory] it returns nil.
-//
-// Ready is safe for concurrent use; probes may call it as often as they
-// like (it costs a few round trips per node).
-func (l *Limiter) Ready(ctx context.Context) error { return l.store.ready(ctx) }
-
 // ready is Limiter.Ready on Redis.
 func (s *redisStore) ready(ctx context.Context) error {
-	l := s.l
 	clients, err := s.nodeClients(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, readyCause(err), err)
 	}
-	warm := l.connsWanted()
+	warm := s.connsWanted()
 	var wg sync.WaitGroup
 	errs := make([]error, len(clients))
 	for i, c := range clients {
-		wg.Go(func() { errs[i] = l.readyNode(ctx, c, warm) })
+		wg.Go(func() { errs[i] = s.readyNode(ctx, c, warm) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -50,9 +29,9 @@ func (s *redisStore) ready(ctx context.Context) error {
 // readyNode checks one node: warm connections, a script, the eviction
 // policy. c is nil for a client whose nodes the limiter cannot see (any
 // other redis.Scripter): then only the script is checked.
-func (l *Limiter) readyNode(ctx context.Context, c *redis.Client, warm int) error {
-	name := l.brk.node
-	var rdb redis.Scripter = l.redis.rdb
+func (s *redisStore) readyNode(ctx context.Context, c *redis.Client, warm int) error {
+	name := s.whole.brk.node
+	var rdb redis.Scripter = s.rdb
 	if c != nil {
 		name, rdb = c.Options().Addr, c
 		if err := warmPool(ctx, c, warm); err != nil {

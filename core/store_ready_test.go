@@ -113,6 +113,30 @@ func TestReadyWarmsThePool(t *testing.T) {
 	}
 }
 
+// TestReadyWarmsAnUnbatchedPool: with batching off every caller in flight
+// holds a connection of its own, so Ready warms the whole pool, not the
+// few connections batches would use: 16 callers, Redis 30 ms away, none
+// of their decisions degraded after Ready (before: 69-70% failed, with 6
+// connections warm for 16 callers).
+func TestReadyWarmsAnUnbatchedPool(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	proxy.SetDelay(30 * time.Millisecond)
+	lim, err := New(outageClient(t, proxy.Addr()), WithPrefix(uniquePrefix()), WithLogger(quietLogger()), WithBatching(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lim.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := degradedAmong(t, lim, 16, 5); d != 0 {
+		t.Errorf("%d of 80 decisions from 16 callers degraded after Ready with batching off, want none", d)
+	}
+}
+
 // TestOutageLogSaysRefused: with go-redis's default dialer, which retries
 // a refused dial, the calls to a port nobody listens on end by the budget;
 // the outage's log line still says the connection was refused.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/storeops"
 )
 
 // store keeps the buckets and caps the engine decides on: a redisStore,
@@ -35,8 +38,24 @@ type store interface {
 	decidePath(ctx context.Context, q *pathAsk) (decision, int, error)
 	// reset deletes key's state under p.
 	reset(ctx context.Context, p *plan, key string) error
-	// acquire takes a slot of key under c's cap, or reports it full.
-	acquire(ctx context.Context, c *Concurrency, key string) (*Lease, error)
+	// acquire takes a slot of key under c's cap, or reports it full. A
+	// slot the store may hold though nobody heard it was given comes
+	// back as lost, for the lease keeper to give back.
+	acquire(ctx context.Context, c *Concurrency, key string) (ls *Lease, lost *orphan, err error)
+	// renew sends a round of the lease keeper's renewals and give backs,
+	// setting each one's outcome.
+	renew(ctx context.Context, round []*renewal)
+	// lease takes or gives back a token lease (see hotlease.go).
+	lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer)
+	// heartbeat announces member id of fleet and returns how many members
+	// are live (see WithFleet); leaveFleet removes it.
+	heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
+	leaveFleet(ctx context.Context, fleet, id string) error
+	// lend returns what the store lends package overrides (see
+	// store_lend.go); budget is the limiter's.
+	lend(log func() *slog.Logger, budget time.Duration) storeops.Store
+	// close stops the store's background tasks and waits for them.
+	close()
 	// release gives back ls, a slot this store gave; ErrLeaseLost if it
 	// had expired.
 	release(ctx context.Context, ls *Lease) error
@@ -141,11 +160,33 @@ func (m memStore) reset(_ context.Context, p *plan, key string) error {
 
 // acquire takes a slot in the local store's counts, as the fallback
 // does, under the cap in full.
-func (m memStore) acquire(_ context.Context, c *Concurrency, key string) (*Lease, error) {
+func (m memStore) acquire(_ context.Context, c *Concurrency, key string) (*Lease, *orphan, error) {
 	ls := c.acquireLocal(key, c.limit.Max, false)
 	ls.local = false // the store's slot: released by the store
-	return ls, nil
+	return ls, nil, nil
 }
+
+// errInMemory answers the calls that exist for Redis alone, which the
+// engine never makes of a NewMemory limiter.
+var errInMemory = errors.New("core: not a Redis-backed limiter")
+
+func (memStore) renew(context.Context, []*renewal) {}
+
+func (memStore) lease(context.Context, *leaseCall) (leaseAnswer, *noAnswer) {
+	return leaseAnswer{}, &noAnswer{node: "memory", cause: errInMemory}
+}
+
+func (memStore) heartbeat(context.Context, string, string, time.Duration) (int64, error) {
+	return 0, errInMemory
+}
+
+func (memStore) leaveFleet(context.Context, string, string) error { return errInMemory }
+
+func (memStore) lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
+	return lent{log: log, budget: budget}
+}
+
+func (memStore) close() {}
 
 func (m memStore) release(_ context.Context, ls *Lease) error {
 	m.local.slots().give(makeLocalKey(ls.c.id, ls.key))
@@ -176,3 +217,47 @@ func (m memStore) settle(_ context.Context, rv *Reservation, final int64, _ time
 func (memStore) inProcess() bool             { return true }
 func (memStore) ready(context.Context) error { return nil }
 func (memStore) ackMisses() int64            { return 0 }
+
+// Ready reports whether the store can decide, for a Kubernetes readiness
+// or start-up probe: nil when every node answered, let the limiter run
+// scripts and keeps an eviction policy that cannot evict what the limiter
+// must keep. Otherwise it returns an error wrapping [ErrUnavailable] that
+// says the cause in words: nothing listens at the address (refused), no
+// answer before ctx's deadline (timeout), authentication failed, the
+// Redis user may not run scripts, or the eviction policy can lose limits.
+//
+// Ready also warms each node: it opens as many connections as the
+// limiter keeps calls in flight to a node (see [WithBatching]) and loads
+// the limiter's scripts, so that the first decisions after it pay neither
+// connection handshakes nor EVAL's second round trip inside their budget. It asks every node (every
+// master of a Cluster, every shard of a Ring); it is bounded by ctx alone,
+// not by the limiter's budget, and sends its calls whatever the breakers
+// say. For a limiter made by [NewMemory] it returns nil.
+//
+// Ready is safe for concurrent use; probes may call it as often as they
+// like (it costs a few round trips per node).
+func (l *Limiter) Ready(ctx context.Context) error { return l.store.ready(ctx) }
+
+// ReplicaAckMisses returns how many decisions, since the limiter was made,
+// Redis made in calls that did not get the acknowledgement [WithReplicaAck]
+// asks for: fewer replicas acknowledged within the timeout, the reply to
+// the wait was lost, or the call was sent without a wait (while replicas
+// fall short, after a Cluster redirect, or on a client the limiter cannot
+// wait on). Each of those decisions stands, and a failover may lose its
+// write. Denials and peeks in such calls are counted too, though they
+// wrote nothing (without a penalty lock). It returns 0 without
+// WithReplicaAck, and for a limiter made by [NewMemory]. It is safe for
+// concurrent use.
+func (l *Limiter) ReplicaAckMisses() int64 { return l.store.ackMisses() }
+
+// The limiter lends package overrides its store's road to Redis through
+// internal/storeops: the set's scripts stay with the store's others, and
+// are sent as operations of kind OpOverrides.
+func init() {
+	storeops.Of = func(lim any) storeops.Store {
+		if l, ok := lim.(*Limiter); ok && l != nil {
+			return l.store.lend(l.log, l.timeout)
+		}
+		return nil
+	}
+}

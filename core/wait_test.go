@@ -81,7 +81,7 @@ func TestWaitReported(t *testing.T) {
 			case "fallback":
 				rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 				t.Cleanup(func() { _ = rdb.Close() })
-				lim, err = New(rdb, WithObserver(log), WithLogger(slog.New(slog.DiscardHandler)))
+				lim, err = New(rdb, WithObserver(log), WithLogger(slog.New(slog.DiscardHandler)), WithFallbackReplicas(1))
 				if lim != nil {
 					lim.now = func() int64 { return now.UnixMicro() }
 				}

@@ -3,8 +3,10 @@
 // every metric the docs, the Grafana dashboards and the Prometheus rule
 // files name is one that sluiceprom exports (or, for the -otel files,
 // that sluiceotel exports through the OpenTelemetry Prometheus exporter),
-// with labels and label values it really uses, and every OpenTelemetry
-// instrument and attribute the docs name is one that sluiceotel records.
+// with labels and label values it really uses, every OpenTelemetry
+// instrument and attribute the docs name is one that sluiceotel records,
+// and the defaults the docs state (breaker, budget, fallback sizing, dial
+// advice, the middleware options) are the code's (defaults_test.go).
 package docs
 
 import (

@@ -273,10 +273,11 @@ func TestBuild(t *testing.T) {
 }
 
 func TestDefaultScope(t *testing.T) {
-	lim := adaptertest.Memory(t)
-	e := echo.New()
-	okay := func(*echo.Context) error { return nil }
-	e.GET("/a", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
-	e.GET("/b", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
-	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(e))
+	adaptertest.CheckDefaultScope(t, func(lim *core.Limiter) adaptertest.Serve {
+		e := echo.New()
+		okay := func(*echo.Context) error { return nil }
+		e.GET("/a", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
+		e.GET("/b", okay, New(lim, core.PerMinute(1), keyfunc.Static("all")))
+		return adaptertest.ServeHTTP(e)
+	})
 }

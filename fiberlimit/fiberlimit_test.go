@@ -297,17 +297,18 @@ func TestBuild(t *testing.T) {
 }
 
 func TestDefaultScope(t *testing.T) {
-	lim := adaptertest.Memory(t)
-	f := fiber.New(fiber.Config{DisableStartupMessage: true})
-	okay := func(*fiber.Ctx) error { return nil }
-	f.Get("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
-	f.Get("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
-	adaptertest.CheckDefaultScope(t, func(r adaptertest.Request) adaptertest.Response {
-		resp, err := f.Test(httptest.NewRequest("GET", r.Path, nil), -1)
-		if err != nil {
-			t.Fatal(err)
+	adaptertest.CheckDefaultScope(t, func(lim *core.Limiter) adaptertest.Serve {
+		f := fiber.New(fiber.Config{DisableStartupMessage: true})
+		okay := func(*fiber.Ctx) error { return nil }
+		f.Get("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
+		f.Get("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), okay)
+		return func(r adaptertest.Request) adaptertest.Response {
+			resp, err := f.Test(httptest.NewRequest("GET", r.Path, nil), -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			return adaptertest.Response{Status: resp.StatusCode, Header: resp.Header}
 		}
-		defer resp.Body.Close()
-		return adaptertest.Response{Status: resp.StatusCode, Header: resp.Header}
 	})
 }

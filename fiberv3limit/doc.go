@@ -65,14 +65,18 @@
 //
 // # Routes and buckets
 //
-// A middleware counts each route in buckets of its own, named by the
-// route's path (fiber.Ctx.FullPath, HEAD counted as GET, as fiber serves it
-// with the GET route) and the limits, never by where the middleware was
-// made (see package policy). A middleware added with App.Use or Group
-// runs before fiber knows the request's route (see Route keys below): all
-// its requests count in one scope, one budget per key across what it
-// guards, as [WithScope] would say. Attach a middleware to the routes
-// themselves to count per route.
+// A middleware is one budget per key across every route it guards: one
+// added with App.Use or Group allows its limit per key across what it
+// guards, and one attached to a route counts for that route. Buckets are
+// named by the limits, never by where the middleware was made (see
+// package policy). [WithPerRoute] counts each route apart, by its path
+// (fiber.Ctx.FullPath, HEAD counted as GET), but only on a middleware attached to
+// the routes: one added with App.Use or Group runs before fiber knows the
+// request's route (see Route keys below), so per route it counts every
+// request in one scope, route:unmatched, and warns once. Two middlewares
+// with the same limits and no scope share their budget; the first time
+// both have seen requests on different routes, one warning names both and
+// the fix ([WithScope] for each).
 //
 // # Route keys
 //

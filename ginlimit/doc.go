@@ -49,14 +49,18 @@
 //
 // # Routes and buckets
 //
-// A middleware counts each route in buckets of its own, named by the
-// route's pattern (gin.Context.FullPath, HEAD counted as GET) and the
-// limits, never by where the middleware was made (see package policy):
-// so r.Use(ginlimit.New(...)) gives every route, and requests that match
-// no route together, their own budget per key. For one budget per key
-// across the engine or a group, name a scope:
-//
-//	r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.IP(), ginlimit.WithScope("api")))
+// A middleware is one budget per key across every route it guards:
+// r.Use(ginlimit.New(lim, core.PerMinute(600), key)) allows 600 a minute
+// per key across the engine (or a group, with g.Use), and a middleware in
+// one route's handler list counts for that route. gin does not tell a
+// middleware which mounted it, so the choice is one option,
+// [WithPerRoute]: WithPerRoute(true) counts each route apart, by its
+// pattern (gin.Context.FullPath, HEAD counted as GET; requests that match
+// no route together). Buckets are named by the limits and that choice,
+// never by where the middleware was made (see package policy). Two
+// middlewares with the same limits and no scope share their budget; the
+// first time both have seen requests on different routes, one warning
+// names both and the fix ([WithScope] for each, or WithPerRoute(true)).
 //
 // # Route keys
 //

@@ -22,7 +22,11 @@ func Example() {
 		panic(err)
 	}
 	r := gin.New()
-	// Two requests per minute for each client address.
+	// Two requests per minute for each client address, across every route
+	// of r: a middleware is one budget per key across the routes it guards.
+	// gin does not tell a middleware whether r.Use or a route mounted it,
+	// so to give each route a budget of its own, say so:
+	// ginlimit.WithPerRoute(true).
 	r.Use(ginlimit.New(lim, core.PerMinute(2), keyfunc.IP()))
 	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello") })
 
@@ -39,19 +43,44 @@ func Example() {
 	// 429 0 Too Many Requests
 }
 
-// A middleware registered with r.Use counts each route apart; WithScope
-// makes it one budget across the routes.
+// A middleware registered with r.Use is one budget per key across the
+// routes; WithPerRoute(true) counts each route apart.
+func ExampleWithPerRoute() {
+	lim, err := core.NewMemory()
+	if err != nil {
+		panic(err)
+	}
+	r := gin.New()
+	// One request per minute per client address on each route.
+	r.Use(ginlimit.New(lim, core.PerMinute(1), keyfunc.IP(), ginlimit.WithPerRoute(true)))
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	r.GET("/orders", ok)
+	r.GET("/invoices", ok)
+
+	for _, path := range []string{"/orders", "/invoices", "/orders"} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.RemoteAddr = "203.0.113.7:51234"
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		fmt.Println(path, rec.Code)
+	}
+	// Output:
+	// /orders 200
+	// /invoices 200
+	// /orders 429
+}
+
+// Two middlewares with the same limits and no scope are one budget; a
+// scope each keeps them apart.
 func ExampleWithScope() {
 	lim, err := core.NewMemory()
 	if err != nil {
 		panic(err)
 	}
 	r := gin.New()
-	// Two requests per minute per client address, across every route.
-	r.Use(ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithScope("api")))
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.GET("/orders", ok)
-	r.GET("/invoices", ok)
+	r.GET("/orders", ginlimit.New(lim, core.PerMinute(1), keyfunc.IP(), ginlimit.WithScope("orders")), ok)
+	r.GET("/invoices", ginlimit.New(lim, core.PerMinute(1), keyfunc.IP(), ginlimit.WithScope("invoices")), ok)
 
 	for _, path := range []string{"/orders", "/invoices", "/orders"} {
 		req := httptest.NewRequest("GET", path, nil)
@@ -76,8 +105,8 @@ func ExampleWithPenalty() {
 	}
 	r := gin.New()
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.POST("/login", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithPenalty(15*time.Minute)), ok)
-	r.GET("/search", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP()), ok)
+	r.POST("/login", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithPenalty(15*time.Minute), ginlimit.WithScope("login")), ok)
+	r.GET("/search", ginlimit.New(lim, core.PerMinute(2), keyfunc.IP(), ginlimit.WithScope("search")), ok)
 
 	for _, route := range []string{"POST /login", "POST /login", "POST /login", "GET /search", "GET /search", "GET /search"} {
 		method, path, _ := strings.Cut(route, " ")

@@ -171,9 +171,10 @@ func TestBuild(t *testing.T) {
 }
 
 func TestDefaultScope(t *testing.T) {
-	lim := adaptertest.Memory(t)
-	r := gin.New()
-	r.GET("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
-	r.GET("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
-	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(r))
+	adaptertest.CheckDefaultScope(t, func(lim *core.Limiter) adaptertest.Serve {
+		r := gin.New()
+		r.GET("/a", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
+		r.GET("/b", New(lim, core.PerMinute(1), keyfunc.Static("all")), func(*gin.Context) {})
+		return adaptertest.ServeHTTP(r)
+	})
 }

@@ -15,13 +15,14 @@
 //		grpc.ChainStreamInterceptor(perClient.Stream()),
 //	)
 //
-// An Interceptor counts each method in buckets of its own, named by the
-// full method ("/pkg.Service/Method", the route of a call) and the limits,
-// never by where the Interceptor was made (see package policy): every
-// replica, of every build, counts a method's calls in the same buckets.
-// For one budget per key across the server's methods, name a scope with
-// [WithScope]; calls made outside a server (through [Interceptor.Limit]
-// with no method in the context) count in one scope together.
+// An Interceptor is one budget per key across every method of the server
+// it is installed on, named by the limits, never by where the Interceptor
+// was made (see package policy): every replica, of every build, counts a
+// key's calls in the same buckets. WithPerRoute(true) counts each method
+// apart, by its full method ("/pkg.Service/Method", the route of a call);
+// calls made outside a server (through [Interceptor.Limit] with no method
+// in the context) then count in one scope together. [WithScope] names the
+// budget, to share it between Interceptors or keep two apart.
 //
 // The limiting itself (skip, key, limit choice, cost, decision or wait,
 // dry run, field values) is [policy.Policy]'s; this package only adapts

@@ -545,13 +545,14 @@ func TestLimit(t *testing.T) {
 	}
 }
 
-// TestBuckets: an Interceptor's buckets are named by the call's full
-// method (its route) and the limits, never by where or in what order the
-// Interceptor was made: two Interceptors, as two builds of one service
-// would make them, on two limiters against one Redis, count each method in
-// one bucket and share a penalty lock; methods are apart unless WithScope
-// names one scope for them; a penalty set on one Interceptor locks nothing
-// for another on the same engine.
+// TestBuckets: an Interceptor's buckets are named by the limits and, with
+// WithPerRoute(true), the call's full method (its route), never by where
+// or in what order the Interceptor was made: two Interceptors, as two
+// builds of one service would make them, on two limiters against one
+// Redis, count each method in one bucket and share a penalty lock; per
+// method, methods are apart; without an option, or with WithScope, one
+// budget covers every method; a penalty set on one Interceptor locks
+// nothing for another on the same engine.
 func TestBuckets(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	replica := func() *core.Limiter {
@@ -566,11 +567,13 @@ func TestBuckets(t *testing.T) {
 	static := keyfunc.Static("all")
 	// Build 1 makes its Interceptors in one order, build 2 in the other.
 	v1Login := New(one, core.PerMinute(1), static, WithPenalty(time.Hour))
-	v1 := New(one, core.PerMinute(2), static)
-	v2 := New(two, core.PerMinute(2), static)
+	v1 := New(one, core.PerMinute(2), static, WithPerRoute(true))
+	v2 := New(two, core.PerMinute(2), static, WithPerRoute(true))
 	v2Login := New(two, core.PerMinute(1), static, WithPenalty(time.Hour))
 	api := func(lim *core.Limiter) *Interceptor { return New(lim, core.PerMinute(2), static, WithScope("api")) }
 	v1API, v2API := api(one), api(two)
+	server := func(lim *core.Limiter) *Interceptor { return New(lim, core.PerMinute(3), static) }
+	v1Server, v2Server := server(one), server(two)
 	for i, st := range []struct {
 		l      *Interceptor
 		method string
@@ -583,6 +586,10 @@ func TestBuckets(t *testing.T) {
 		{v2, "/shop.Invoices/Get", codes.OK, false}, // another method, its own bucket
 		{v1, "/shop.Invoices/Get", codes.OK, false},
 		{v2, "/shop.Invoices/Get", codes.ResourceExhausted, false},
+		{v1Server, "/shop.Orders/List", codes.OK, false}, // no option: one budget over every method
+		{v2Server, "/shop.Invoices/List", codes.OK, false},
+		{v1Server, "/shop.Auth/Whoami", codes.OK, false},
+		{v2Server, "/shop.Orders/Get", codes.ResourceExhausted, false},
 		{v1API, "/shop.Orders/List", codes.OK, false}, // one scope over two methods
 		{v2API, "/shop.Invoices/List", codes.OK, false},
 		{v1API, "/shop.Invoices/List", codes.ResourceExhausted, false},

@@ -38,25 +38,33 @@
 //
 // # Routes and buckets
 //
-// A middleware counts each route in buckets of its own (see
-// [policy.WithScope] and package policy's documentation): the route is
+// A middleware is one budget per key across everything it wraps:
+// httplimit.New(...)(mux) around a whole mux allows its limit per key
+// across the mux's routes, and a middleware around one route's handler
+// counts for that route. net/http does not tell the two apart, so the
+// choice is one option, [WithPerRoute] (see package policy's
+// documentation): WithPerRoute(true) counts each route apart, by
 // Request.Pattern, which http.ServeMux (Go 1.22 and later) sets to the
 // matched pattern, such as "GET /items/{id}", before it calls the route's
 // handler. A middleware that wraps an *http.ServeMux directly asks the mux
 // which pattern it is about to match (http.ServeMux.Handler) and sets
-// Request.Pattern to it, as the mux then does itself: so
-// httplimit.New(...)(mux) counts per route, as gin's r.Use does. Give it
-// [WithScope] for one budget across the mux's routes:
+// Request.Pattern to it, as the mux then does itself:
 //
-//	http.ListenAndServe(addr, httplimit.New(lim, core.PerMinute(600), keyfunc.IP(), httplimit.WithScope("api"))(mux))
+//	http.ListenAndServe(addr, httplimit.New(lim, core.PerMinute(600), keyfunc.IP(), httplimit.WithPerRoute(true))(mux))
 //
-// A middleware around any other handler (another middleware, a router
-// that does not set Request.Pattern) runs before the route is known: it
-// counts all its requests in one scope, one budget across what it wraps,
-// and a [keyfunc.Route] key fails there with [keyfunc.ErrNoKey] (answered
-// 400). Wrap the handlers you register to count per route:
+// A middleware around any other handler (another middleware, or a router
+// that does not set Request.Pattern, such as gorilla/mux or
+// julienschmidt/httprouter) runs where the route is not known: per route,
+// it counts all its requests in one scope, route:unmatched, and warns once;
+// a [keyfunc.Route] key fails there with [keyfunc.ErrNoKey] (answered
+// 400). Under such a router, give a middleware on one route its route with
+// [WithRoute], or its own budget with [WithScope]:
 //
-//	mux.Handle("GET /items/{id}", httplimit.New(lim, limit, keyfunc.IP())(items))
+//	r.Handle("/items/{id}", httplimit.New(lim, limit, keyfunc.IP(), httplimit.WithRoute("GET /items/{id}"))(items))
+//
+// Two middlewares with the same limits and no scope share their budget;
+// the first time both have seen requests on different routes, one warning
+// names both and the fix.
 //
 // # Request context
 //

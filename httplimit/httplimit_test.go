@@ -164,17 +164,19 @@ func TestBuild(t *testing.T) {
 }
 
 func TestDefaultScope(t *testing.T) {
-	lim := adaptertest.Memory(t)
-	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	mux := http.NewServeMux()
-	mux.Handle("GET /a", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
-	mux.Handle("GET /b", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
-	adaptertest.CheckDefaultScope(t, adaptertest.ServeHTTP(mux))
+	adaptertest.CheckDefaultScope(t, func(lim *core.Limiter) adaptertest.Serve {
+		ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+		mux := http.NewServeMux()
+		mux.Handle("GET /a", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
+		mux.Handle("GET /b", New(lim, core.PerMinute(1), keyfunc.Static("all"))(ok))
+		return adaptertest.ServeHTTP(mux)
+	})
 }
 
-// TestAroundServeMux: a middleware wrapping a ServeMux counts per route the
-// mux matches (HEAD with its GET route, every unmatched path in one
-// bucket), or across the mux's routes with WithScope.
+// TestAroundServeMux: a middleware wrapping a ServeMux is one budget per
+// key across the mux's routes, by default or with WithScope; with
+// WithPerRoute(true) it counts per route the mux matches (HEAD with its GET
+// route, every unmatched path in one bucket).
 func TestAroundServeMux(t *testing.T) {
 	type step struct {
 		method, path string
@@ -185,7 +187,10 @@ func TestAroundServeMux(t *testing.T) {
 		opts  []Option
 		steps []step
 	}{
-		{"per route", nil, []step{
+		{"one budget", nil, []step{
+			{"GET", "/orders/1", 200}, {"GET", "/invoices", 429}, {"GET", "/.env", 429},
+		}},
+		{"per route", []Option{WithPerRoute(true)}, []step{
 			{"GET", "/orders/1", 200}, {"HEAD", "/orders/2", 429}, // the GET route, served for HEAD
 			{"GET", "/invoices", 200},
 			{"GET", "/wp-login.php", 404}, {"GET", "/.env", 429},
@@ -204,6 +209,68 @@ func TestAroundServeMux(t *testing.T) {
 				if got := serve(adaptertest.Request{Method: st.method, Path: st.path, RemoteAddr: adaptertest.DefaultRemoteAddr}).Status; got != st.want {
 					t.Errorf("request %d: %s %s: status %d, want %d", i+1, st.method, st.path, got, st.want)
 				}
+			}
+		})
+	}
+}
+
+// patternless serves routes the way routers that report no pattern do
+// (gorilla/mux, julienschmidt/httprouter): it matches by path and leaves
+// Request.Pattern empty, so a middleware around a route's handler sees no
+// route. The module internal/compat runs the same checks on the real
+// routers, which stay out of this module's graph.
+type patternless map[string]http.Handler
+
+func (m patternless) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, ok := m[r.Method+" "+r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// TestRouterWithoutPatterns: under a router that reports no pattern, a
+// helper's middlewares on /orders and /invoices count apart with
+// WithRoute; per route without it, they share the unmatched scope and the
+// first request says so in a warning naming WithRoute; without an option,
+// they share one budget, named in one warning by their paths.
+func TestRouterWithoutPatterns(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	for _, tc := range []struct {
+		name     string
+		opts     func(route string) []Option
+		invoices int    // the status of GET /invoices after two of GET /orders
+		logged   string // a warning that must be logged times times
+		times    int
+	}{
+		{"WithRoute", func(route string) []Option { return []Option{WithRoute(route)} }, 200, "", 0},
+		// Once per middleware.
+		{"per route", func(string) []Option { return []Option{WithPerRoute(true)} }, 429, "WithRoute(\"GET /orders\")", 2},
+		{"no option", func(string) []Option { return nil }, 429, "first=path /orders", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, log := adaptertest.Logged(t)
+			mw := func(route string) http.Handler {
+				return New(lim, core.PerMinute(2), keyfunc.IP(), tc.opts(route)...)(ok)
+			}
+			serve := adaptertest.ServeHTTP(patternless{"GET /orders": mw("GET /orders"), "GET /invoices": mw("GET /invoices")})
+			for i, st := range []struct {
+				path string
+				want int
+			}{{"/orders", 200}, {"/orders", 200}, {"/orders", 429}, {"/invoices", tc.invoices}} {
+				if got := serve(adaptertest.Request{Method: "GET", Path: st.path, RemoteAddr: adaptertest.DefaultRemoteAddr}).Status; got != st.want {
+					t.Errorf("request %d: GET %s: status %d, want %d", i+1, st.path, got, st.want)
+				}
+			}
+			if tc.logged == "" {
+				if got := log.Lines(); len(got) != 0 {
+					t.Errorf("logged %q, want nothing", got)
+				}
+				return
+			}
+			if got := log.Matching(tc.logged); len(got) != tc.times {
+				t.Errorf("warnings with %q: %q, want %d", tc.logged, log.Lines(), tc.times)
 			}
 		})
 	}

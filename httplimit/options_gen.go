@@ -17,7 +17,8 @@ import (
 // [policy.WithSkip] does. An entry is a key, exactly as the middleware's key
 // function returns it ("tenant:internal", "ip:192.0.2.7"), or a client
 // address: an IP address or a CIDR prefix ("10.0.0.0/8", "2001:db8::/32"),
-// matched against the address [policy.WithListClientIP] finds. A deny entry
+// matched against the client address as the key function reads it,
+// trusted proxies included, or as [policy.WithListClientIP] finds it. A deny entry
 // ([policy.WithDeny], or one of [policy.WithOverrides]) wins over an allow entry.
 //
 // Entries are read by [keyfunc.ParseListEntry], as overrides.Set and the
@@ -230,29 +231,42 @@ func WithLimits(more ...core.Limit) Option {
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
-// client address: with the rules of [keyfunc.IP] given opts, so that the
-// proxy rules are written once and shared with the key function:
+// client address: with the rules of [keyfunc.IP] given opts. It is needed
+// only when the key function does not read the client address, or reads
+// it with other rules than the lists should:
 //
 //	gateway := keyfunc.TrustProxies("10.0.0.0/8") // the gateway in front
-//	httplimit.New(lim, limit, keyfunc.Join(keyfunc.Tenant("X-Tenant-ID"), keyfunc.IP(gateway)),
+//	httplimit.New(lim, limit, keyfunc.Tenant("X-Tenant-ID"),
 //		httplimit.WithListClientIP(gateway),
 //		httplimit.WithAllow("192.0.2.0/24"))
 //
-// The lists match whole addresses whatever the options say ([keyfunc.IPv4Prefix]
+// Without it the lists read the client as the key function does: when the
+// request's key has an "ip:" part (keyfunc.IP, alone or in keyfunc.Join or
+// keyfunc.First) naming a client other than the connection's peer, which
+// keyfunc.IP does only for a peer it trusts as a proxy ([keyfunc.TrustProxies],
+// [keyfunc.TrustHeader]) or with [keyfunc.FrameworkClientIP], the lists see
+// that client; otherwise they see the peer. So
+// keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")) as the key is enough for
+// WithDeny("203.0.113.7") to refuse 203.0.113.7 behind that proxy. A client
+// the key groups (an IPv6 /64 by default) is matched as that group; name
+// the rules here to match whole addresses behind a proxy.
+//
+// The lists match whole addresses whatever opts say ([keyfunc.IPv4Prefix]
 // and [keyfunc.IPv6Prefix] group keys, not list entries), so an entry of one
 // IPv6 address matches that address. A request whose address cannot be found
 // matches no address entry (its key entries still apply). Passing the option
 // again replaces the rules; with no opts it restores the default. The
 // constructor fails (an adapter panics) on a nil option.
 //
-// Without it, behind a proxy, the lists see the proxy's address as every
-// client's: an allow range that contains the proxy lets every request pass.
-// The first request allowed that way, one that carried a forwarding header
-// (X-Forwarded-For, X-Real-IP or Forwarded) from a peer that an allow entry
-// holds, is logged as a warning, once per middleware.
+// Where neither the key function nor this option trusts the proxy, the
+// lists see the proxy's address as every client's: an allow range that
+// contains the proxy lets every request pass. The first request allowed
+// that way, one that carried a forwarding header (X-Forwarded-For,
+// X-Real-IP or Forwarded) from a peer that an allow entry holds, is logged
+// as a warning, once per middleware, naming the fix.
 //
-// Default: no options: the connection's peer address, no forwarding header
-// read, as keyfunc.IP().
+// Default: the client as the key function reads it, else the connection's
+// peer address.
 //
 // The same option as every adapter's: [policy.WithListClientIP], for net/http.
 func WithListClientIP(opts ...keyfunc.IPOption) Option {
@@ -338,6 +352,39 @@ func WithPenalty(d time.Duration) Option {
 	return policy.WithPenalty[*http.Request, Handlers](d)
 }
 
+// WithPerRoute makes the middleware count each route it guards apart: its
+// buckets are named by the request's route, as [keyfunc.Route] names it
+// ("route:GET /items/:id"; HEAD counts as GET), so a middleware registered
+// for a group (gin's r.Use, echo's e.Use or g.Use, fiber's App.Use,
+// httplimit around an http.ServeMux, a gRPC interceptor) gives every route
+// a budget of its own per key. Every request that matched no route, or
+// whose route the middleware cannot see, counts in one scope,
+// "route:unmatched", never one per path. A middleware that runs before the
+// router matched the request (fiber's App.Use, or httplimit around a
+// router other than http.ServeMux) sees no route; the first time a
+// per-route middleware sees a request without a route before any with
+// one, it logs a warning once, naming [policy.WithRoute] as the fix for a router
+// that reports no pattern (gorilla/mux, httprouter).
+//
+// With it off, the middleware is one budget per key across every route it
+// guards, wherever it is mounted: r.Use(New(lim, core.PerMinute(600), key))
+// allows 600 a minute per key across the service, and a middleware mounted
+// on one route counts for that route. No framework tells a middleware
+// whether it was mounted on a group or on a route, so this is the one
+// place where that choice is made. Two middlewares with the same limits and
+// no scope share one budget per key: the first time both have seen
+// requests, on different routes, for keys of one kind, one warning names
+// both routes and the fix ([policy.WithScope] or WithPerRoute(true)). The
+// constructor fails (an adapter panics) when it is true beside [policy.WithScope]
+// or [policy.WithRoute].
+//
+// Default: false: one budget per key across the middleware's routes.
+//
+// The same option as every adapter's: [policy.WithPerRoute], for net/http.
+func WithPerRoute(on bool) Option {
+	return policy.WithPerRoute[*http.Request, Handlers](on)
+}
+
 // WithProblemJSON makes the default 429, 400, 500 and 503 bodies RFC 9457
 // problem details (application/problem+json) instead of plain status text.
 // Adapters whose framework has an error type of its own (echo, fiber)
@@ -380,24 +427,40 @@ func WithRetryJitter(max time.Duration) Option {
 	return policy.WithRetryJitter[*http.Request, Handlers](max)
 }
 
-// WithScope names the middleware's buckets by name, in place of each request's
-// route: middlewares with the same scope and the same limits share buckets
-// (on every replica, through Redis), across every route they guard. That
-// is how one budget covers a group of routes, r.Use(New(..., WithScope("api"))),
-// or several middlewares, by choice. The buckets are those of the engine's
+// WithRoute names the one route the middleware guards, for routers that
+// do not report a route pattern (gorilla/mux, julienschmidt/httprouter):
+// the middleware counts in the buckets a per-route middleware
+// ([policy.WithPerRoute]) on a router that reports patterns would use, named
+// "route:" + pattern. Write the pattern as keyfunc.Route writes a route,
+// the method first: WithRoute("GET /orders/{id}"). Two middlewares with the
+// same limits and different routes then keep apart budgets, and keep them
+// when the service moves to a router that reports patterns. Mount such a
+// middleware on its route only. The constructor fails (an adapter panics)
+// on an empty pattern, or beside [policy.WithScope] or WithPerRoute(true).
+//
+// Default: none; see [policy.WithPerRoute].
+//
+// The same option as every adapter's: [policy.WithRoute], for net/http.
+func WithRoute(pattern string) Option {
+	return policy.WithRoute[*http.Request, Handlers](pattern)
+}
+
+// WithScope names the middleware's budget: middlewares with the same scope
+// and the same limits share buckets (on every replica, through Redis),
+// across every route they guard. Without it a middleware is already one
+// budget per key across its routes (see [policy.WithPerRoute]); name a scope to
+// keep two middlewares with the same limits apart (WithScope("search"),
+// WithScope("export")), or to make several middlewares one budget on
+// purpose. The buckets are those of the engine's
 // [core.Limiter.PrepareScoped](name, limits...) (the main limit first, then
 // those of [policy.WithLimits]), so code outside the middleware, a login handler
-// say, can draw on them or Reset them. Use it too to keep the buckets of a
-// long limit across an upgrade that changes their default name. Scopes are hashed into the Redis
-// keys' fingerprint, so any text will do; the constructor fails (an
-// adapter panics) on an empty one.
+// say, can draw on them or Reset them. Scopes are hashed into the Redis
+// keys' fingerprint, so any text will do. The constructor fails (an
+// adapter panics) on an empty one, or beside [policy.WithRoute] or
+// WithPerRoute(true).
 //
-// Default: the route of each request, as [keyfunc.Route] names it
-// ("route:GET /items/:id"; HEAD counts as GET), and one scope,
-// "route:unmatched", for every request that matched no route or whose
-// route the middleware cannot see. So a middleware counts per route, on
-// every route it guards, wherever and in whatever order it was made (see
-// the package documentation).
+// Default: no scope: the buckets of [core.Limiter.Prepare](limits...),
+// one budget per key across every route the middleware guards.
 //
 // The same option as every adapter's: [policy.WithScope], for net/http.
 func WithScope(name string) Option {

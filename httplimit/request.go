@@ -27,3 +27,7 @@ func (req request) Value(key any) any  { return req.r.Context().Value(key) }
 
 // Native is the *http.Request behind the view (see [Key]).
 func (req request) Native() *http.Request { return req.r }
+
+// Path is the request's URL path, which names the middleware in a log line
+// when the router reports no route pattern.
+func (req request) Path() string { return req.r.URL.Path }

@@ -246,7 +246,7 @@ func TestConcurrencyStoreDown(t *testing.T) {
 			}
 			p, _, rdb, _ := redisPolicy(t, core.PerMinute(100), keyfunc.Static("k"),
 				[]core.Option{core.WithFailurePolicy(tc.policy)}, opts...)
-			rdb.AddHook(failCap{slotPrefix(unmatched)})
+			rdb.AddHook(failCap{slotPrefix("")}) // the buckets of no scope: the default
 			v := p.Decide(ctx, fakeReq{})
 			defer v.Done()
 			if v.Action != tc.want || v.Status != tc.status {

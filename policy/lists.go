@@ -33,7 +33,8 @@ var (
 // [WithSkip] does. An entry is a key, exactly as the middleware's key
 // function returns it ("tenant:internal", "ip:192.0.2.7"), or a client
 // address: an IP address or a CIDR prefix ("10.0.0.0/8", "2001:db8::/32"),
-// matched against the address [WithListClientIP] finds. A deny entry
+// matched against the client address as the key function reads it,
+// trusted proxies included, or as [WithListClientIP] finds it. A deny entry
 // ([WithDeny], or one of [WithOverrides]) wins over an allow entry.
 //
 // Entries are read by [keyfunc.ParseListEntry], as overrides.Set and the
@@ -64,29 +65,42 @@ func WithDeny[C, H any](entries ...string) Option[C, H] {
 }
 
 // WithListClientIP sets how the lists' address entries find a request's
-// client address: with the rules of [keyfunc.IP] given opts, so that the
-// proxy rules are written once and shared with the key function:
+// client address: with the rules of [keyfunc.IP] given opts. It is needed
+// only when the key function does not read the client address, or reads
+// it with other rules than the lists should:
 //
 //	gateway := keyfunc.TrustProxies("10.0.0.0/8") // the gateway in front
-//	httplimit.New(lim, limit, keyfunc.Join(keyfunc.Tenant("X-Tenant-ID"), keyfunc.IP(gateway)),
+//	httplimit.New(lim, limit, keyfunc.Tenant("X-Tenant-ID"),
 //		httplimit.WithListClientIP(gateway),
 //		httplimit.WithAllow("192.0.2.0/24"))
 //
-// The lists match whole addresses whatever the options say ([keyfunc.IPv4Prefix]
+// Without it the lists read the client as the key function does: when the
+// request's key has an "ip:" part (keyfunc.IP, alone or in keyfunc.Join or
+// keyfunc.First) naming a client other than the connection's peer, which
+// keyfunc.IP does only for a peer it trusts as a proxy ([keyfunc.TrustProxies],
+// [keyfunc.TrustHeader]) or with [keyfunc.FrameworkClientIP], the lists see
+// that client; otherwise they see the peer. So
+// keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")) as the key is enough for
+// WithDeny("203.0.113.7") to refuse 203.0.113.7 behind that proxy. A client
+// the key groups (an IPv6 /64 by default) is matched as that group; name
+// the rules here to match whole addresses behind a proxy.
+//
+// The lists match whole addresses whatever opts say ([keyfunc.IPv4Prefix]
 // and [keyfunc.IPv6Prefix] group keys, not list entries), so an entry of one
 // IPv6 address matches that address. A request whose address cannot be found
 // matches no address entry (its key entries still apply). Passing the option
 // again replaces the rules; with no opts it restores the default. The
 // constructor fails (an adapter panics) on a nil option.
 //
-// Without it, behind a proxy, the lists see the proxy's address as every
-// client's: an allow range that contains the proxy lets every request pass.
-// The first request allowed that way, one that carried a forwarding header
-// (X-Forwarded-For, X-Real-IP or Forwarded) from a peer that an allow entry
-// holds, is logged as a warning, once per middleware.
+// Where neither the key function nor this option trusts the proxy, the
+// lists see the proxy's address as every client's: an allow range that
+// contains the proxy lets every request pass. The first request allowed
+// that way, one that carried a forwarding header (X-Forwarded-For,
+// X-Real-IP or Forwarded) from a peer that an allow entry holds, is logged
+// as a warning, once per middleware, naming the fix.
 //
-// Default: no options: the connection's peer address, no forwarding header
-// read, as keyfunc.IP().
+// Default: the client as the key function reads it, else the connection's
+// peer address.
 func WithListClientIP[C, H any](opts ...keyfunc.IPOption) Option[C, H] {
 	return func(c *Config[C, H]) { c.listIP = append([]keyfunc.IPOption(nil), opts...) }
 }
@@ -156,7 +170,7 @@ type lists struct {
 	keys   map[string]listAction
 	addrs  addrSet
 	shared *overrides.Set // nil: none
-	ip     keyfunc.Func   // keys by the whole client address
+	ip     keyfunc.Func   // keys by the whole client address; nil: as the request's key says (see client)
 	lim    *core.Limiter
 	warned atomic.Bool // an allow entry held a forwarding proxy: logged
 
@@ -179,9 +193,11 @@ func newLists(lim *core.Limiter, allow, deny []string, shared *overrides.Set, ip
 			return nil, fmt.Errorf("WithListClientIP: option %d is nil", i)
 		}
 	}
-	// The last options win: whole addresses, whatever opts group by.
-	opts := append(slices.Clip(ipOpts), keyfunc.IPv4Prefix(32), keyfunc.IPv6Prefix(128))
-	l := &lists{shared: shared, ip: keyfunc.IP(opts...), lim: lim}
+	l := &lists{shared: shared, lim: lim}
+	if len(ipOpts) > 0 {
+		// The last options win: whole addresses, whatever opts group by.
+		l.ip = keyfunc.IP(append(slices.Clip(ipOpts), keyfunc.IPv4Prefix(32), keyfunc.IPv6Prefix(128))...)
+	}
 	for _, set := range []struct {
 		what    string
 		entries []string
@@ -227,7 +243,7 @@ func (l *lists) check(r keyfunc.Request, key string) (listAction, error) {
 	if l.addrs.empty() && (shared == nil || shared.empty()) {
 		return got, nil
 	}
-	client, ok := l.client(r)
+	client, ok := l.client(r, key)
 	if !ok {
 		return got, nil
 	}
@@ -272,8 +288,9 @@ func (l *lists) warnProxy(r keyfunc.Request, allowed netip.Addr) {
 		return
 	}
 	l.lim.Logger().Warn("sluice: an allow entry of the lists holds the address of a proxy that forwarded a request; "+
-		"the lists read the peer address, so every client behind that proxy is allowed; "+
-		"name the proxy with WithListClientIP(keyfunc.TrustProxies(...)) (logged once)",
+		"no proxy is trusted where the lists read the client, so they see the proxy and allow every client behind it; "+
+		"trust the proxy in the key function, keyfunc.IP(keyfunc.TrustProxies(...)), which the lists follow, "+
+		"or, when the key is not by client address, with WithListClientIP(keyfunc.TrustProxies(...)) (logged once)",
 		"peer", peer.String(), "header", header)
 }
 
@@ -288,14 +305,58 @@ func peerAddr(s string) (netip.Addr, bool) {
 	return a.WithZone("").Unmap(), err == nil
 }
 
-// client returns the request's client address as the prefix keyfunc.IP
-// keys it by.
-func (l *lists) client(r keyfunc.Request) (netip.Prefix, bool) {
+// client returns the request's client address, as a prefix: with the
+// rules of WithListClientIP, or as the request's key names it.
+func (l *lists) client(r keyfunc.Request, key string) (netip.Prefix, bool) {
+	if l.ip == nil {
+		return clientOfKey(r, key)
+	}
 	k, err := l.ip(r)
 	s, ok := strings.CutPrefix(k, "ip:")
 	if err != nil || !ok {
 		return netip.Prefix{}, false
 	}
+	return parseClient(s)
+}
+
+// clientOfKey returns the client as the key function read it: the "ip:"
+// part of key when it names a client other than r's peer (read through a
+// trusted proxy), else the peer, whole.
+func clientOfKey(r keyfunc.Request, key string) (netip.Prefix, bool) {
+	peer, hasPeer := peerAddr(r.RemoteAddr())
+	if p, ok := keyClient(key); ok && !(hasPeer && p.Contains(peer)) {
+		return p, true
+	}
+	if !hasPeer {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(peer, peer.BitLen()), true
+}
+
+// keyClient returns the address of key's first "ip:" part: the key
+// itself, or a part of a key keyfunc.Join made, split at the '|' not
+// escaped by a backslash (keyfunc escapes '|' and '\' in values, so a
+// header's text cannot pose as a part).
+func keyClient(key string) (netip.Prefix, bool) {
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] == '\\' {
+			i++
+			continue
+		}
+		if i < len(key) && key[i] != '|' {
+			continue
+		}
+		if s, ok := strings.CutPrefix(key[start:i], "ip:"); ok {
+			return parseClient(s)
+		}
+		start = i + 1
+	}
+	return netip.Prefix{}, false
+}
+
+// parseClient reads an address or a prefix as keyfunc.IP writes them.
+func parseClient(s string) (netip.Prefix, bool) {
 	if strings.IndexByte(s, '/') >= 0 {
 		p, err := netip.ParsePrefix(s)
 		return p, err == nil

@@ -217,3 +217,29 @@ func TestListsBehindGateway(t *testing.T) {
 		t.Errorf("WithListClientIP with a nil option: New = %v", err)
 	}
 }
+
+// TestKeyClient: the lists find the client in a key's "ip:" part, alone or
+// joined, never in a value that only looks like one.
+func TestKeyClient(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want string // "" for none
+	}{
+		{"ip:203.0.113.7", "203.0.113.7/32"},
+		{"ip:2001:db8:1:2::/64", "2001:db8:1:2::/64"},
+		{"tenant:acme|ip:203.0.113.7", "203.0.113.7/32"},
+		{`tenant:a\|ip:203.0.113.7`, ""},                // a tenant header's text, escaped by keyfunc
+		{`tenant:a\\|ip:203.0.113.7`, "203.0.113.7/32"}, // an escaped backslash, then a real part
+		{"tenant:acme", ""},
+		{"ip:not-an-address", ""},
+	} {
+		p, ok := keyClient(tc.key)
+		got := ""
+		if ok {
+			got = p.String()
+		}
+		if got != tc.want {
+			t.Errorf("keyClient(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}

@@ -32,6 +32,9 @@ type Config[C, H any] struct {
 	problem   bool
 	scope     string
 	scopeSet  bool
+	perRoute  bool   // WithPerRoute
+	route     string // WithRoute
+	routeSet  bool
 	penalty   time.Duration // WithPenalty
 	penSet    bool
 	jitter    time.Duration
@@ -137,24 +140,22 @@ func WithProblemJSON[C, H any](on bool) Option[C, H] {
 	return func(c *Config[C, H]) { c.problem = on }
 }
 
-// WithScope names the middleware's buckets by name, in place of each request's
-// route: middlewares with the same scope and the same limits share buckets
-// (on every replica, through Redis), across every route they guard. That
-// is how one budget covers a group of routes, r.Use(New(..., WithScope("api"))),
-// or several middlewares, by choice. The buckets are those of the engine's
+// WithScope names the middleware's budget: middlewares with the same scope
+// and the same limits share buckets (on every replica, through Redis),
+// across every route they guard. Without it a middleware is already one
+// budget per key across its routes (see [WithPerRoute]); name a scope to
+// keep two middlewares with the same limits apart (WithScope("search"),
+// WithScope("export")), or to make several middlewares one budget on
+// purpose. The buckets are those of the engine's
 // [core.Limiter.PrepareScoped](name, limits...) (the main limit first, then
 // those of [WithLimits]), so code outside the middleware, a login handler
-// say, can draw on them or Reset them. Use it too to keep the buckets of a
-// long limit across an upgrade that changes their default name. Scopes are hashed into the Redis
-// keys' fingerprint, so any text will do; the constructor fails (an
-// adapter panics) on an empty one.
+// say, can draw on them or Reset them. Scopes are hashed into the Redis
+// keys' fingerprint, so any text will do. The constructor fails (an
+// adapter panics) on an empty one, or beside [WithRoute] or
+// WithPerRoute(true).
 //
-// Default: the route of each request, as [keyfunc.Route] names it
-// ("route:GET /items/:id"; HEAD counts as GET), and one scope,
-// "route:unmatched", for every request that matched no route or whose
-// route the middleware cannot see. So a middleware counts per route, on
-// every route it guards, wherever and in whatever order it was made (see
-// the package documentation).
+// Default: no scope: the buckets of [core.Limiter.Prepare](limits...),
+// one budget per key across every route the middleware guards.
 func WithScope[C, H any](name string) Option[C, H] {
 	return func(c *Config[C, H]) { c.scope, c.scopeSet = name, true }
 }
@@ -267,4 +268,51 @@ func WithQuotaUnit[C, H any](unit string) Option[C, H] {
 // Default: no cap.
 func WithConcurrency[C, H any](c core.ConcurrencyLimit) Option[C, H] {
 	return func(cfg *Config[C, H]) { cfg.conc, cfg.concSet = c, true }
+}
+
+// WithPerRoute makes the middleware count each route it guards apart: its
+// buckets are named by the request's route, as [keyfunc.Route] names it
+// ("route:GET /items/:id"; HEAD counts as GET), so a middleware registered
+// for a group (gin's r.Use, echo's e.Use or g.Use, fiber's App.Use,
+// httplimit around an http.ServeMux, a gRPC interceptor) gives every route
+// a budget of its own per key. Every request that matched no route, or
+// whose route the middleware cannot see, counts in one scope,
+// "route:unmatched", never one per path. A middleware that runs before the
+// router matched the request (fiber's App.Use, or httplimit around a
+// router other than http.ServeMux) sees no route; the first time a
+// per-route middleware sees a request without a route before any with
+// one, it logs a warning once, naming [WithRoute] as the fix for a router
+// that reports no pattern (gorilla/mux, httprouter).
+//
+// With it off, the middleware is one budget per key across every route it
+// guards, wherever it is mounted: r.Use(New(lim, core.PerMinute(600), key))
+// allows 600 a minute per key across the service, and a middleware mounted
+// on one route counts for that route. No framework tells a middleware
+// whether it was mounted on a group or on a route, so this is the one
+// place where that choice is made. Two middlewares with the same limits and
+// no scope share one budget per key: the first time both have seen
+// requests, on different routes, for keys of one kind, one warning names
+// both routes and the fix ([WithScope] or WithPerRoute(true)). The
+// constructor fails (an adapter panics) when it is true beside [WithScope]
+// or [WithRoute].
+//
+// Default: false: one budget per key across the middleware's routes.
+func WithPerRoute[C, H any](on bool) Option[C, H] {
+	return func(c *Config[C, H]) { c.perRoute = on }
+}
+
+// WithRoute names the one route the middleware guards, for routers that
+// do not report a route pattern (gorilla/mux, julienschmidt/httprouter):
+// the middleware counts in the buckets a per-route middleware
+// ([WithPerRoute]) on a router that reports patterns would use, named
+// "route:" + pattern. Write the pattern as keyfunc.Route writes a route,
+// the method first: WithRoute("GET /orders/{id}"). Two middlewares with the
+// same limits and different routes then keep apart budgets, and keep them
+// when the service moves to a router that reports patterns. Mount such a
+// middleware on its route only. The constructor fails (an adapter panics)
+// on an empty pattern, or beside [WithScope] or WithPerRoute(true).
+//
+// Default: none; see [WithPerRoute].
+func WithRoute[C, H any](pattern string) Option[C, H] {
+	return func(c *Config[C, H]) { c.route, c.routeSet = pattern, true }
 }

@@ -48,7 +48,7 @@ func initLists[C, H any](p *Policy, cfg *Config[C, H]) error {
 }
 
 // overridden returns the rule of key's overridden limits, for r's route
-// when the policy has no scope of its own; nil when it has none.
+// when the policy counts per route; nil when it has none.
 func (p *Policy) overridden(key string, r keyfunc.Request) *rule {
 	if p.ovr == nil {
 		return nil

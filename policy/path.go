@@ -154,7 +154,7 @@ func (p *Policy) pathOf(r keyfunc.Request, key string, root *rule) (*rule, []str
 		levels = append(levels, limits)
 	}
 	scope := p.rules.set.scope
-	if scope == "" {
+	if p.rules.set.perRoute {
 		scope = routeScope(r)
 	}
 	var id strings.Builder

@@ -37,6 +37,9 @@ type Policy struct {
 	lists   *lists         // WithAllow, WithDeny, WithOverrides' entries; nil: none
 	ovr     *overrideRules // WithOverrides; nil: none
 	path    *pathSet       // WithPath; nil: one key
+	mount   *mount         // where a middleware without a scope is mounted; nil: it has one (see sharing.go)
+	matched atomic.Bool    // per route: a request with a route was seen
+	blind   atomic.Bool    // per route: the warning of a middleware that sees no route was logged
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -47,7 +50,8 @@ type Policy struct {
 //
 // New returns an error for a nil limiter, key function or option, an
 // invalid limit or extra limit (wrapping [core.ErrInvalidLimit]), a
-// negative wait or jitter, an unknown header style, an empty WithScope, a
+// negative wait or jitter, an unknown header style, an empty WithScope or
+// WithRoute, two of WithScope, WithRoute and WithPerRoute(true), a
 // WithPenalty out of range,
 // an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
 // WithDryRunHandler without WithDryRun(true). Adapters panic with it, as
@@ -72,8 +76,8 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.headers < HeadersLegacy || cfg.headers > HeadersNone {
 		return nil, cfg.Adapter, fmt.Errorf("WithHeaders: unknown style %d", cfg.headers)
 	}
-	if cfg.scopeSet && cfg.scope == "" {
-		return nil, cfg.Adapter, errors.New("WithScope: empty scope; omit the option for buckets of the request's route")
+	if err := checkScope(&cfg); err != nil {
+		return nil, cfg.Adapter, err
 	}
 	if cfg.penSet && (cfg.penalty < 0 || cfg.penalty > core.MaxPenalty) {
 		return nil, cfg.Adapter, fmt.Errorf("WithPenalty: %s is not from 0 to %s", cfg.penalty, core.MaxPenalty)
@@ -100,7 +104,11 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 			return nil, cfg.Adapter, fmt.Errorf("WithConcurrency: %w", err)
 		}
 	}
-	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: cfg.scope, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr, penalty: cfg.penalty, penaltySet: cfg.penSet}}, headers: cfg.headers,
+	scope := cfg.scope
+	if cfg.routeSet {
+		scope = "route:" + cfg.route
+	}
+	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, perRoute: cfg.perRoute, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr, penalty: cfg.penalty, penaltySet: cfg.penSet}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
 	p.jitter, p.cap = cfg.jitter, capr
 	if cfg.leaseSet {
@@ -133,12 +141,15 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if f := cfg.limitFn; f != nil {
 		p.limitFn = func(r keyfunc.Request) (core.Limit, error) { return f(native(r)) }
 	}
-	// Prepare the limits once, to refuse bad ones now; without a scope of
-	// its own, the policy prepares them per route as requests come.
-	if _, err := newRule(lim, p.rules.set, cfg.scope, append([]core.Limit{limit}, cfg.extra...)); err != nil {
+	// Prepare the limits once, to refuse bad ones now; per route, the
+	// policy prepares them for each route as requests come.
+	if _, err := newRule(lim, p.rules.set, scope, append([]core.Limit{limit}, cfg.extra...)); err != nil {
 		return nil, cfg.Adapter, err
 	}
 	p.limit = limit
+	if !cfg.perRoute && !cfg.scopeSet && !cfg.routeSet {
+		p.mount = join(lim, append([]core.Limit{limit}, cfg.extra...))
+	}
 	return p, cfg.Adapter, nil
 }
 
@@ -213,6 +224,12 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	}
 	if v, done := p.listed(r, key); done {
 		return v
+	}
+	if m := p.mount; m != nil && m.first.Load() == nil {
+		m.note(p.lim, r, key)
+	}
+	if p.rules.set.perRoute && !p.matched.Load() {
+		p.noteUnmatched(r)
 	}
 	rl := p.overridden(key, r)
 	if rl == nil {

@@ -30,7 +30,8 @@ type rule struct {
 
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
-	scope      string        // the middleware's scope (see WithScope); "": the request's route
+	scope      string        // the middleware's scope (see WithScope, WithRoute); "": none (core.Limiter.Prepare's buckets)
+	perRoute   bool          // the request's route is the scope (see WithPerRoute)
 	dryRun     bool          // prepare dry-run engine rules (see WithDryRun)
 	unit       string        // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
 	cap        *capRule      // the concurrency cap (see WithConcurrency); nil: none
@@ -44,7 +45,7 @@ type ruleSettings struct {
 // per path.
 const unmatched = "route:unmatched"
 
-// routeScope returns the default scope of r's buckets: its route as
+// routeScope returns the scope of r's buckets per route: its route as
 // [keyfunc.Route] names it ("route:GET /items/:id", HEAD counted as GET),
 // or [unmatched].
 func routeScope(r keyfunc.Request) string {
@@ -124,8 +125,8 @@ func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Li
 
 // ruleID says what a rule of a policy is prepared for: a main limit (with
 // the policy's extra limits beside it) or an override's limits (by the
-// override's text), and, when the policy has no scope of its own, a
-// route (see routeID).
+// override's text), and, when the policy counts per route, a route (see
+// routeID).
 type ruleID struct {
 	limit           core.Limit
 	override        string
@@ -151,11 +152,11 @@ const maxRules = 4096
 // without a request; it cannot happen but for a bug.
 var errNoRequest = errors.New("policy: a rule of the route asked for without a request")
 
-// get returns the rule of main limit l, in the policy's scope or, without
-// one, in r's route's. r may be nil with a scope.
+// get returns the rule of main limit l, in the policy's scope or, per
+// route, in r's route's. r may be nil unless per route.
 func (c *ruleCache) get(l core.Limit, r keyfunc.Request) (*rule, error) {
 	id := ruleID{limit: l}
-	if c.set.scope == "" {
+	if c.set.perRoute {
 		if r == nil {
 			return nil, errNoRequest
 		}
@@ -170,7 +171,7 @@ func (c *ruleCache) get(l core.Limit, r keyfunc.Request) (*rule, error) {
 // getOverride returns the rule of an override's limits, named by its text.
 func (c *ruleCache) getOverride(text string, limits []core.Limit, r keyfunc.Request) (*rule, error) {
 	id := ruleID{override: text}
-	if c.set.scope == "" {
+	if c.set.perRoute {
 		id.method, id.pattern = routeID(r)
 	}
 	return c.lookup(id, r, func() []core.Limit { return append(append([]core.Limit(nil), limits...), c.extra...) })
@@ -188,7 +189,7 @@ func (c *ruleCache) lookup(id ruleID, r keyfunc.Request, limits func() []core.Li
 		id.override = strings.Clone(id.override)
 		id.pattern = strings.Clone(id.pattern)
 		scope := c.set.scope
-		if scope == "" {
+		if c.set.perRoute {
 			scope = routeScope(r)
 		}
 		var err error

@@ -2,7 +2,8 @@
 // sluice limiter (see overrides.Set): per-key limits, and allow and deny
 // entries, shared by every replica through Redis. A change applies on
 // every replica within its refresh interval (1s by default) plus one round
-// trip.
+// trip. It also shows what a key has left, resets a key's buckets, and
+// checks that Redis is ready for the limiter.
 //
 // Usage:
 //
@@ -11,6 +12,9 @@
 //	sluice [flags] override rm <set> <key>
 //	sluice [flags] allow <set> <key-or-cidr>
 //	sluice [flags] deny <set> <key-or-cidr>
+//	sluice [flags] usage <key> <limits> [<scope>]
+//	sluice [flags] reset <key> <limits> [<scope>]
+//	sluice [flags] ready
 //
 // An override is "allow", "deny", or limits as core.ParseLimit reads them,
 // several separated by ";": "600/1m burst 600", "10/s; 1000/h". A key is
@@ -19,6 +23,27 @@
 // ("203.0.113.0/24"), matched against the client address. allow and deny
 // are shorthand for override set with "allow" or "deny". Remove either with
 // override rm.
+//
+// # Usage, reset and readiness
+//
+// usage prints what a request of cost 1 on key would get now (see
+// core.Limiter.Peek), without taking anything: the tokens left of the
+// limit that decides, when its bucket is full again, and any penalty lock.
+// reset empties the key's record, so that its next request finds full
+// buckets and no lock (see core.Limiter.Reset; a replica that was denying
+// the key from its deny cache asks Redis again within a second). A bucket is named by the
+// key, the limits and the middleware's scope, so give the limits the
+// middleware has (its limit, then those of WithLimits, separated by ";")
+// and its scope: none for a middleware without an option, the name given
+// to WithScope, or "route:GET /orders/{id}" for WithPerRoute(true) or
+// WithRoute, as keyfunc.Route writes the route. For example:
+//
+//	sluice usage tenant:acme 600/m
+//	sluice reset ip:203.0.113.7 "5/15m burst 2 name login" route:POST /login
+//
+// ready checks the limiter's Redis as a readiness probe does (see
+// core.Limiter.Ready): it prints "ready" and exits 0, or prints the cause
+// and exits 1.
 //
 // # Reaching Redis
 //
@@ -94,8 +119,13 @@ const usage = `usage:
   sluice [flags] override rm <set> <key>
   sluice [flags] allow <set> <key-or-cidr>
   sluice [flags] deny <set> <key-or-cidr>
+  sluice [flags] usage <key> <limits> [<scope>]
+  sluice [flags] reset <key> <limits> [<scope>]
+  sluice [flags] ready
 
 <override> is allow, deny, or limits such as "600/1m burst 600" or "10/s; 1000/h".
+<limits> are the middleware's limits, such as "600/m" or "10/s; 1000/h"; <scope> its
+WithScope name, or "route:GET /path" when it counts per route; none without one.
 
 flags:
 `
@@ -161,14 +191,16 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
-	// The poller is not needed: refresh rarely, and Close at once.
-	ov, err := overrides.New(lim, cmd.set, overrides.WithRefresh(time.Hour))
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice: %v\n", err)
-		return 2
+	var ov *overrides.Set
+	if cmd.set != "" {
+		// The poller is not needed: refresh rarely, and Close at once.
+		if ov, err = overrides.New(lim, cmd.set, overrides.WithRefresh(time.Hour)); err != nil {
+			fmt.Fprintf(stderr, "sluice: %v\n", err)
+			return 2
+		}
+		defer ov.Close()
 	}
-	defer ov.Close()
-	if err := cmd.exec(ctx, ov, stdout); err != nil {
+	if err := cmd.exec(ctx, lim, ov, stdout); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 			err = fmt.Errorf("no answer from Redis within -timeout %v: %w", *timeout, err)
 		}
@@ -188,9 +220,10 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // command is one parsed command line.
 type command struct {
-	op       string // "set", "list" or "rm"
+	op       string // "set", "list", "rm", "usage", "reset" or "ready"
 	set, key string
-	override overrides.Override
+	override overrides.Override // for usage and reset, the limits
+	scope    string             // for usage and reset
 }
 
 func parseCommand(args []string) (command, error) {
@@ -204,6 +237,33 @@ func parseCommand(args []string) (command, error) {
 		return command{}, errors.New("no command")
 	}
 	switch args[0] {
+	case "ready":
+		if len(args) != 1 {
+			return command{}, fmt.Errorf("ready takes no arguments, got %d", len(args)-1)
+		}
+		return command{op: "ready"}, nil
+	case "usage", "reset":
+		if len(args) != 3 && len(args) != 4 {
+			return command{}, fmt.Errorf("%s takes <key> <limits> [<scope>], got %d arguments", args[0], len(args)-1)
+		}
+		if args[1] == "" {
+			return command{}, fmt.Errorf("%s: empty key", args[0])
+		}
+		o, err := overrides.Parse(args[2])
+		if err != nil {
+			return command{}, err
+		}
+		if len(o.Limits) == 0 {
+			return command{}, fmt.Errorf("%s: %q is not limits, such as \"600/m\" or \"10/s; 1000/h\"", args[0], args[2])
+		}
+		c := command{op: args[0], key: args[1], override: o}
+		if len(args) == 4 {
+			if args[3] == "" {
+				return command{}, fmt.Errorf("%s: empty scope; leave it out for a middleware without one", args[0])
+			}
+			c.scope = args[3]
+		}
+		return c, nil
 	case "allow", "deny":
 		if len(args) != 3 {
 			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
@@ -253,8 +313,38 @@ func (c command) checked() (command, error) {
 	return c, nil
 }
 
-func (c command) exec(ctx context.Context, ov *overrides.Set, out io.Writer) error {
+func (c command) exec(ctx context.Context, lim *core.Limiter, ov *overrides.Set, out io.Writer) error {
 	switch c.op {
+	case "ready":
+		if err := lim.Ready(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "ready")
+	case "usage", "reset":
+		rule, err := lim.PrepareScoped(c.scope, c.override.Limits...)
+		if err != nil {
+			return err
+		}
+		if c.op == "reset" {
+			if err := rule.Reset(ctx, c.key); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s reset under %s%s\n", quote(c.key), c.override, scopeText(c.scope))
+			return nil
+		}
+		res, err := rule.Peek(ctx, c.key)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s under %s%s: %d of %d left, full in %s", quote(c.key), c.override, scopeText(c.scope),
+			res.Remaining, res.Limit.Burst, ceilSecond(res.ResetAfter))
+		switch {
+		case res.Locked:
+			fmt.Fprintf(out, "; locked for %s", ceilSecond(res.RetryAfter))
+		case !res.Allowed:
+			fmt.Fprintf(out, "; next admitted in %s", ceilSecond(res.RetryAfter))
+		}
+		fmt.Fprintln(out)
 	case "set":
 		if err := ov.Set(ctx, c.key, c.override); err != nil {
 			return err
@@ -290,6 +380,19 @@ func (c command) exec(ctx context.Context, ov *overrides.Set, out io.Writer) err
 		fmt.Fprintf(out, "# %s: %d entries, version %d\n", c.set, len(m), ov.Version())
 	}
 	return nil
+}
+
+// ceilSecond rounds d up to whole seconds, as Retry-After does.
+func ceilSecond(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// scopeText names a scope after the limits, or nothing for none.
+func scopeText(scope string) string {
+	if scope == "" {
+		return ""
+	}
+	return " in scope " + quote(scope)
 }
 
 // quote returns k as is when it prints plainly, else Go-quoted.

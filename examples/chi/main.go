@@ -68,12 +68,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return nil, rdb, err
 		}
 		r := chi.NewRouter()
-		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute
+		// Every request, one budget across the routes (a middleware's default): 100 a minute per client address, then 600 a minute
 		// per tenant. Keys that need no route work in r.Use. Clients write
 		// X-Tenant-ID themselves: trust it only behind a gateway that sets
 		// it, or key by keyfunc.TenantValue (examples/tenants).
-		r.Use(httplimit.New(lim, core.PerMinute(100), keyfunc.IP(), httplimit.WithScope("api")))
-		r.Use(httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"), httplimit.WithScope("api")))
+		r.Use(httplimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		r.Use(httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
 		r.Get("/hello", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello, %s\n", r.Header.Get("X-Tenant-ID"))
 		})

@@ -133,11 +133,13 @@ func (c *Config) Handler(lim *core.Limiter, app http.Handler) (http.Handler, err
 			return nil, fmt.Errorf("route %q: key %q: want one of %s", rt.Pattern, rt.Key,
 				strings.Join(slices.Sorted(maps.Keys(keys)), ", "))
 		}
-		// One middleware per route, made in this loop: each counts its
-		// route in buckets of its own, unless the route names a scope.
-		var opts []httplimit.Option
+		// One middleware per route, made in this loop with the same
+		// options: each counts its route in buckets of its own
+		// (WithPerRoute), unless the route names a scope. Without either,
+		// two routes with the same limit would share one budget.
+		opts := []httplimit.Option{httplimit.WithPerRoute(true)}
 		if rt.Scope != "" {
-			opts = append(opts, httplimit.WithScope(rt.Scope))
+			opts = []httplimit.Option{httplimit.WithScope(rt.Scope)}
 		}
 		mw, err := httplimit.Build(lim, limit, key, opts...)
 		if err != nil {

@@ -19,7 +19,7 @@
 //
 // Every route has buckets of its own, named by its pattern, even when two
 // routes have the same limit and key (the middlewares, made in one loop,
-// count per route). Routes that give the same scope (and have the same
+// count per route: httplimit.WithPerRoute). Routes that give the same scope (and have the same
 // limit) share their buckets, by choice, through httplimit.WithScope: the
 // two items routes of the sample spend one budget.
 //

@@ -49,11 +49,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
-		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute per
+		// Every request, one budget across the routes (a middleware's default; WithPerRoute(true) would count each route apart): 100 a minute per client address, then 600 a minute per
 		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
 		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-		e.Use(echolimit.New(lim, core.PerMinute(100), keyfunc.IP(), echolimit.WithScope("api")))
-		e.Use(echolimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"), echolimit.WithScope("api")))
+		e.Use(echolimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		e.Use(echolimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
 		e.GET("/hello", func(c echo.Context) error {
 			return c.String(http.StatusOK, fmt.Sprintf("hello, %s\n", c.Request().Header.Get("X-Tenant-ID")))
 		})

@@ -50,11 +50,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return nil, rdb, err
 		}
 		app := fiber.New(fiber.Config{IdleTimeout: 5 * time.Second})
-		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute per
+		// Every request, one budget across the routes (a middleware's default; WithPerRoute(true) would count each route apart): 100 a minute per client address, then 600 a minute per
 		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
 		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-		app.Use(fiberv3limit.New(lim, core.PerMinute(100), keyfunc.IP(), fiberv3limit.WithScope("api")))
-		app.Use(fiberv3limit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"), fiberv3limit.WithScope("api")))
+		app.Use(fiberv3limit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		app.Use(fiberv3limit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
 		app.Get("/hello", func(c fiber.Ctx) error {
 			return c.SendString(fmt.Sprintf("hello, %s\n", c.Get("X-Tenant-ID")))
 		})

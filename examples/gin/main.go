@@ -48,11 +48,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		gin.SetMode(gin.ReleaseMode)
 		r := gin.New()
-		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute per
+		// Every request, one budget across the routes (a middleware's default; WithPerRoute(true) would count each route apart): 100 a minute per client address, then 600 a minute per
 		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
 		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-		r.Use(ginlimit.New(lim, core.PerMinute(100), keyfunc.IP(), ginlimit.WithScope("api")))
-		r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"), ginlimit.WithScope("api")))
+		r.Use(ginlimit.New(lim, core.PerMinute(100), keyfunc.IP()))
+		r.Use(ginlimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID")))
 		r.GET("/hello", func(c *gin.Context) {
 			c.String(http.StatusOK, "hello, %s\n", c.GetHeader("X-Tenant-ID"))
 		})

@@ -41,17 +41,17 @@ func serve(ctx context.Context, addr string, stdout io.Writer) error {
 
 	// Every call: 100 a minute per client address, then 600 a minute per
 	// tenant, named in the call's metadata, across the server's methods
-	// (an interceptor counts per method unless WithScope names one scope).
+	// (an interceptor is one budget across the methods it guards).
 	// Clients write x-tenant-id themselves: trust it only behind a gateway
 	// that sets it, or key by keyfunc.TenantValue after an authentication
 	// interceptor. A call without it is refused with InvalidArgument,
 	// never let through.
-	perIP := grpclimit.New(lim, core.PerMinute(100), keyfunc.IP(), grpclimit.WithScope("greeter"))
-	perTenant := grpclimit.New(lim, core.PerMinute(600), keyfunc.Tenant("x-tenant-id"), grpclimit.WithScope("greeter"))
+	perIP := grpclimit.New(lim, core.PerMinute(100), keyfunc.IP())
+	perTenant := grpclimit.New(lim, core.PerMinute(600), keyfunc.Tenant("x-tenant-id"))
 	// Streams are expensive: 2 a minute per client for each streaming
-	// method. Without a scope, each method ("/demo.Greeter/Count") has
+	// method: WithPerRoute(true) gives each method ("/demo.Greeter/Count")
 	// buckets of its own.
-	perStream := grpclimit.New(lim, core.PerMinute(2), keyfunc.IP())
+	perStream := grpclimit.New(lim, core.PerMinute(2), keyfunc.IP(), grpclimit.WithPerRoute(true))
 
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(perIP.Unary(), perTenant.Unary()),

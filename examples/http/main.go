@@ -57,11 +57,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(w, "results for %q\n", r.URL.Query().Get("q"))
 		})))
 
-		// Every request, one budget across the routes (WithScope): 100 a minute per client address, then 600 a minute per
+		// Every request, one budget across the routes (a middleware's default; WithPerRoute(true) would count each route apart): 100 a minute per client address, then 600 a minute per
 		// tenant. Clients write X-Tenant-ID themselves: trust it only behind a
 		// gateway that sets it, or key by keyfunc.TenantValue (examples/tenants).
-		perIP := httplimit.New(lim, core.PerMinute(100), keyfunc.IP(), httplimit.WithScope("api"))
-		perTenant := httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"), httplimit.WithScope("api"))
+		perIP := httplimit.New(lim, core.PerMinute(100), keyfunc.IP())
+		perTenant := httplimit.New(lim, core.PerMinute(600), keyfunc.Tenant("X-Tenant-ID"))
 		return demoserve.HTTP(perIP(perTenant(mux))), rdb, nil
 	})
 }

@@ -20,9 +20,11 @@ import (
 
 // TestRun runs the whole demo, briefly and at a lower rate, and checks the
 // story its tables tell: sluice holds the limit, per-replica buckets do not;
-// after a scale-out from 3 to 6 replicas and with Redis cut off, sluice's
-// fleet still admits about the limit, and a fallback sized by a static
-// WithFallbackReplicas(3) clearly more.
+// a burst across a second boundary gets the fixed window well over the
+// limit and sluice not; after a scale-out from 3 to 6 replicas and with
+// Redis cut off, sluice's fleet still admits about the limit, a fallback
+// sized by a static WithFallbackReplicas(3) clearly more, and the fixed
+// window, failing open, all it is offered (3× the limit).
 //
 // It runs on a private redis-server when one is installed (always in CI):
 // the embedded miniredis runs a Lua interpreter per call inside the test
@@ -42,7 +44,8 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	args := []string{"-duration", "1s", "-bursts", "0", "-outage", "2s", "-limit", "70", "-rate", "210", "-chart", chart}
+	const limit, rate = 70, 210
+	args := []string{"-duration", "1s", "-bursts", "1", "-outage", "2s", "-limit", strconv.Itoa(limit), "-rate", strconv.Itoa(rate), "-chart", chart}
 	if err := run(ctx, args, &out, io.Discard); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -71,6 +74,19 @@ func TestRun(t *testing.T) {
 		t.Errorf("per-replica buckets admitted %.2f× the limit, want over 1.5× and over 1.5 × sluice's (3 replicas, each at the full limit)", r)
 	}
 
+	// One burst of 0.8 s at 3× the limit, centred on a second boundary: the
+	// fixed window admits its quota at the end of one window and again at
+	// the start of the next, so its worst sliding second holds up to 2× the
+	// limit and the table says "yes" to the spike; sluice's holds its
+	// burst plus a second's refill (1.1×), no spike.
+	fixed, sluice := spikeRow(t, s, "Redis fixed window"), spikeRow(t, s, "sluice")
+	if !strings.HasPrefix(fixed.spike, "yes, +") || fixed.worst < 1.5 {
+		t.Errorf("fixed window: worst second %.2f× the limit, spike %q; want at least 1.5× and a spike", fixed.worst, fixed.spike)
+	}
+	if sluice.spike != "no" || sluice.worst > 1.4 {
+		t.Errorf("sluice: worst second %.2f× the limit, spike %q; want at most 1.4× and no spike", sluice.worst, sluice.spike)
+	}
+
 	// Redis cut off for 2 s after a scale-out from 3 to 6 replicas at 1 s,
 	// 3× the limit offered: each of the fleet's 6 takes 1/6 of the limit;
 	// each of the static 6 takes 1/3, 1.8× in all, as two replicas get less
@@ -90,6 +106,11 @@ func TestRun(t *testing.T) {
 	// the ceiling, the safety property, stays against the limit.
 	if r, top := outageRatio(t, s, "sluice (core.WithFleet)"), 1.25*fleetShare(t, s); r > top {
 		t.Errorf("during the outage sluice's fleet admitted %.2f× the limit, want at most %.2f×", r, top)
+	}
+	// The fixed window fails open: it admits all it is offered, 3× the
+	// limit, where the fleet admits about 1×.
+	if r, f := outageRatio(t, s, "Redis fixed window"), outageRatio(t, s, "sluice (core.WithFleet)"); r < 0.8*rate/limit || r < 2*f {
+		t.Errorf("during the outage the fixed window admitted %.2f× the limit, sluice's fleet %.2f×: want at least %.1f× (failing open, 80%% of the %d/s offered) and 2× the fleet's", r, f, 0.8*rate/limit, rate)
 	}
 	fleet, static := allowed["sluice"], allowed["sluice, WithFallbackReplicas(3)"]
 	if fleet.allows == 0 || static.allows == 0 {
@@ -140,6 +161,28 @@ func admittedRatio(t *testing.T, out, approach string) float64 {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// row is what the table says of one approach under bursts.
+type row struct {
+	worst float64 // the worst sliding second, as a multiple of the limit
+	spike string  // the boundary spike column: "no", or "yes, +N% over the limit"
+}
+
+// spikeRow reads an approach's row in the table: "| Redis fixed window |
+// 70/s (1.00×) | 133 (1.90×) | yes, +90% over the limit | ...".
+func spikeRow(t *testing.T, out, approach string) row {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(approach) + ` +\| [^|]+\| +\d+ \(([\d.]+)×\) +\| ([^|]*?) +\|`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no table row for %q", approach)
+	}
+	r, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row{worst: r, spike: m[2]}
 }
 
 // outageRatio reads the ratio to the limit of what an approach admitted

@@ -1,6 +1,7 @@
 // Package compat holds the checks of sluice that need dependencies its
 // users must not inherit: miniredis (whose Lua is gopher-lua, not Redis's),
-// goleak, and the YAML and TOML decoders a service reads its limits with.
+// goleak, the YAML and TOML decoders a service reads its limits with, and
+// the routers that report no route pattern (gorilla/mux, httprouter).
 //
 // It is a module of its own for that reason. go mod tidy records checksums
 // for what the tests of every imported package import, so had these tests

@@ -6,6 +6,8 @@ replace github.com/sluicehq/sluice => ../..
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/gorilla/mux v1.8.1
+	github.com/julienschmidt/httprouter v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice v0.1.0

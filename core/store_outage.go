@@ -32,21 +32,21 @@ type outageLog struct {
 }
 
 // degrade records the start of an outage of brk's node at now.
-func (l *Limiter) degrade(brk *breaker, now int64, err error) {
+func (s *redisStore) degrade(brk *breaker, now int64, err error) {
 	if !brk.outageStart.CompareAndSwap(0, now) {
 		return
 	}
-	l.openNodes.Add(1)
+	s.openNodes.Add(1)
 	brk.degraded.Store(0)
-	if l.obs != nil {
-		l.obs.ObserveDegraded(StoreOutage{Node: brk.node, Start: time.UnixMicro(now), Err: err})
+	if s.up.obs != nil {
+		s.up.obs.ObserveDegraded(StoreOutage{Node: brk.node, Start: time.UnixMicro(now), Err: err})
 	}
 	g := &brk.log
 	g.mu.Lock()
 	if g.lastRecovery == 0 || now-g.lastRecovery >= flapWindow {
 		g.logged.Store(true)
 		g.mu.Unlock()
-		l.logOutage(brk, err, 0)
+		s.logOutage(brk, err, 0)
 		return
 	}
 	g.logged.Store(false)
@@ -55,13 +55,13 @@ func (l *Limiter) degrade(brk *breaker, now int64, err error) {
 	n, degraded, ok := g.summary(now)
 	g.mu.Unlock()
 	if ok {
-		l.logFlapping(brk, n, degraded, err)
+		s.logFlapping(brk, n, degraded, err)
 	}
 }
 
 // logFlapping logs a summary of the outages counted since the last one.
-func (l *Limiter) logFlapping(brk *breaker, outages int, degraded int64, err error) {
-	l.log().Warn("sluice: store flapping: outages within 10s of a recovery are counted here, at most once per 10s",
+func (s *redisStore) logFlapping(brk *breaker, outages int, degraded int64, err error) {
+	s.up.log().Warn("sluice: store flapping: outages within 10s of a recovery are counted here, at most once per 10s",
 		"node", brk.node, "outages", outages, "degraded_decisions", degraded, "error", err, "reason", ErrorReason(err))
 }
 
@@ -79,7 +79,7 @@ func (g *outageLog) summary(now int64) (outages int, degraded int64, due bool) {
 // stillDown is told of each decision degraded by brk's node at now: an
 // outage not logged when it started (the node was flapping) is logged once
 // it has lasted flapWindow, so a long outage is never silent.
-func (l *Limiter) stillDown(brk *breaker, now int64) {
+func (s *redisStore) stillDown(brk *breaker, now int64) {
 	if brk.log.logged.Load() {
 		return
 	}
@@ -91,39 +91,38 @@ func (l *Limiter) stillDown(brk *breaker, now int64) {
 	err := brk.log.lastErr
 	brk.log.flaps-- // logged now, no longer only counted
 	brk.log.mu.Unlock()
-	l.logOutage(brk, err, time.Duration(now-start)*time.Microsecond)
+	s.logOutage(brk, err, time.Duration(now-start)*time.Microsecond)
 }
 
 // logOutage logs the start of an outage; for one logged late, after how long.
-func (l *Limiter) logOutage(brk *breaker, err error, late time.Duration) {
-	attrs := []any{"node", brk.node, "policy", l.policy.String(), "error", err, "reason", ErrorReason(err)}
+// The engine adds its own words (its failure policy, the fleet its fallback
+// divides by: see storeUp.note).
+func (s *redisStore) logOutage(brk *breaker, err error, late time.Duration) {
+	attrs := []any{"node", brk.node, "error", err, "reason", ErrorReason(err)}
 	if cause := diagnose(brk.node, err); cause != "" {
 		attrs = append(attrs, "cause", cause)
 	}
 	if late > 0 {
 		attrs = append(attrs, "down_for", late)
 	}
-	switch f := l.fleet; {
-	case f != nil && f.implicit && f.live.Load() == 0:
-		attrs = append(attrs, "warning", "the fleet's size is not known (no heartbeat has reached Redis since this process started), so the fallback enforces every limit in full on each replica; give core.WithFallbackReplicas the replica count as a floor")
-	case f != nil:
-		attrs = append(attrs, "fleet", f.size())
+	if s.up.note != nil {
+		attrs = append(attrs, s.up.note()...)
 	}
-	l.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
+	s.up.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
 }
 
 // recovered records the end of an outage of brk's node at now; movedTo,
 // if set, names the node its keys moved to (the node is retired).
-func (l *Limiter) recovered(brk *breaker, now int64, movedTo string) {
+func (s *redisStore) recovered(brk *breaker, now int64, movedTo string) {
 	start := brk.outageStart.Swap(0)
 	if start == 0 {
 		return
 	}
-	l.openNodes.Add(-1)
+	s.openNodes.Add(-1)
 	outage := time.Duration(now-start) * time.Microsecond
 	degraded := brk.degraded.Load()
-	if l.obs != nil {
-		l.obs.ObserveRecovered(StoreOutage{Node: brk.node, Start: time.UnixMicro(start), Duration: outage, Degraded: degraded})
+	if s.up.obs != nil {
+		s.up.obs.ObserveRecovered(StoreOutage{Node: brk.node, Start: time.UnixMicro(start), Duration: outage, Degraded: degraded})
 	}
 	g := &brk.log
 	g.mu.Lock()
@@ -137,13 +136,13 @@ func (l *Limiter) recovered(brk *breaker, now int64, movedTo string) {
 	g.mu.Unlock()
 	switch {
 	case logged && movedTo != "":
-		l.log().Info("sluice: store recovered: the node's keys moved to another (a failover); the node is retired",
+		s.up.log().Info("sluice: store recovered: the node's keys moved to another (a failover); the node is retired",
 			"node", brk.node, "moved_to", movedTo, "outage", outage, "degraded_decisions", degraded)
 	case logged:
-		l.log().Info("sluice: store recovered", "node", brk.node, "outage", outage, "degraded_decisions", degraded)
+		s.up.log().Info("sluice: store recovered", "node", brk.node, "outage", outage, "degraded_decisions", degraded)
 	}
 	if due {
-		l.logFlapping(brk, n, flapDegraded, err)
+		s.logFlapping(brk, n, flapDegraded, err)
 	}
 }
 

@@ -17,36 +17,36 @@ import (
 // whether it replaced the value; otherwise the caller logs the fault as
 // keyFailed does. The decision that found the value is still decided under
 // the failure policy.
-func (l *Limiter) replaceForeign(ctx context.Context, nd *node, rkey, kind string, err error) bool {
+func (s *redisStore) replaceForeign(ctx context.Context, nd *node, rkey, kind string, err error) bool {
 	if rkey == "" || (kind != OpDecide && kind != OpPeek) || !foreignFault(err) {
 		return false
 	}
-	if _, ok := l.notForeign.Load(rkey); ok {
+	if _, ok := s.notForeign.Load(rkey); ok {
 		return false
 	}
 	var vals []int64
-	_, rerr := l.onNode(ctx, nd, l.now(), OpReset, rkey, func() (time.Duration, error) {
+	_, rerr := s.onNode(ctx, nd, s.cfg.now(), OpReset, rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		o := op{script: foreignScript, keys: []string{rkey}}
-		vals, took, err = l.redis.runOp(ctx, nd, &o, l.timeout)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
 		return took, err
 	})
 	if rerr != nil || len(vals) != 1 || vals[0] != 1 {
-		if rerr == nil && l.notForeignN.Load() < maxNotForeign {
+		if rerr == nil && s.notForeignN.Load() < maxNotForeign {
 			// Another fault of the key (a calendar its windows do not
 			// hold): not asked again, so it costs no round trip per
 			// decision.
-			if _, had := l.notForeign.LoadOrStore(rkey, struct{}{}); !had {
-				l.notForeignN.Add(1)
+			if _, had := s.notForeign.LoadOrStore(rkey, struct{}{}); !had {
+				s.notForeignN.Add(1)
 			}
 		}
 		return false
 	}
-	if l.keyLogCount.Load() < keyLogs {
-		if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); !said {
-			l.keyLogCount.Add(1)
-			l.log().Warn("sluice: a bucket's key held a value of another type; it was deleted, and the key's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+	if s.keyLogCount.Load() < keyLogs {
+		if _, said := s.keyLogSaid.LoadOrStore(rkey, struct{}{}); !said {
+			s.keyLogCount.Add(1)
+			s.up.log().Warn("sluice: a bucket's key held a value of another type; it was deleted, and the key's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
 				"node", nd.brk.node, "key", rkey, "error", err)
 		}
 	}
@@ -57,15 +57,15 @@ func (l *Limiter) replaceForeign(ctx context.Context, nd *node, rkey, kind strin
 // path.lua found a value of another type at a path's level, named level,
 // and deleted it: the level's bucket starts full, and the path was decided
 // by Redis.
-func (l *Limiter) foreignLevel(nd *node, rkey, level string) {
-	if l.keyLogCount.Load() >= keyLogs {
+func (s *redisStore) foreignLevel(nd *node, rkey, level string) {
+	if s.keyLogCount.Load() >= keyLogs {
 		return
 	}
-	if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
+	if _, said := s.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
 		return
 	}
-	l.keyLogCount.Add(1)
-	l.log().Warn("sluice: a path level's key held a value of another type; it was deleted, and the level's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+	s.keyLogCount.Add(1)
+	s.up.log().Warn("sluice: a path level's key held a value of another type; it was deleted, and the level's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
 		"node", nd.brk.node, "key", rkey, "level", level)
 }
 

@@ -2,6 +2,7 @@ package core
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -42,10 +43,6 @@ func validatePrefix(p string) error {
 // redisKey builds the stored name of key's bucket under plan fp, with the
 // unkeyed tag.
 func redisKey(prefix, fp, key string) string { return redisKeyTagged(prefix, fp, key, nil) }
-
-// rkey builds the stored name of key's bucket under plan fp, with the
-// limiter's tag (keyed, with WithSlotKey).
-func (l *Limiter) rkey(fp, key string) string { return redisKeyTagged(l.prefix, fp, key, l.slotKey) }
 
 // redisKeyTagged builds the stored name of key's bucket under plan fp;
 // with slotKey, its tag is a keyed hash (see WithSlotKey).
@@ -109,4 +106,62 @@ func redisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 // right after the fixed-length fingerprint.
 func markerKey(rkey, prefix, fp, id string) string {
 	return rkey[:len(prefix)+6+len(fp)] + "~" + id
+}
+
+// newID returns 32 random hex digits (128 bits), the one kind of id the
+// library writes: a concurrency lease's member, a reservation's marker,
+// a token lease's hold, a fleet member, an overrides write. Two live ids
+// never meet.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// overridesKeys returns the Redis keys of the overrides set named set: its
+// hash, <prefix>{ovr:<set>}; its version counter, bumped by every change
+// in the same script call; its epoch, new with each history of the set;
+// and its last write's id (see overrides_load.lua). One hash tag: one
+// Cluster slot. No expiry: no volatile-* policy evicts them.
+func (s *redisStore) overridesKeys(set string) []string {
+	base := s.cfg.prefix + "{ovr:" + set + "}"
+	return []string{base, base + "v", base + "e", base + "w"}
+}
+
+// fleetKey returns the name of fleet's sorted set of members (see
+// WithFleet): <prefix>{fleet:<name>}. No expiry, so no volatile-* policy
+// evicts it; a member silent for three heartbeats is dropped by the next.
+func (s *redisStore) fleetKey(fleet string) string {
+	return s.cfg.prefix + "{fleet:" + fleet + "}"
+}
+
+// rkey builds the stored name of key's bucket under plan fp, with the
+// store's tag (keyed, with WithSlotKey).
+func (s *redisStore) rkey(fp, key string) string {
+	return redisKeyTagged(s.cfg.prefix, fp, key, s.cfg.slotKey)
+}
+
+// holdsKey builds the name of the hash of rkey's lease holds:
+//
+//	<prefix>{<tag>}<fingerprint>~h:<key>
+//
+// In the bucket's hash tag, and never a bucket's name (a bucket has ':'
+// right after the fixed-length fingerprint) nor a marker's (see markerKey).
+func holdsKey(rkey, prefix, fp string) string {
+	at := len(prefix) + 6 + len(fp)
+	return rkey[:at] + "~h" + rkey[at:]
+}
+
+// epochKey builds the name of the epoch of rkey's hash tag (see epoch in
+// leases.lua), which the concurrency scripts read when the server will
+// not tell them of a restart:
+//
+//	<prefix>{<tag>}~epoch
+//
+// In the lease set's slot, and never a bucket's, a marker's or a holds'
+// name: those have the fixed-length fingerprint right after the tag. No
+// expiry, so no volatile-* policy evicts it; it goes with the server's
+// data, which is what it is there to tell.
+func epochKey(rkey, prefix string) string {
+	return rkey[:len(prefix)+6] + "~epoch"
 }

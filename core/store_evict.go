@@ -16,12 +16,12 @@ const opPolicy = "policy"
 // or busy buckets (volatile-lru, see lruAdvice). The same INFO tells the
 // lease keeper which server the node is (see leaseKeeper.seed). It is
 // called on the caller's goroutine and returns at once.
-func (l *Limiter) readPolicy(nd *node) {
+func (s *redisStore) readPolicy(nd *node) {
 	if !nd.visible() || !nd.policy.CompareAndSwap(false, true) {
 		return
 	}
-	l.bg.run(func(bg context.Context) {
-		ctx, cancel := context.WithTimeout(bg, max(l.timeout, time.Second))
+	s.bg.run(func(bg context.Context) {
+		ctx, cancel := context.WithTimeout(bg, max(s.cfg.budget, time.Second))
 		defer cancel()
 		// Like the fleet heartbeat (see sendOp), the read is governed by
 		// no failure policy and feeds no breaker: a slow answer must not
@@ -32,9 +32,9 @@ func (l *Limiter) readPolicy(nd *node) {
 		// slot.
 		start := time.Now()
 		info, err := nd.info(ctx)
-		if l.obs != nil && (err == nil || bg.Err() == nil) {
+		if s.up.obs != nil && (err == nil || bg.Err() == nil) {
 			// A read that Close cut short is not the node's failure.
-			l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
+			s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
 		}
 		if ErrorReason(err) == ReasonNoPerm {
 			return // cannot be read; the ACL in docs/production.md allows INFO
@@ -43,14 +43,14 @@ func (l *Limiter) readPolicy(nd *node) {
 			nd.policy.Store(false) // read at a later answer
 			return
 		}
-		l.keeper().seed(nd, info)
+		s.seen.seed(nd, info)
 		policy := infoField(info, "maxmemory_policy")
 		switch {
 		case evicts(policy):
-			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",
+			s.up.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",
 				"node", nd.brk.node, "maxmemory_policy", policy, "risk", evictionRisk(policy))
 		case policy == "volatile-lru":
-			l.log().Warn("sluice: the Redis node's maxmemory-policy can evict busy buckets; set maxmemory-policy volatile-lfu (docs/production.md)",
+			s.up.log().Warn("sluice: the Redis node's maxmemory-policy can evict busy buckets; set maxmemory-policy volatile-lfu (docs/production.md)",
 				"node", nd.brk.node, "maxmemory_policy", policy, "risk", lruAdvice)
 		}
 	})

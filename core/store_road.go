@@ -12,7 +12,7 @@ import (
 )
 
 // This file is the one road every store operation takes through a node's
-// breaker: [Limiter.onNode] routes the call, runs it, reports it to the
+// breaker: [redisStore.onNode] routes the call, runs it, reports it to the
 // observer with its kind, and judges its outcome once, for every kind of
 // operation (decisions, peeks, settlements, acquisitions, releases,
 // renewals, resets, heartbeats). What it judges:
@@ -73,18 +73,18 @@ const excuseFor = 2_000_000
 // routed true, err is nil for an answer, the caller's context error when
 // the caller gave up (return it), or the store's error (decide under the
 // failure policy, or report it); see the table above.
-func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key string, run func() (time.Duration, error)) (routed bool, err error) {
+func (s *redisStore) onNode(ctx context.Context, nd *node, now int64, kind, key string, run func() (time.Duration, error)) (routed bool, err error) {
 	brk := nd.brk
 	r := brk.route(now)
 	if r == viaLocal {
 		if kind != OpRenew {
 			return false, nil
 		}
-		return true, l.aside(ctx, nd, kind, key, run)
+		return true, s.aside(ctx, nd, kind, key, run)
 	}
 	pause.Watch()
 	took, err := run()
-	f := l.judged(ctx, brk, kind, took, err)
+	f := s.judged(ctx, brk, kind, took, err)
 	if f == faultPause {
 		// The answer was lost to a pause of this process: ask once
 		// more rather than decide without the store. Every kind of
@@ -93,17 +93,17 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 		// decision sent again may charge its key twice, which errs
 		// toward denying, never toward admitting.
 		took, err = run()
-		f = l.judged(ctx, brk, kind, took, err)
+		f = s.judged(ctx, brk, kind, took, err)
 	}
 	if err == nil {
 		if brk.excused.Load() != 0 {
 			brk.excused.Store(0)
 		}
 		if brk.success(r, now) {
-			l.recovered(brk, now, "")
+			s.recovered(brk, now, "")
 		}
 		if !nd.policy.Load() {
-			l.readPolicy(nd)
+			s.readPolicy(nd)
 		}
 		return true, nil
 	}
@@ -114,10 +114,10 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 	switch f {
 	case faultKey:
 		if brk.success(r, now) {
-			l.recovered(brk, now, "")
+			s.recovered(brk, now, "")
 		}
-		if !l.replaceForeign(ctx, nd, key, kind, err) {
-			l.keyFailed(nd, key, kind, err)
+		if !s.replaceForeign(ctx, nd, key, kind, err) {
+			s.keyFailed(nd, key, kind, err)
 		}
 		return true, err
 	case faultPause:
@@ -131,7 +131,7 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 			return true, fmt.Errorf("%w: %w", errPaused, err)
 		}
 	}
-	l.chargeNode(nd, r, now, key, err)
+	s.chargeNode(nd, r, now, key, err)
 	return true, err
 }
 
@@ -140,16 +140,16 @@ func (l *Limiter) onNode(ctx context.Context, nd *node, now int64, kind, key str
 // with that judgement. A call whose caller gave up is not reported (the
 // store said nothing), and its fault is faultNode, which onNode does not
 // use for it.
-func (l *Limiter) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
+func (s *redisStore) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
 	f := faultNode
 	if err != nil {
 		if callerGone(ctx) != nil {
 			return f
 		}
-		f = l.faultOf(err, took)
+		f = s.faultOf(err, took)
 	}
-	if l.obs != nil {
-		l.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
+	if s.up.obs != nil {
+		s.up.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
 	}
 	return f
 }
@@ -162,14 +162,14 @@ func (l *Limiter) judged(ctx context.Context, brk *breaker, kind string, took ti
 // probes of other requests have closed the breaker. Its outcome is
 // observed but leaves the breaker as it is: requests' probes alone decide
 // when the node is back.
-func (l *Limiter) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
+func (s *redisStore) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
 	took, err := run()
-	if l.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		l.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	if s.up.obs != nil && (err == nil || callerGone(ctx) == nil) {
+		s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}
 	if err != nil && callerGone(ctx) == nil && keyFault(err) {
-		if !l.replaceForeign(ctx, nd, key, kind, err) {
-			l.keyFailed(nd, key, kind, err)
+		if !s.replaceForeign(ctx, nd, key, kind, err) {
+			s.keyFailed(nd, key, kind, err)
 		}
 	}
 	return err
@@ -177,11 +177,11 @@ func (l *Limiter) aside(ctx context.Context, nd *node, kind, key string, run fun
 
 // decideOn sends c, a decision of kind kind (OpDecide or OpPeek), to
 // node nd on the road (see onNode).
-func (l *Limiter) decideOn(ctx context.Context, nd *node, now int64, kind string, c *call) (d decision, routed bool, err error) {
-	routed, err = l.onNode(ctx, nd, now, kind, c.rkey, func() (time.Duration, error) {
+func (s *redisStore) decideOn(ctx context.Context, nd *node, now int64, kind string, c *call) (d decision, routed bool, err error) {
+	routed, err = s.onNode(ctx, nd, now, kind, c.rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		d, took, err = l.redis.submit(ctx, nd, c, l.timeout)
+		d, took, err = s.submit(ctx, nd, c, s.cfg.budget)
 		return took, err
 	})
 	return d, routed, err
@@ -189,22 +189,22 @@ func (l *Limiter) decideOn(ctx context.Context, nd *node, now int64, kind string
 
 // chargeNode charges a failure of the call sent at now (routed r) on key
 // to nd's breaker.
-func (l *Limiter) chargeNode(nd *node, r route, now int64, key string, err error) {
+func (s *redisStore) chargeNode(nd *node, r route, now int64, key string, err error) {
 	brk := nd.brk
-	l.redis.failed()
+	s.failed()
 	if brk.failedKey.Load() == nil || brk.isOpen() {
 		k := key
 		brk.failedKey.Store(&k)
 	}
-	if end := l.now(); brk.failure(r, now, end) {
-		l.degrade(brk, end, err)
+	if end := s.cfg.now(); brk.failure(r, now, end) {
+		s.degrade(brk, end, err)
 	}
-	l.rewarm(nd)
+	s.rewarm(nd)
 }
 
 // faultOf judges err, an error of a call whose I/O took took and has just
 // ended.
-func (l *Limiter) faultOf(err error, took time.Duration) fault {
+func (s *redisStore) faultOf(err error, took time.Duration) fault {
 	if keyFault(err) {
 		return faultKey
 	}
@@ -212,7 +212,7 @@ func (l *Limiter) faultOf(err error, took time.Duration) fault {
 		return faultNode
 	}
 	end := pause.Now()
-	if pause.Overlaps(end-int64(took), end) || (l.timeout > 0 && took-l.timeout > pause.Late) {
+	if pause.Overlaps(end-int64(took), end) || (s.cfg.budget > 0 && took-s.cfg.budget > pause.Late) {
 		// A pause overlapped the call, or its deadline was noticed
 		// late: this process was not running when it fired.
 		return faultPause
@@ -231,17 +231,17 @@ const keyLogs = 64
 
 // keyFailed logs, once per stored key (up to keyLogs keys), that a call
 // on it failed for a reason of its own.
-func (l *Limiter) keyFailed(nd *node, rkey, kind string, err error) {
-	if l.keyLogCount.Load() >= keyLogs {
+func (s *redisStore) keyFailed(nd *node, rkey, kind string, err error) {
+	if s.keyLogCount.Load() >= keyLogs {
 		return
 	}
-	if _, said := l.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
+	if _, said := s.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
 		return
 	}
-	if l.keyLogCount.Add(1) == keyLogs {
-		l.log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
+	if s.keyLogCount.Add(1) == keyLogs {
+		s.up.log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
 	}
-	l.log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
+	s.up.log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
 		"node", nd.brk.node, "key", rkey, "op", kind, "error", err, "reason", ErrorReason(err))
 }
 
@@ -261,6 +261,6 @@ type keyLog struct {
 // heartbeat's own, a heartbeat): a batch's I/O is bounded by the
 // decisions' budget, which a Redis slower than that would never meet, and
 // the fleet would stop counting while decisions go to the fallback.
-func (l *Limiter) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
-	return l.sendScriptInts(ctx, kind, o.script, o.keys, o.args...)
+func (s *redisStore) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
+	return s.sendScriptInts(ctx, kind, o.script, o.keys, o.args...)
 }

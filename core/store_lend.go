@@ -1,0 +1,47 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/storeops"
+)
+
+// lent is a store as package overrides sees it: rs is nil for a NewMemory
+// limiter's, whose overrides live in process memory.
+type lent struct {
+	rs     *redisStore
+	log    func() *slog.Logger
+	budget time.Duration
+}
+
+func (s *redisStore) lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
+	return lent{rs: s, log: log, budget: budget}
+}
+
+func (s lent) Memory() bool          { return s.rs == nil }
+func (s lent) Logger() *slog.Logger  { return s.log() }
+func (s lent) Budget() time.Duration { return s.budget }
+
+func (s lent) SetOverride(ctx context.Context, set, key, text string, max int) (int64, error) {
+	if s.rs == nil {
+		return 0, errInMemory
+	}
+	return s.rs.sendScriptInt(ctx, OpOverrides, overrideSetScript, s.rs.overridesKeys(set), key, text, max, newID())
+}
+
+func (s lent) RemoveOverride(ctx context.Context, set, key string) (int64, error) {
+	if s.rs == nil {
+		return 0, errInMemory
+	}
+	k := s.rs.overridesKeys(set)
+	return s.rs.sendScriptInt(ctx, OpOverrides, overrideRemoveScript, []string{k[0], k[1], k[3]}, key, newID())
+}
+
+func (s lent) LoadOverrides(ctx context.Context, set, known string, max int) ([]any, error) {
+	if s.rs == nil {
+		return nil, errInMemory
+	}
+	return s.rs.sendScriptSlice(ctx, OpOverrides, overrideLoadScript, s.rs.overridesKeys(set), known, max)
+}

@@ -1,0 +1,8 @@
+package core
+
+// redisOf returns the Redis store of l, a limiter made by New, for tests
+// that look inside it.
+func redisOf(l *Limiter) *redisStore { return l.store.(*redisStore) }
+
+// lentOf returns what l lends package overrides.
+func lentOf(l *Limiter) lent { return l.store.lend(l.log, l.timeout).(lent) }

@@ -40,7 +40,9 @@ type Limit struct {
 	Refill Refill `json:"refill,omitempty" yaml:"refill,omitempty"`
 	// Zone is the time zone of a calendar refill, an IANA name such as
 	// "America/New_York" (see time.LoadLocation); "" is UTC. It must be
-	// empty for other refills.
+	// empty for other refills. The zone database is read from the system;
+	// a program in an image without one (distroless, scratch) imports
+	// time/tzdata (see [PerCalendarDay]).
 	Zone string `json:"zone,omitempty" yaml:"zone,omitempty"`
 }
 
@@ -107,6 +109,11 @@ func PerMinute(n int) Limit { return Limit{Rate: n, Period: time.Minute, Burst: 
 // PerHour returns a limit of n events per hour with a burst of n.
 func PerHour(n int) Limit { return Limit{Rate: n, Period: time.Hour, Burst: n} }
 
+// PerDay returns a limit of n events per 24 hours with a burst of n,
+// refilled continuously: a rolling day, not a calendar one. For a quota
+// restored whole at local midnight, use [PerCalendarDay].
+func PerDay(n int) Limit { return Limit{Rate: n, Period: 24 * time.Hour, Burst: n} }
+
 // PerInterval returns a limit that adds n tokens at once every d (aligned
 // to the Unix epoch, see [RefillInterval]), with a burst of n.
 func PerInterval(n int, d time.Duration) Limit {
@@ -116,6 +123,17 @@ func PerInterval(n int, d time.Duration) Limit {
 // PerCalendarDay returns a quota of n events per calendar day in zone (an
 // IANA name, "" for UTC), restored whole at every local midnight (see
 // [RefillDaily]).
+//
+// A zone other than UTC is loaded from the system's zone database, when
+// the limit is validated or first used. An image without one (distroless
+// static, scratch, some Alpine builds) makes every such limit invalid
+// ("unknown time zone"); embed Go's copy of the database (about 450 kB)
+// in the program with a blank import in package main:
+//
+//	import _ "time/tzdata"
+//
+// or build with -tags timetzdata. The same holds for [PerCalendarWeek],
+// [PerCalendarMonth] and a Zone read from configuration.
 func PerCalendarDay(n int, zone string) Limit {
 	return Limit{Rate: n, Burst: n, Refill: RefillDaily, Zone: zone}
 }

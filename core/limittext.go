@@ -25,11 +25,16 @@ import (
 //	                       1000 per day, restored at New York's midnight
 //	5000/calendar-week     per week from Monday, UTC
 //	20000/calendar-month zone Europe/Paris
+//	1000-H                 1000 an hour: <rate>-<S|M|H|D>, as other
+//	                       Go rate limiters write it
 //
 // The period is a unit (ms, s, sec, second, m, min, minute, h, hour, d,
 // day, plurals too) or a number with one (15m, 1.5s, 1h30m, 2d), or a
 // calendar period (calendar-day, calendar-week, calendar-month), which
-// takes a zone (an IANA name; UTC without one) and no burst. "refill"
+// takes a zone (an IANA name; UTC without one) and no burst. The hyphen
+// form's unit is one letter, either case: S a second, M a minute (not a
+// month), H an hour, D 24 hours; "1000-H burst 50" takes the same words
+// after it as the slash form. "refill"
 // takes interval or continuous (the default). Burst defaults to the rate,
 // as [PerMinute] does. A name is a bare word or a quoted string. Keywords
 // are case-insensitive and may be separated by commas. The result is
@@ -55,7 +60,9 @@ func parseLimit(s string) (Limit, error) {
 	}
 	rate, period, ok := strings.Cut(words[0], "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("%q has no '/'; want <rate>/<period>, such as 600/m", words[0])
+		if rate, period, ok = cutHyphenForm(words[0]); !ok {
+			return Limit{}, fmt.Errorf("%q has no '/'; want <rate>/<period>, such as 600/m, or <rate>-<S|M|H|D>, such as 1000-H", words[0])
+		}
 	}
 	var l Limit
 	n, err := strconv.Atoi(rate)
@@ -106,6 +113,43 @@ func parseLimit(s string) (Limit, error) {
 		}
 	}
 	return l, nil
+}
+
+// hyphenUnits are the units of the "<rate>-<unit>" form, upper case.
+var hyphenUnits = map[string]string{"S": "s", "M": "m", "H": "h", "D": "d"}
+
+// cutHyphenForm splits "<rate>-<unit>", such as "1000-H", into the rate
+// and the unit as the slash form names it ("h"). It reports false for
+// any other word, so that the slash form's message explains the mistake.
+func cutHyphenForm(w string) (rate, period string, ok bool) {
+	i := strings.LastIndexByte(w, '-')
+	if i < 1 {
+		return "", "", false
+	}
+	period, ok = hyphenUnits[strings.ToUpper(w[i+1:])]
+	if !ok {
+		return "", "", false
+	}
+	return w[:i], period, true
+}
+
+// MustParseLimit is like [ParseLimit] but panics if s is not a valid
+// limit. It is for package-level variables and other limits written in
+// the program's source, where a mistake is the programmer's and should
+// stop the program at start:
+//
+//	var loginLimit = core.MustParseLimit("5/15m name login")
+//
+// Limits read at run time (configuration files, flags, environment) go
+// through ParseLimit, so that a bad value is an error to report. The
+// panic's value is an error whose message starts with "core:" and which
+// wraps [ErrInvalidLimit].
+func MustParseLimit(s string) Limit {
+	l, err := ParseLimit(s)
+	if err != nil {
+		panic(fmt.Errorf("core: MustParseLimit: %w", err))
+	}
+	return l
 }
 
 // unquoteWord returns a word as it is, or a Go-quoted one unquoted.

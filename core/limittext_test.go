@@ -28,8 +28,24 @@ func TestParseLimit(t *testing.T) {
 		{in: "10/minute", want: core.PerMinute(10)},
 		{in: "10/hours", want: core.PerHour(10)},
 		{in: "10/1h30m", want: core.Limit{Rate: 10, Period: 90 * time.Minute, Burst: 10}},
+		{in: "1000/d", want: core.PerDay(1000)},
+		{in: "1000-H", want: core.PerHour(1000)},
+		{in: "5-S", want: core.PerSecond(5)},
+		{in: "5-s", want: core.PerSecond(5)},
+		{in: "60-M", want: core.PerMinute(60)},
+		{in: "60-m burst 10", want: core.PerMinute(60).WithBurst(10)},
+		{in: "100000-D, name daily", want: core.PerDay(100000).WithName("daily")},
+		{in: "10-M refill interval", want: core.PerInterval(10, time.Minute)},
 		{in: "", err: "empty"},
 		{in: "600", err: `"600" has no '/'`},
+		{in: "1000-W", err: `"1000-W" has no '/'; want <rate>/<period>, such as 600/m, or <rate>-<S|M|H|D>`},
+		{in: "1000-", err: `"1000-" has no '/'`},
+		{in: "-H", err: `"-H" has no '/'`},
+		{in: "1000-HH", err: `"1000-HH" has no '/'`},
+		{in: "0-H", err: `rate "0"`},
+		{in: "-5-H", err: `rate "-5"`},
+		{in: "x-H", err: `rate "x"`},
+		{in: "1000-H burst", err: `"burst" needs a value`},
 		{in: "x/m", err: `rate "x"`},
 		{in: "0/m", err: `rate "0"`},
 		{in: "5/fortnight", err: `period "fortnight"`},
@@ -185,7 +201,7 @@ func TestLimitJSON(t *testing.T) {
 // FuzzParseLimit: any text either fails with ErrInvalidLimit or gives a
 // valid limit that writes and reads back equal.
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"600/m", "100/s burst 20", `5/15m name "a b"`, "7/1.5s", "3/2d", "x/y z", "10/m burst 5 refill interval", "1000/calendar-day zone America/New_York", "3/calendar-month in UTC"} {
+	for _, s := range []string{"600/m", "100/s burst 20", `5/15m name "a b"`, "7/1.5s", "3/2d", "x/y z", "10/m burst 5 refill interval", "1000/calendar-day zone America/New_York", "3/calendar-month in UTC", "1000-H", "5-s burst 2", "-1-D", "7-X"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -210,6 +226,42 @@ func FuzzParseLimit(f *testing.F) {
 	})
 }
 
+func TestMustParseLimit(t *testing.T) {
+	if got, want := core.MustParseLimit("1000-H burst 50"), core.PerHour(1000).WithBurst(50); got != want {
+		t.Errorf("MustParseLimit(1000-H burst 50) = %v, want %v", got, want)
+	}
+	for _, in := range []string{"", "600", "5/1ns", "10/calendar-day burst 5"} {
+		func() {
+			defer func() {
+				r := recover()
+				err, ok := r.(error)
+				if !ok {
+					t.Errorf("MustParseLimit(%q) panicked with %#v, want an error", in, r)
+					return
+				}
+				if !strings.HasPrefix(err.Error(), "core: ") || !errors.Is(err, core.ErrInvalidLimit) || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
+					t.Errorf("MustParseLimit(%q) panicked with %q, want a core: error quoting the text and wrapping ErrInvalidLimit", in, err)
+				}
+			}()
+			l := core.MustParseLimit(in)
+			t.Errorf("MustParseLimit(%q) = %v, want a panic", in, l)
+		}()
+	}
+}
+
+func TestPerDay(t *testing.T) {
+	want := core.Limit{Rate: 500, Period: 24 * time.Hour, Burst: 500}
+	if got := core.PerDay(500); got != want {
+		t.Errorf("PerDay(500) = %v, want %v", got, want)
+	}
+	if err := core.PerDay(500).Validate(); err != nil {
+		t.Errorf("PerDay(500).Validate() = %v", err)
+	}
+	if text, err := core.PerDay(500).MarshalText(); err != nil || string(text) != "500/d" {
+		t.Errorf("PerDay(500).MarshalText() = %q, %v, want 500/d", text, err)
+	}
+}
+
 // Limits come from configuration as text.
 func ExampleParseLimit() {
 	l, err := core.ParseLimit("100/s burst 20")
@@ -222,4 +274,44 @@ func ExampleParseLimit() {
 	// Output:
 	// 100/1s burst 20
 	// 600/m name api
+}
+
+// The form other Go rate limiters use, <rate>-<S|M|H|D>, reads the same
+// limits: M is a minute, D 24 hours.
+func ExampleParseLimit_hyphen() {
+	for _, s := range []string{"1000-H", "20-s burst 5", "50000-D"} {
+		l, err := core.ParseLimit(s)
+		if err != nil {
+			panic(err)
+		}
+		text, _ := l.MarshalText()
+		fmt.Printf("%-13s %s\n", s, text)
+	}
+	// Output:
+	// 1000-H        1000/h
+	// 20-s burst 5  20/s burst 5
+	// 50000-D       50000/d
+}
+
+// MustParseLimit suits limits fixed in the source, such as package-level
+// variables: a typo stops the program at start.
+func ExampleMustParseLimit() {
+	login := core.MustParseLimit("5/15m name login")
+	fmt.Println(login)
+
+	defer func() { fmt.Println("panic:", recover()) }()
+	core.MustParseLimit("5 per minute")
+	// Output:
+	// "login" 5/15m0s burst 5
+	// panic: core: MustParseLimit: core: invalid limit: limit "5 per minute": "5" has no '/'; want <rate>/<period>, such as 600/m, or <rate>-<S|M|H|D>, such as 1000-H
+}
+
+// A rolling day: tokens come back continuously, 1000 over 24 hours,
+// unlike PerCalendarDay's quota, restored at midnight.
+func ExamplePerDay() {
+	fmt.Println(core.PerDay(1000))
+	fmt.Println(core.PerCalendarDay(1000, "Europe/Paris"))
+	// Output:
+	// 1000/24h0m0s burst 1000
+	// 1000/calendar-day zone Europe/Paris
 }

@@ -1,11 +1,12 @@
 // Package docs holds no code, only tests that keep the documentation honest:
 // every Go snippet in README.md and docs/*.md compiles and passes go vet,
-// every metric the docs and the Grafana dashboard name is one that
-// sluiceprom exports, with labels and label values it really uses, and
-// every OpenTelemetry instrument and attribute the docs name is one that
-// sluiceotel records; and the defaults the docs state (breaker, budget,
-// fallback sizing, dial advice, the middleware options) are the code's
-// (defaults_test.go).
+// every metric the docs, the Grafana dashboards and the Prometheus rule
+// files name is one that sluiceprom exports (or, for the -otel files,
+// that sluiceotel exports through the OpenTelemetry Prometheus exporter),
+// with labels and label values it really uses, every OpenTelemetry
+// instrument and attribute the docs name is one that sluiceotel records,
+// and the defaults the docs state (breaker, budget, fallback sizing, dial
+// advice, the middleware options) are the code's (defaults_test.go).
 package docs
 
 import (
@@ -638,7 +639,13 @@ func exported(t *testing.T) map[string]family {
 		t.Fatal(err)
 	}
 	observeAll(obs)
+	return gather(t, reg, "sluiceprom")
+}
 
+// gather returns the metric families reg holds, with the label values each
+// carries; who names the exporter in messages.
+func gather(t *testing.T, reg *prometheus.Registry, who string) map[string]family {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -656,7 +663,7 @@ func exported(t *testing.T) map[string]family {
 		out[mf.GetName()] = f
 	}
 	if len(out) < 6 {
-		t.Fatalf("sluiceprom registered %d families, want at least 6: %v", len(out), out)
+		t.Fatalf("%s registered %d families, want at least 6: %v", who, len(out), out)
 	}
 	return out
 }
@@ -781,6 +788,17 @@ func metricNames(q string) []string {
 	return out
 }
 
+// isLabel reports whether name is a label of one of fams: sluiceotel's
+// attributes become labels that start with sluice_, as metric names do.
+func isLabel(name string, fams map[string]family) bool {
+	for _, f := range fams {
+		if _, ok := f.labels[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // targetLabels are added by Prometheus to every series it scrapes.
 var targetLabels = []string{"job", "instance"}
 
@@ -808,7 +826,9 @@ func checkQuery(where, q string, fams map[string]family, withBy bool) []string {
 	for _, name := range metricNames(q) {
 		base, ok := resolve(name, fams)
 		if !ok {
-			problems = append(problems, fmt.Sprintf("%s: %s is not a metric sluiceprom exports", where, name))
+			if !isLabel(name, fams) {
+				problems = append(problems, fmt.Sprintf("%s: %s is not a metric the observer exports", where, name))
+			}
 			continue
 		}
 		used[base] = true
@@ -837,6 +857,9 @@ func checkQuery(where, q string, fams map[string]family, withBy bool) []string {
 				alts = strings.Split(value, "|")
 			}
 			for _, a := range alts {
+				if a == "" {
+					continue // the label absent: sluiceotel's error.type on a call that succeeded
+				}
 				if (op == "=" || op == "!=" || wordRE.MatchString(a)) && !contains(values, a) {
 					problems = append(problems, fmt.Sprintf("%s: %s{%s} never has the value %q (values: %s)", where, m[1], label, a, strings.Join(values, ", ")))
 				}
@@ -861,16 +884,26 @@ func checkQuery(where, q string, fams map[string]family, withBy bool) []string {
 	return problems
 }
 
-// dashboard reads docs/grafana-dashboard.json.
-func dashboard(t *testing.T) map[string]any {
+// dashboards are the Grafana dashboards in docs/, each with the metric
+// families its queries must name: one per observer package.
+var dashboards = []struct {
+	file     string
+	families func(*testing.T) map[string]family
+}{
+	{"grafana-dashboard.json", exported},
+	{"grafana-dashboard-otel.json", otelExported},
+}
+
+// dashboard reads a dashboard file in docs/.
+func dashboard(t *testing.T, file string) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile("grafana-dashboard.json")
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d map[string]any
 	if err := json.Unmarshal(data, &d); err != nil {
-		t.Fatalf("grafana-dashboard.json: %v", err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	return d
 }
@@ -902,13 +935,23 @@ func queries(v any, where string, out map[string]string) {
 	}
 }
 
-// TestDashboardMetrics checks that every query of the Grafana dashboard
-// names metrics, labels and label values that sluiceprom exports.
+// TestDashboardMetrics checks that every query of each Grafana dashboard
+// names metrics, labels and label values that its observer exports
+// (sluiceprom, or sluiceotel through the OpenTelemetry Prometheus
+// exporter), and that it shows every family.
 func TestDashboardMetrics(t *testing.T) {
 	t.Parallel()
-	fams := exported(t)
+	for _, db := range dashboards {
+		t.Run(db.file, func(t *testing.T) {
+			checkDashboardMetrics(t, db.file, db.families(t))
+		})
+	}
+}
+
+func checkDashboardMetrics(t *testing.T, file string, fams map[string]family) {
+	t.Helper()
 	qs := map[string]string{}
-	queries(dashboard(t), "dashboard", qs)
+	queries(dashboard(t, file), file, qs)
 	n := 0
 	covered := map[string]bool{}
 	for where, q := range qs {
@@ -935,12 +978,28 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 }
 
-// TestDashboardShape checks what Grafana needs to import the dashboard
+// TestDashboardShape checks what Grafana needs to import each dashboard
 // anywhere: a Prometheus datasource variable that every panel uses, unique
-// panel ids and a layout.
+// panel ids and a layout; and that the dashboards' uids differ, so that
+// both can be imported.
 func TestDashboardShape(t *testing.T) {
 	t.Parallel()
-	d := dashboard(t)
+	uids := map[string]string{}
+	for _, db := range dashboards {
+		t.Run(db.file, func(t *testing.T) {
+			d := dashboard(t, db.file)
+			if uid, _ := d["uid"].(string); uids[uid] != "" {
+				t.Errorf("uid %q is also %s's", uid, uids[uid])
+			} else {
+				uids[uid] = db.file
+			}
+			checkDashboardShape(t, d)
+		})
+	}
+}
+
+func checkDashboardShape(t *testing.T, d map[string]any) {
+	t.Helper()
 	if v, _ := d["schemaVersion"].(float64); v < 36 {
 		t.Errorf("schemaVersion = %v, want 36 or later", d["schemaVersion"])
 	}
@@ -987,18 +1046,27 @@ func TestDashboardShape(t *testing.T) {
 }
 
 // TestDocMetrics checks every metric named in README.md and docs/*.md
-// (alert rules and queries included), and that docs/production.md documents
-// every family sluiceprom exports.
+// (queries included), each line against sluiceprom's families or else
+// against sluiceotel's as the OpenTelemetry Prometheus exporter names
+// them, and that docs/production.md documents every family sluiceprom
+// exports.
 func TestDocMetrics(t *testing.T) {
 	t.Parallel()
-	fams := exported(t)
+	fams, otel := exported(t), otelExported(t)
 	for _, f := range docFiles(t) {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(data), "\n") {
-			for _, p := range checkQuery(fmt.Sprintf("%s:%d", rel(f), i+1), line, fams, false) {
+			where := fmt.Sprintf("%s:%d", rel(f), i+1)
+			// A line names sluiceprom's metrics, or else sluiceotel's as
+			// the OpenTelemetry Prometheus exporter names them.
+			problems := checkQuery(where, line, fams, false)
+			if len(problems) > 0 && len(checkQuery(where, line, otel, false)) == 0 {
+				problems = nil
+			}
+			for _, p := range problems {
 				t.Error(p)
 			}
 		}

@@ -69,17 +69,20 @@ type Cluster struct {
 // 16384 slots are assigned to the three masters, every node agrees on the
 // slot map, and every replica is attached and in sync with its master.
 //
-// Each node is a redis-server from PATH started as by [Start], with
+// Each node is a server (see "Which server" in the package doc) started as
+// by [Start], with
 // --cluster-enabled yes, a cluster bus on a second free loopback port,
 // --cluster-node-timeout 1000 (see [ClusterNodeTimeout]) and
 // --cluster-replica-validity-factor 0, so that a replica always takes over
 // from a failed master, and --repl-diskless-sync-delay 0, so that replicas
 // sync at once. args are passed to every node after these, for
 // example "--cluster-require-full-coverage", "no". The cluster is created by
-// redis-cli --cluster create.
+// the server's own client (redis-cli or valkey-cli) with --cluster create.
 //
-// When redis-server or redis-cli is not on PATH, StartCluster calls tb.Skip,
-// or tb.Fatal when the environment variable CI is "true" or "1". It calls
+// When the server or its client is not found, StartCluster calls tb.Skip,
+// or tb.Fatal when the environment variable CI is "true" or "1", or when
+// SLUICE_REDIS_SERVER or SLUICE_REDIS_CLI names a binary that is not
+// there. It calls
 // tb.Fatal if the cluster is not ready within about 30 seconds; the message
 // includes every node's view of the cluster and the end of its log.
 func StartCluster(tb testing.TB, args ...string) *Cluster {
@@ -110,20 +113,6 @@ func StartCluster(tb testing.TB, args ...string) *Cluster {
 	c.create()
 	c.wait("the new cluster to be ready", true)
 	return c
-}
-
-// lookCLI finds redis-cli on PATH, or skips or fails the test.
-func lookCLI(tb testing.TB) string {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-cli")
-	if err == nil {
-		return bin
-	}
-	if inCI() {
-		tb.Fatal("redistest: redis-cli not found on PATH; CI requires a real Redis")
-	}
-	tb.Skip("redistest: redis-cli not found on PATH; install Redis to run this test")
-	return ""
 }
 
 // create joins the nodes into a cluster with redis-cli.

@@ -167,15 +167,17 @@ func TestClusterAndSentinelMissingBinaries(t *testing.T) {
 		start   func(testing.TB)
 		missing string
 	}{
-		{"cluster without redis-server", t.TempDir(), func(tb testing.TB) { StartCluster(tb) }, "redis-server"},
+		{"cluster without a server", t.TempDir(), func(tb testing.TB) { StartCluster(tb) }, "redis-server or valkey-server"},
 		{"cluster without redis-cli", onlyServer, func(tb testing.TB) { StartCluster(tb) }, "redis-cli"},
-		{"sentinel without redis-server", t.TempDir(), func(tb testing.TB) { StartSentinel(tb) }, "redis-server"},
+		{"sentinel without a server", t.TempDir(), func(tb testing.TB) { StartSentinel(tb) }, "redis-server or valkey-server"},
 	}
 	for _, tt := range tests {
 		for _, ci := range []string{"", "true"} {
 			t.Run(tt.name+" CI="+ci, func(t *testing.T) {
 				t.Setenv("PATH", tt.path)
 				t.Setenv("CI", ci)
+				t.Setenv(envServer, "")
+				t.Setenv(envCLI, "")
 				ft := &fakeTB{TB: t}
 				runFake(func() { tt.start(ft) })
 				defer ft.runCleanups()

@@ -6,18 +6,19 @@
 //
 // # Real Redis
 //
-// [Start] runs a private redis-server from PATH as a child process on a free
+// [Start] runs a private redis-server (or valkey-server: see "Which server")
+// as a child process on a free
 // loopback port, with its own temporary directory and no persistence, and
 // stops it when the test ends. The returned [Server] can be killed with
 // SIGKILL ([Server.Kill]), stopped gracefully ([Server.Stop]) and started
 // again on the same address ([Server.Restart]), so a test can watch its code
 // survive a Redis outage.
 //
-// When redis-server is not on PATH, [Start] skips the test on a developer's
+// When no server binary is found, [Start] skips the test on a developer's
 // machine and fails it under CI (the environment variable CI is "true" or
 // "1"):
 //
-//	redistest: redis-server not found on PATH; CI requires a real Redis
+//	redistest: redis-server or valkey-server not found on PATH (executable file not found in $PATH); CI requires a real Redis
 //
 // [Launch] is Start without a testing.TB: it takes the arguments in
 // [ServerOptions], along with a command to run redis-server under (such as
@@ -31,13 +32,35 @@
 // use [Addr] must treat that Redis as shared: no FLUSHALL, no SHUTDOWN, no
 // CONFIG SET, and keys that cannot collide with other users.
 //
+// # Which server
+//
+// Without configuration the kit runs redis-server from PATH, or
+// valkey-server when there is no redis-server, and the client that goes
+// with it (redis-cli or valkey-cli) for [StartCluster]. Two environment
+// variables choose instead, to run the same tests on another server:
+//
+//	SLUICE_REDIS_SERVER  the server: a path, or a name looked up on PATH
+//	                     (valkey-server, /opt/redis-8/bin/redis-server)
+//	SLUICE_REDIS_CLI     its client; by default the server's name with
+//	                     -server replaced by -cli, beside the server when
+//	                     SLUICE_REDIS_SERVER is a path, else on PATH
+//
+// For example:
+//
+//	SLUICE_REDIS_SERVER=valkey-server go test ./core ./redistest
+//
+// A binary named by either variable that is not there fails the test even
+// outside CI: a run meant for one server must not pass on another, or skip
+// unseen. [Launch] finds its binary the same way. [Addr] with REDIS_ADDR
+// set uses no binary at all.
+//
 // # Cluster and Sentinel
 //
 // [StartCluster] runs a Redis Cluster of three masters with one replica each
 // (six redis-server processes, created with redis-cli --cluster create), and
 // [StartSentinel] runs a master, its replica and three sentinels. Both need
-// redis-server (and the cluster redis-cli) on PATH, with the same skipping
-// and failing rules as [Start]. Both return once the topology is ready, and
+// the server (and the cluster its client, redis-cli or valkey-cli), with the
+// same skipping and failing rules as [Start]. Both return once the topology is ready, and
 // offer go-redis clients configured for sluice ([Cluster.Client],
 // [Sentinel.Client]) and the faults that matter: [Cluster.KillMaster] and
 // [Cluster.WaitHealthy] for a failover, [Cluster.MoveSlots] for resharding

@@ -65,12 +65,13 @@ type Sentinel struct {
 //
 // The data nodes are started as by [Start], with --repl-diskless-sync-delay
 // 0 so that the replica syncs at once; args are passed to both after that.
-// Each sentinel runs redis-server with its own generated configuration
-// file and --sentinel: down-after-milliseconds 1000 (see
+// Each sentinel runs the server binary (redis-server or valkey-server) with
+// its own generated configuration file and --sentinel: down-after-milliseconds 1000 (see
 // [SentinelDownAfter]), failover-timeout 5000 and parallel-syncs 1.
 //
-// When redis-server is not on PATH, StartSentinel calls tb.Skip, or tb.Fatal
-// when the environment variable CI is "true" or "1". It calls tb.Fatal if
+// When no server binary is found, StartSentinel calls tb.Skip, or tb.Fatal
+// when the environment variable CI is "true" or "1", or when
+// SLUICE_REDIS_SERVER names a binary that is not there. It calls tb.Fatal if
 // the deployment is not ready within about 30 seconds; the message includes
 // the end of every process's log.
 func StartSentinel(tb testing.TB, args ...string) *Sentinel {

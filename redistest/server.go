@@ -121,8 +121,9 @@ func (p *process) exited() bool {
 	}
 }
 
-// Start starts a private redis-server from PATH on a free 127.0.0.1 port and
-// returns it once it answers PING. The server runs in a directory from
+// Start starts a private server (redis-server, valkey-server, or the one
+// SLUICE_REDIS_SERVER names: see "Which server" in the package doc) on a
+// free 127.0.0.1 port and returns it once it answers PING. The server runs in a directory from
 // tb.TempDir with persistence off (--save "" --appendonly no), and it is
 // killed at tb.Cleanup, also when the test fails.
 //
@@ -131,8 +132,9 @@ func (p *process) exited() bool {
 // can override Start's own settings; do not override --port, --bind or
 // --daemonize.
 //
-// When redis-server is not on PATH, Start calls tb.Skip, or tb.Fatal when the
-// environment variable CI is "true" or "1". Start calls tb.Fatal if the
+// When no server binary is found, Start calls tb.Skip, or tb.Fatal when the
+// environment variable CI is "true" or "1", or when SLUICE_REDIS_SERVER
+// names a binary that is not there. Start calls tb.Fatal if the
 // server cannot start within about 10 seconds; a port taken between choosing
 // it and binding it is retried with a new port up to three times. The
 // failure message includes the end of the server's log.
@@ -171,8 +173,8 @@ func startWith(tb testing.TB, pickPort func() (int, error), setup setupFunc) *Se
 	return s
 }
 
-// Launch starts a private redis-server from PATH on a free 127.0.0.1 port,
-// as [Start] does, and returns it once it answers PING. It is Start for
+// Launch starts a private server, found as [Start] finds it, on a free
+// 127.0.0.1 port, and returns it once it answers PING. It is Start for
 // code that has no testing.TB, such as benchmark harnesses and example
 // programs: it never skips, and it reports failure as an error.
 //
@@ -180,14 +182,15 @@ func startWith(tb testing.TB, pickPort func() (int, error), setup setupFunc) *Se
 // caller must call [Server.Close], which stops the server and removes the
 // directory. On Linux the server is also killed if this process dies.
 //
-// Launch returns an error wrapping [exec.ErrNotFound] when redis-server is
-// not on PATH, and an error that includes the end of the server's log when
+// Launch returns an error wrapping [exec.ErrNotFound] when no server binary
+// is on PATH (or the error of the path SLUICE_REDIS_SERVER gives), and an
+// error that includes the end of the server's log when
 // the server cannot start within opts.StartTimeout; a port taken between
 // choosing it and binding it is retried with a new port up to three times.
 func Launch(opts ServerOptions) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, _, err := osBinaries.server()
 	if err != nil {
-		return nil, fmt.Errorf("redistest: redis-server not found on PATH: %w", err)
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
@@ -251,20 +254,6 @@ func (s *Server) boot(pickPort func() (int, error), setup setupFunc) error {
 		}
 	}
 	return fmt.Errorf("redistest: start redis-server on %s: %w\n%s", s.addr, err, s.logTail())
-}
-
-// lookServer finds redis-server on PATH, or skips or fails the test.
-func lookServer(tb testing.TB) string {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err == nil {
-		return bin
-	}
-	if inCI() {
-		tb.Fatal("redistest: redis-server not found on PATH; CI requires a real Redis")
-	}
-	tb.Skip("redistest: redis-server not found on PATH; install Redis or set REDIS_ADDR to run this test")
-	return ""
 }
 
 // inCI reports whether the environment variable CI says we run under CI.

@@ -169,6 +169,7 @@ func TestMissingServerBinary(t *testing.T) {
 		t.Run("CI="+tt.ci, func(t *testing.T) {
 			t.Setenv("PATH", t.TempDir())
 			t.Setenv("CI", tt.ci)
+			t.Setenv(envServer, "")
 			ft := &fakeTB{TB: t}
 			runFake(func() { Start(ft) })
 			defer ft.runCleanups()
@@ -178,10 +179,11 @@ func TestMissingServerBinary(t *testing.T) {
 			case !tt.wantFail && !ft.skipped:
 				t.Fatalf("Start() with CI=%q: skipped = false, failed = %v, want a skip", tt.ci, ft.failed)
 			}
-			if tt.wantFail && ft.msg != "redistest: redis-server not found on PATH; CI requires a real Redis" {
-				t.Errorf("failure message = %q", ft.msg)
+			const want = "redistest: redis-server or valkey-server not found on PATH (executable file not found in $PATH); CI requires a real Redis"
+			if tt.wantFail && ft.msg != want {
+				t.Errorf("failure message = %q, want %q", ft.msg, want)
 			}
-			if !strings.Contains(ft.msg, "redis-server not found on PATH") {
+			if !strings.Contains(ft.msg, "redis-server or valkey-server not found on PATH") {
 				t.Errorf("message = %q, want it to name the missing binary", ft.msg)
 			}
 		})

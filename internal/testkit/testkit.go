@@ -107,18 +107,18 @@ func ExampleAddr() string {
 // MainWithRedis is the TestMain of package pkg: it starts a private
 // redis-server for its examples (see ExampleAddr), runs the tests and
 // examples, stops the server, and checks that no goroutine of sluice
-// outlived them. It returns the exit code. Without redis-server on PATH it
-// fails under CI (CI is "true" or "1") and otherwise says why and returns
-// 0.
+// outlived them. It returns the exit code. Without a server binary (see
+// "Which server" in redistest's package doc) it fails under CI (CI is
+// "true" or "1") and otherwise says why and returns 0.
 func MainWithRedis(m *testing.M, pkg string) int {
 	redistest.QuietClientLogs()
 	srv, err := redistest.Launch(redistest.ServerOptions{})
 	if err != nil {
 		if ci := os.Getenv("CI"); ci == "1" || strings.EqualFold(ci, "true") {
-			fmt.Fprintf(os.Stderr, "%s: CI requires redis-server: %v\n", pkg, err)
+			fmt.Fprintf(os.Stderr, "%s: CI requires a real Redis: %v\n", pkg, err)
 			return 1
 		}
-		fmt.Printf("%s: the tests need redis-server on PATH, so they did not run (%v)\n", pkg, err)
+		fmt.Printf("%s: the tests need redis-server or valkey-server, so they did not run (%v)\n", pkg, err)
 		return 0
 	}
 	exampleRedis = srv

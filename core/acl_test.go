@@ -196,7 +196,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		// connection or a degraded decision. The reply's wording is the
 		// server's own and differs between Redis and Valkey versions (an
 		// ACL refusal inside a script is an ERR, not NOPERM, on Redis 7.0
-		// and Valkey 8), so it is not checked.
+		// and Valkey 8); the library classes each as a permission error.
 		if len(failed) == 0 {
 			t.Fatal("without HSET, every feature worked: the test cannot notice a missing command")
 		}
@@ -204,6 +204,8 @@ func TestLeastPrivilegeACL(t *testing.T) {
 			var rerr redis.Error
 			if !strings.HasPrefix(f.what, "Overrides.Set") || !errors.As(f.err, &rerr) {
 				t.Errorf("without HSET, %v; want only Overrides.Set to fail, with an error reply", f)
+			} else if r := ErrorReason(f.err); r != ReasonNoPerm {
+				t.Errorf("without HSET, %v is classed %q, want %q", f, r, ReasonNoPerm)
 			}
 		}
 	})

@@ -50,11 +50,12 @@ func ErrorReason(err error) string {
 
 // deniedByACL reports whether msg, a Redis error reply, says the user may
 // not run a command: NOPERM as a command's own reply, and, raised inside a
-// script, the wordings Redis 7 ("The user executing the script can't run
-// this command"), Valkey and Redis 8 ("NOPERM ... no permissions") give.
+// script, the wordings Redis 7.0 ("The user executing the script can't run
+// this command"), Valkey 8 ("ACL failure in script") and later servers
+// ("NOPERM ... no permissions") give.
 // A script's refusal would otherwise read as a fault of the script.
 func deniedByACL(msg string) bool {
-	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "no permissions to run") ||
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "no permissions to run") || strings.Contains(msg, "ACL failure") ||
 		strings.Contains(msg, "can't run this command")
 }
 

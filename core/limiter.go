@@ -324,47 +324,21 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 
 	if l.denies != nil && cost == 1 && maxWait == 0 && l.denies.m.live.Load() != 0 {
-		return l.admitCached(ctx, key, p, now)
-	}
-	return l.decide(ctx, key, p, cost, maxWait, now)
-}
-
-// admitCached is admit for a unit request without a wait while the deny
-// cache holds entries: a live denial answers it, an expired one makes it
-// the probe that asks the store (or wait for the probe out), otherwise
-// the store decides.
-func (l *Limiter) admitCached(ctx context.Context, key string, p *plan, now int64) (Result, decision, error) {
-	dn, st, ch := l.denies.check(p.id, key, now)
-	if st == denyWait {
-		// Another request is asking Redis about this key; its answer
-		// is ours too, unless it leaves the key open.
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return Result{}, decision{}, ctx.Err()
+		dn, st, ch, err := l.denyState(ctx, key, p, &now)
+		switch {
+		case err != nil:
+			return Result{}, decision{}, err
+		case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
+			// A denial cached from a rule of the same bucket without a
+			// penalty (see Rule.WithPenalty): this rule's denial must
+			// reach the store to lock the key.
+		case st == denyHit:
+			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
+			return l.done(d, p, SourceDenyCache, false)
+		case st == denyProbe:
+			defer l.denies.release(p.id, key, ch)
 		}
-		// Time has passed while waiting: judge the answer at the
-		// present, or a stale clock would deny what Redis admits.
-		now = l.now()
-		dn, st, ch = l.denies.check(p.id, key, now)
 	}
-	switch {
-	case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
-		// A denial cached from a rule of the same bucket without a
-		// penalty (see Rule.WithPenalty): this rule's denial must reach
-		// the store to lock the key.
-	case st == denyHit:
-		d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
-		return l.done(d, p, SourceDenyCache, false)
-	case st == denyProbe:
-		defer l.denies.release(p.id, key, ch)
-	}
-	return l.decide(ctx, key, p, 1, 0, now)
-}
-
-// decide has the store decide a request of cost on key under p at now,
-// and takes in its answer; without one, the failure policy decides.
-func (l *Limiter) decide(ctx context.Context, key string, p *plan, cost, maxWait, now int64) (Result, decision, error) {
 	d, na := l.store.decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
 		l.answered(key, p, d, cost, now)
@@ -376,17 +350,41 @@ func (l *Limiter) decide(ctx context.Context, key string, p *plan, cost, maxWait
 	return l.fallback(key, p, now, cost, maxWait, na.cause)
 }
 
+// denyState looks key up in the deny cache at *now. When another request
+// is asking Redis about the key, it waits for that answer (or ctx), which
+// is its own too unless it leaves the key open, and looks again at the
+// present (*now moves: a stale clock would deny what Redis admits).
+func (l *Limiter) denyState(ctx context.Context, key string, p *plan, now *int64) (denial, denyState, chan struct{}, error) {
+	dn, st, ch := l.denies.check(p.id, key, *now)
+	if st != denyWait {
+		return dn, st, ch, nil
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return denial{}, st, nil, ctx.Err()
+	}
+	*now = l.now()
+	dn, st, ch = l.denies.check(p.id, key, *now)
+	return dn, st, ch, nil
+}
+
 // checkCost validates a request of cost n under limits whose smallest
 // Burst is minB, and the caller's context: the one validation of every
 // decision, of a key's or a path's.
 func checkCost(ctx context.Context, n int, minB int64) error {
+	if n < 1 || int64(n) > minB {
+		return costError(n, minB)
+	}
+	return ctx.Err()
+}
+
+// costError says what is wrong with a cost checkCost refused.
+func costError(n int, minB int64) error {
 	if n < 1 {
 		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalidLimit, n)
 	}
-	if int64(n) > minB {
-		return fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, minB)
-	}
-	return ctx.Err()
+	return fmt.Errorf("%w: cost %d exceeds Burst %d; such a request could never be admitted", ErrInvalidLimit, n, minB)
 }
 
 // answered takes in what the store answered to a request of cost on key

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/adaptertest"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -222,6 +224,18 @@ func TestChargeIfNil(t *testing.T) {
 			t.Fatalf("call %d: %v, want %v", i+1, code, want)
 		}
 	}
+}
+
+// TestChargeIfWait: WithWait cannot be combined with WithChargeIf, as in
+// every adapter: a waiting call holds no reservation to settle.
+func TestChargeIfWait(t *testing.T) {
+	defer func() {
+		if v := recover(); v == nil || !strings.HasPrefix(v.(error).Error(), "grpclimit: ") {
+			t.Errorf("New with WithWait and WithChargeIf panicked with %v, want a grpclimit error", v)
+		}
+	}()
+	New(adaptertest.Memory(t), core.PerMinute(1), keyfunc.IP(), WithWait(time.Second),
+		WithChargeIf(func(codes.Code) bool { return true }))
 }
 
 // TestCodeOfStatus: the policy's statuses read as the codes the

@@ -45,8 +45,9 @@ type Interceptor struct {
 // New panics, with a message that begins "grpclimit: ", when lim or key is
 // nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
-// names an unknown style, or when an option is nil.
+// [core.ErrInvalidLimit]), when [WithWait] is negative or is combined with
+// [WithChargeIf], when [WithHeaders] names an unknown style, or when an
+// option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) *Interceptor {
 	l, err := Build(lim, limit, key, opts...)
 	if err != nil {

@@ -60,6 +60,21 @@
 // A stream is decided once, when it opens; its messages are not counted.
 // Use [WithCost] to charge more for the methods that stream.
 //
+// # Charging by the status code
+//
+// Every call ends with a status code, and [WithChargeIf] charges a call
+// only when its code matches, so that a client is limited in its failed
+// calls and not in its successful ones (or the other way round):
+//
+//	perClient := grpclimit.New(lim, core.PerMinute(20), keyfunc.IP(),
+//		grpclimit.WithChargeIf(func(code codes.Code) bool { return code != codes.OK }))
+//
+// The call's cost is reserved before its handler runs, as any decision
+// takes it, and refunded, once and atomically in Redis, when the handler
+// returns a code the predicate does not charge; unary calls and streams
+// alike, a panic counting as codes.Internal. The metadata describes the
+// bucket after the reservation, as it is sent before the handler runs.
+//
 // # Keys
 //
 // The request view keyfunc's extractors read is the call:

@@ -45,8 +45,9 @@ type Interceptor struct {
 // New panics, with a message that begins "grpclimit: ", when lim or key is
 // nil, when limit, a limit from [WithLimits] or the cap of
 // [WithConcurrency] is invalid (the panic value then wraps
-// [core.ErrInvalidLimit]), when [WithWait] is negative, when [WithHeaders]
-// names an unknown style, or when an option is nil.
+// [core.ErrInvalidLimit]), when [WithWait] is negative or is combined with
+// [WithChargeIf], when [WithHeaders] names an unknown style, or when an
+// option is nil.
 func New(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option) *Interceptor {
 	l, err := Build(lim, limit, key, opts...)
 	if err != nil {
@@ -71,12 +72,23 @@ func Build(lim *core.Limiter, limit core.Limit, key keyfunc.Func, opts ...Option
 // or grpc.ChainUnaryInterceptor. It sets the rate-limit metadata with
 // grpc.SetHeader, and calls the handler only for an admitted call. With
 // [WithConcurrency], an admitted call holds a slot of its key until the
-// handler returns or panics.
+// handler returns or panics. With [WithChargeIf], an admitted call's
+// charge is kept or refunded by the code of the handler's error once the
+// handler returns, or as codes.Internal when it panics.
 func (l *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		v, err := l.decide(ctx, info.FullMethod, grpc.ServerTransportStreamFromContext(ctx))
+		c := &call{ctx: ctx, method: info.FullMethod}
+		v, err := l.decide(c, grpc.ServerTransportStreamFromContext(ctx))
 		if err != nil {
 			return nil, err
+		}
+		if v.Settles() {
+			var resp any
+			err := settled(v, c, func() (err error) {
+				resp, err = handler(ctx, req)
+				return err
+			})
+			return resp, err
 		}
 		defer v.Done() // also when the handler panics
 		return handler(ctx, req)
@@ -90,15 +102,49 @@ func (l *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // ServerStream.SetHeader, and calls the handler only for an admitted
 // stream. With [WithConcurrency], an admitted stream holds a slot of its
 // key until the handler returns or panics: for as long as it is open.
+// With [WithChargeIf], an admitted stream's charge is kept or refunded by
+// the code of the stream handler's error once it returns, or as
+// codes.Internal when it panics.
 func (l *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		v, err := l.decide(ss.Context(), info.FullMethod, ss)
+		c := &call{ctx: ss.Context(), method: info.FullMethod}
+		v, err := l.decide(c, ss)
 		if err != nil {
 			return err
+		}
+		if v.Settles() {
+			return settled(v, c, func() error { return handler(srv, ss) })
 		}
 		defer v.Done() // also when the handler panics
 		return handler(srv, ss)
 	}
+}
+
+// settled runs the handler of a call whose verdict settles by the call's
+// end ([WithChargeIf]) through run, and settles the reservation once, with
+// the code the call ends with (codes.Internal when the handler panics,
+// whose panic goes on), before the verdict's Done. verdict is taken by
+// value, so that only a settling call's verdict moves to the heap.
+func settled(verdict policy.Verdict, c *call, run func() error) error {
+	v := &verdict
+	code := codes.Internal // unless run returns
+	defer func() {
+		v.Settle(c, policy.Response{Status: int(code)})
+		v.Done()
+	}()
+	err := run()
+	code = endCode(err)
+	return err
+}
+
+// endCode is the status code a call whose handler returned err ends with,
+// as gRPC sends it: the status error's code (codes.OK for nil), a context
+// error's, or codes.Unknown.
+func endCode(err error) codes.Code {
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return status.FromContextError(err).Code()
 }
 
 // Limit decides the call whose server context is ctx and returns nil to
@@ -120,9 +166,11 @@ func (l *Interceptor) Stream() grpc.StreamServerInterceptor {
 // Limit cannot hold a slot of a [WithConcurrency] cap, since nothing tells
 // it when the call ends: it refuses a call whose key has Max calls in
 // flight through Unary and Stream, but the calls it admits take no slot.
+// For the same reason it cannot refund a call by its code: under
+// [WithChargeIf] the calls it admits stay charged.
 func (l *Interceptor) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	v, err := l.decide(ctx, method, grpc.ServerTransportStreamFromContext(ctx))
+	v, err := l.decide(&call{ctx: ctx, method: method}, grpc.ServerTransportStreamFromContext(ctx))
 	v.Done()
 	return err
 }
@@ -133,12 +181,14 @@ type headerSetter interface {
 	SetHeader(metadata.MD) error
 }
 
-// decide runs the policy for one call and returns its verdict and nil to
+// decide runs the policy for call c and returns its verdict and nil to
 // let the call go on, or the error it fails with. The caller calls the
 // verdict's Done when the call ends (a handler that lets a refused call go
-// on holds no slot). hs may be nil outside a server call.
-func (l *Interceptor) decide(ctx context.Context, method string, hs headerSetter) (policy.Verdict, error) {
-	v := l.p.Decide(ctx, &call{ctx: ctx, method: method})
+// on holds no slot), after its Settle when it settles. hs may be nil
+// outside a server call.
+func (l *Interceptor) decide(c *call, hs headerSetter) (policy.Verdict, error) {
+	ctx := c.ctx
+	v := l.p.Decide(ctx, c)
 	switch v.Action {
 	case policy.Continue:
 		setHeaders(&v, hs)

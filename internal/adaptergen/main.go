@@ -45,7 +45,9 @@ var adapters = []adapter{
 	{dir: "echov5limit", native: "*echo.Context", importPath: "github.com/labstack/echo/v5", framework: "echo v5"},
 	{dir: "fiberlimit", native: "*fiber.Ctx", importPath: "github.com/gofiber/fiber/v2", framework: "fiber v2"},
 	{dir: "fiberv3limit", native: "fiber.Ctx", importPath: "github.com/gofiber/fiber/v3", framework: "fiber v3"},
-	// A gRPC answer has no body and no response to charge by.
+	// A gRPC answer has no body, and no header to read a final cost from
+	// before it is sent; grpclimit's WithChargeIf, a predicate on the
+	// call's status code, is written by hand (grpclimit/options.go).
 	{dir: "grpclimit", native: "context.Context", importPath: "context", framework: "gRPC",
 		skip: []string{"WithProblemJSON", "WithChargeIf", "WithFinalCost"}},
 }

@@ -142,11 +142,12 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	l := c.lim
-	ls, lost, err := l.store.acquire(ctx, c, key)
+	sl, lost, err := l.store.acquire(ctx, slotAsk{fp: c.fp, capID: c.id, key: key, max: c.limit.Max, lease: c.lease})
 	if lost != nil {
-		l.keeper().giveBack(*lost)
+		l.keeper().giveBack(orphan{c: c, rkey: lost.rkey, id: lost.id, until: time.Now().Add(c.lease)})
 	}
 	if err == nil {
+		ls := &Lease{Acquired: sl.acquired, InFlight: sl.inFlight, c: c, key: key, rkey: sl.rkey, id: sl.id}
 		if ls.rkey != "" {
 			l.keeper().add(ls, time.Now().Add(c.lease))
 		}
@@ -209,7 +210,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if ls.rkey != "" {
 			c.lim.keeper().remove(ls)
 		}
-		err = c.lim.store.release(ctx, ls)
+		err = c.lim.store.release(ctx, slotRef{capID: c.id, key: ls.key, rkey: ls.rkey, id: ls.id, lease: c.lease})
 		if na, ok := errors.AsType[*noAnswer](err); ok && na.gone == nil && na.cause == nil {
 			err = fmt.Errorf("%w: release a slot of %q: %s; the slot expires within its lease", ErrUnavailable, ls.key, na)
 			return

@@ -167,7 +167,7 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 		return nil, err
 	}
 	rv := &Reservation{Result: res, lim: l, p: pd.minPlan, key: path[0], n: int64(n), made: time.Now()}
-	ps := &pathSettle{plans: r.plans[:len(path)], keys: pd.keys, rkeys: pd.rkeys}
+	ps := &pathSettle{plans: r.plans[:len(path)], keys: pd.keys}
 	rv.path = ps
 	switch {
 	case !res.Allowed:
@@ -180,27 +180,14 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 			rv.held = min(rv.held, sh.minB)
 		}
 	default:
-		l.store.reserved(rv)
+		rv.reserved()
 	}
 	return rv, nil
-}
-
-// pathAsk is a path's decision as the engine asks it of the store.
-type pathAsk struct {
-	names   []string      // each level's name, for the log
-	plans   []*plan       // each level's, root first
-	pd      *pathDecision // its keys; the store sets its rkeys
-	ids     []uint64      // each level's plan id
-	levels  [][]tickLimit // each level's limits
-	cost    int64
-	penalty int64 // microseconds
-	now     int64
 }
 
 // pathDecision is what admitPath found out beyond the Result.
 type pathDecision struct {
 	keys     []string // each level's key: the path up to it (see pathKeyOf)
-	rkeys    []string // each level's stored name; nil for NewMemory
 	minPlan  *plan    // the plan of the smallest Burst on the path
 	failOpen bool     // admitted under FailOpen: nothing was counted
 }
@@ -248,8 +235,8 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	if r.penalty >= 0 {
 		penalty = r.penalty
 	}
-	q := &pathAsk{names: r.names, plans: plans, pd: &pd, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
 	pd.keys = make([]string, len(path))
+	q := &pathAsk{names: r.names, plans: plans, keys: pd.keys, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
 	for i := range path {
 		pd.keys[i] = pathKeyOf(path, i)
 		q.ids[i] = plans[i].id
@@ -288,27 +275,6 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	res.Limit = shares[lv].limits[d.index] // the limit actually enforced
 	l.observe(res, SourceFallback)
 	return res, pd, nil
-}
-
-// parsePathReply checks and decodes path.lua's reply (see its layout
-// table) for a path under plans.
-func parsePathReply(v []int64, plans []*plan) (decision, int, error) {
-	a, err := parsePathAnswer(v, plans)
-	return a.d, a.lv, err
-}
-
-// parsePathAnswer is parsePathReply with the level whose value of another
-// type the script deleted, if any.
-func parsePathAnswer(v []int64, plans []*plan) (pathAnswer, error) {
-	if len(v) != pathReplyWidth {
-		return pathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), pathReplyWidth)
-	}
-	lv, foreign := int(v[5]%16), int(v[5]/16)
-	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) {
-		return pathAnswer{}, fmt.Errorf("%w %v", errBadReply, v)
-	}
-	d, err := parseReply(v[:replyWidth], plans[lv])
-	return pathAnswer{d: d, lv: lv, foreign: foreign}, err
 }
 
 // resultPath turns a path's decision, made by level lv, into a Result.
@@ -394,21 +360,5 @@ func (s *shardedMap[V]) shardIndex(k localKey) int {
 type pathSettle struct {
 	plans []*plan       // each level's
 	keys  []string      // each level's key (see pathKeyOf)
-	rkeys []string      // each level's stored name, in Redis
 	ticks [][]tickLimit // in memory: each level's limits as charged
-}
-
-// pathCall is one path decision asked of Redis: its stored names, root
-// first, and its arguments in path.lua's lone form.
-type pathCall struct {
-	rkeys []string
-	args  []any
-	plans []*plan // each level's, to decode the reply
-}
-
-// pathAnswer is a path's decision and its deciding level.
-type pathAnswer struct {
-	d       decision
-	lv      int
-	foreign int // 1-based: the level whose value of another type was deleted; 0: none
 }

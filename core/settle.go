@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -99,9 +98,18 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 		sh := l.share(r.p)
 		rv.via, rv.ticks, rv.held = settleLocal, sh.ticks, min(int64(n), sh.minB)
 	default:
-		l.store.reserved(rv)
+		rv.reserved()
 	}
 	return rv, nil
+}
+
+// reserved readies rv, which the store admitted, for its settlement there:
+// in Redis, an id names its markers.
+func (rv *Reservation) reserved() {
+	rv.via, rv.held = settleStore, rv.n
+	if rv.lim.remote {
+		rv.id = newID()
+	}
 }
 
 // Settle charges final instead of the reserved cost, atomically on every
@@ -179,7 +187,12 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 	if rv.via == settleLocal {
 		rv.settleIn(l.local, l.now(), final)
 	} else {
-		applied, err := l.store.settle(ctx, rv, final, marker)
+		// The store charged the whole cost it reserved (held is n).
+		a := settleAsk{plans: []*plan{rv.p}, keys: []string{rv.key}, id: rv.id, delta: final - rv.n, marker: marker, now: l.now()}
+		if ps := rv.path; ps != nil {
+			a.plans, a.keys, a.path = ps.plans, ps.keys, true
+		}
+		applied, err := l.store.settle(ctx, a)
 		if err != nil {
 			return false, unanswered(err, "settle", rv.key)
 		}
@@ -204,23 +217,6 @@ func (rv *Reservation) settleIn(local *localStore, now, final int64) {
 		return
 	}
 	local.settle(rv.p.id, rv.key, now, rv.ticks, delta)
-}
-
-// settleCall is one settlement asked of Redis: the settle script's
-// numbers for one reservation (see the layout table at the top of
-// core/settle.lua).
-type settleCall struct {
-	keys   [2]string // the bucket (see redisKey) and the marker (see markerKey)
-	delta  int64     // events: final cost less reserved cost
-	marker int64     // milliseconds the marker is kept
-	plan   *plan     // continuous limits only (Reserve refuses the others)
-}
-
-// loneArgs returns c's arguments in the lone form.
-func (c *settleCall) loneArgs() []any {
-	args := make([]any, 0, 2+len(c.plan.args))
-	args = append(args, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10))
-	return append(args, c.plan.args...)
 }
 
 // settle moves key's local bucket by delta events (see settleBucket). A

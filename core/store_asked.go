@@ -65,20 +65,19 @@ func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *n
 }
 
 func (s *redisStore) decidePath(ctx context.Context, q *pathAsk) (decision, int, error) {
-	pd := q.pd
-	pd.rkeys = make([]string, len(q.plans))
-	root := pd.keys[0]
+	rkeys := make([]string, len(q.plans))
+	root := q.keys[0]
 	args := make([]any, 1, 1+len(q.plans)*12)
 	args[0] = strconv.Itoa(len(q.plans))
 	for i, p := range q.plans {
-		pd.rkeys[i] = redisKeyFrom(s.cfg.prefix, p.fp, root, pd.keys[i], s.cfg.slotKey)
+		rkeys[i] = redisKeyFrom(s.cfg.prefix, p.fp, root, q.keys[i], s.cfg.slotKey)
 		c := call{plan: p, cost: q.cost, penalty: q.penalty, now: q.now}
 		args = c.appendGroup(args)
 	}
-	pc := &pathCall{rkeys: pd.rkeys, args: args, plans: q.plans}
-	nd := s.node(ctx, pd.rkeys[0])
+	pc := &pathCall{rkeys: rkeys, args: args, plans: q.plans}
+	nd := s.node(ctx, rkeys[0])
 	var ans pathAnswer
-	routed, err := s.onNode(ctx, nd, q.now, OpPath, pd.rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, q.now, OpPath, rkeys[0], func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.budget)
@@ -88,7 +87,7 @@ func (s *redisStore) decidePath(ctx context.Context, q *pathAsk) (decision, int,
 		return decision{}, 0, s.unrouted(ctx, nd, q.now, routed, err, true)
 	}
 	if ans.foreign > 0 {
-		s.foreignLevel(nd, pd.rkeys[ans.foreign-1], q.names[ans.foreign-1])
+		s.foreignLevel(nd, rkeys[ans.foreign-1], q.names[ans.foreign-1])
 	}
 	s.maybeSweep(ctx, q.now)
 	return ans.d, ans.lv, nil
@@ -108,26 +107,21 @@ func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
 	return nil
 }
 
-// reserved names rv's markers in Redis, where its settlement goes.
-func (s *redisStore) reserved(rv *Reservation) {
-	rv.via, rv.held, rv.id = settleStore, rv.n, newID()
-}
-
 func (s *redisStore) inProcess() bool { return false }
 
 // acquire takes a slot of key in Redis. A slot Redis may hold though
 // nobody heard it was given (the answer was lost to a timeout, or the
 // caller gave up after the script was sent) comes back as lost, for the
 // engine's lease keeper to give back.
-func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (ls *Lease, lost *orphan, _ error) {
-	rkey := s.rkey(c.fp, key)
+func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, _ error) {
+	rkey := s.rkey(a.fp, a.key)
 	now := s.cfg.now()
 	nd := s.node(ctx, rkey)
 	id := newID()
 	var vals []int64
 	seen := s.seen.server(nd)
 	ekey := epochKey(rkey, s.cfg.prefix)
-	args := []any{c.limit.Max, c.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
+	args := []any{a.max, a.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
 	if s.reload != nil { // a Cluster (see acquire.lua)
 		args[6] = seen.myid
 	}
@@ -164,32 +158,31 @@ func (s *redisStore) acquire(ctx context.Context, c *Concurrency, key string) (l
 		// Redis may hold the slot though nobody heard it was given:
 		// the keeper gives it back, or it would keep one of Max for a
 		// whole lease after a blip.
-		lost = &orphan{c: c, rkey: rkey, id: id, until: time.Now().Add(c.lease)}
+		lost = &lostSlot{rkey: rkey, id: id}
 	}
 	if !routed || err != nil {
-		return nil, lost, s.unrouted(ctx, nd, now, routed, err, true)
+		return slot{}, lost, s.unrouted(ctx, nd, now, routed, err, true)
 	}
-	ls = &Lease{Acquired: vals[0] == 1, InFlight: int(vals[1]), c: c, key: key}
-	if ls.Acquired {
-		ls.rkey, ls.id = rkey, id
+	sl = slot{acquired: vals[0] == 1, inFlight: int(vals[1])}
+	if sl.acquired {
+		sl.rkey, sl.id = rkey, id
 	}
-	return ls, nil, nil
+	return sl, nil, nil
 }
 
-// settle applies final to rv, a reservation Redis admitted, by one call
-// of settle.lua on the node of its key (a path's: of its root), and
+// settle applies a, a settlement of a reservation Redis admitted, by one
+// call of settle.lua on the node of its key (a path's: of its root), and
 // reports whether it was applied (false: its marker says it had been).
-func (s *redisStore) settle(ctx context.Context, rv *Reservation, final int64, marker time.Duration) (bool, error) {
-	if rv.path != nil {
-		return s.settlePath(ctx, rv, final, marker)
+func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
+	if a.path {
+		return s.settlePath(ctx, a)
 	}
-	p := rv.p
-	delta := final - rv.n
-	rkey := s.rkey(p.fp, rv.key)
-	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}
+	p := a.plans[0]
+	rkey := s.rkey(p.fp, a.keys[0])
+	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}
 	nd := s.node(ctx, rkey)
 	var applied bool
-	routed, err := s.onNode(ctx, nd, s.cfg.now(), OpSettle, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.now, OpSettle, rkey, func() (time.Duration, error) {
 		start := time.Now()
 		var err error
 		switch {
@@ -217,17 +210,19 @@ func (s *redisStore) settle(ctx context.Context, rv *Reservation, final int64, m
 
 // settlePath is settle for a path's reservation: every level's bucket in
 // one call, each with its own marker.
-func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int64, marker time.Duration) (bool, error) {
-	ps := rv.path
-	delta := final - rv.n
-	members := make([]*batch.Member[*settleCall, bool], len(ps.plans))
-	for i, p := range ps.plans {
-		rkey := ps.rkeys[i]
-		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, rv.id)}, delta: delta, marker: marker.Milliseconds(), plan: p}}
+func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) {
+	members := make([]*batch.Member[*settleCall, bool], len(a.plans))
+	var root string
+	for i, p := range a.plans {
+		rkey := redisKeyFrom(s.cfg.prefix, p.fp, a.keys[0], a.keys[i], s.cfg.slotKey)
+		if i == 0 {
+			root = rkey
+		}
+		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}}
 	}
-	nd := s.node(ctx, ps.rkeys[0])
+	nd := s.node(ctx, root)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, s.cfg.now(), OpSettle, ps.rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.now, OpSettle, root, func() (time.Duration, error) {
 		if len(members) == 1 {
 			// settle.lua's lone form replies with one integer.
 			start := time.Now()
@@ -267,12 +262,11 @@ func (s *redisStore) settlePath(ctx context.Context, rv *Reservation, final int6
 
 // release gives ls's slot back in Redis. It returns ErrLeaseLost when the
 // slot had expired there before.
-func (s *redisStore) release(ctx context.Context, ls *Lease) error {
-	c := ls.c
-	nd := s.node(ctx, ls.rkey)
+func (s *redisStore) release(ctx context.Context, r slotRef) error {
+	nd := s.node(ctx, r.rkey)
 	var vals []int64
-	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, ls.rkey, func() (time.Duration, error) {
-		o := op{script: releaseScript, keys: []string{ls.rkey}, args: []any{c.lease.Milliseconds(), ls.id}}
+	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, r.rkey, func() (time.Duration, error) {
+		o := op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
 		var took time.Duration
 		var err error
 		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
@@ -280,7 +274,7 @@ func (s *redisStore) release(ctx context.Context, ls *Lease) error {
 			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
 		}
 		if err == nil {
-			s.foreignLease(ls.rkey, vals[1])
+			s.foreignLease(r.rkey, vals[1])
 		}
 		return took, err
 	})
@@ -441,11 +435,11 @@ func parseLease(vals []int64, p *plan) (leaseAnswer, error) {
 	return a, nil
 }
 
-// heartbeat announces member id in fleet (see WithFleet), drops members
+// heartbeat announces member id in the fleet called name (see WithFleet), drops members
 // silent for ttl, and returns how many remain. No failure policy governs
 // it (see sendOp).
-func (s *redisStore) heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error) {
-	v, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{s.fleetKey(fleet)}, args: []any{id, ttl.Milliseconds()}})
+func (s *redisStore) heartbeat(ctx context.Context, name, id string, ttl time.Duration) (int64, error) {
+	v, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{s.fleetKey(name)}, args: []any{id, ttl.Milliseconds()}})
 	if err != nil {
 		return 0, err
 	}
@@ -455,11 +449,11 @@ func (s *redisStore) heartbeat(ctx context.Context, fleet, id string, ttl time.D
 	return v[0], nil
 }
 
-// leaveFleet removes member id from fleet at once.
-func (s *redisStore) leaveFleet(ctx context.Context, fleet, id string) error {
-	_, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{s.fleetKey(fleet)}, args: []any{id}})
+// leaveFleet removes member id from the fleet called name at once.
+func (s *redisStore) leaveFleet(ctx context.Context, name, id string) error {
+	_, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{s.fleetKey(name)}, args: []any{id}})
 	if err != nil {
-		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(fleet), err)
+		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(name), err)
 	}
 	return nil
 }

@@ -141,11 +141,12 @@ func (s *redisStore) overridesKeys(set string) []string {
 	return []string{base, base + "v", base + "e", base + "w"}
 }
 
-// fleetKey returns the name of fleet's sorted set of members (see
-// WithFleet): <prefix>{fleet:<name>}. No expiry, so no volatile-* policy
-// evicts it; a member silent for three heartbeats is dropped by the next.
-func (s *redisStore) fleetKey(fleet string) string {
-	return s.cfg.prefix + "{fleet:" + fleet + "}"
+// fleetKey returns the name of the sorted set of members of the fleet
+// called name (see WithFleet): <prefix>{fleet:<name>}. No expiry, so no
+// volatile-* policy evicts it; a member silent for three heartbeats is
+// dropped by the next.
+func (s *redisStore) fleetKey(name string) string {
+	return s.cfg.prefix + "{fleet:" + name + "}"
 }
 
 // rkey builds the stored name of key's bucket under plan fp, with the

@@ -111,3 +111,39 @@ func deliverPaths(members []*batch.Member[*pathCall, pathAnswer], vals []int64, 
 func (s *redisStore) sendPaths(split bool, pipeline func() redis.Pipeliner) batch.Sender[*pathCall, pathAnswer] {
 	return pathForm.sender(s.rdb, split, pipeline)
 }
+
+// pathCall is one path decision asked of Redis: its stored names, root
+// first, and its arguments in path.lua's lone form.
+type pathCall struct {
+	rkeys []string
+	args  []any
+	plans []*plan // each level's, to decode the reply
+}
+
+// pathAnswer is a path's decision and its deciding level.
+type pathAnswer struct {
+	d       decision
+	lv      int
+	foreign int // 1-based: the level whose value of another type was deleted; 0: none
+}
+
+// parsePathReply checks and decodes path.lua's reply (see its layout
+// table) for a path under plans.
+func parsePathReply(v []int64, plans []*plan) (decision, int, error) {
+	a, err := parsePathAnswer(v, plans)
+	return a.d, a.lv, err
+}
+
+// parsePathAnswer is parsePathReply with the level whose value of another
+// type the script deleted, if any.
+func parsePathAnswer(v []int64, plans []*plan) (pathAnswer, error) {
+	if len(v) != pathReplyWidth {
+		return pathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), pathReplyWidth)
+	}
+	lv, foreign := int(v[5]%16), int(v[5]/16)
+	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) {
+		return pathAnswer{}, fmt.Errorf("%w %v", errBadReply, v)
+	}
+	d, err := parseReply(v[:replyWidth], plans[lv])
+	return pathAnswer{d: d, lv: lv, foreign: foreign}, err
+}

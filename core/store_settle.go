@@ -100,3 +100,20 @@ func deliverSettled(members []*batch.Member[*settleCall, bool], vals []int64, er
 		}
 	}
 }
+
+// settleCall is one settlement asked of Redis: the settle script's
+// numbers for one reservation (see the layout table at the top of
+// core/settle.lua).
+type settleCall struct {
+	keys   [2]string // the bucket (see redisKey) and the marker (see markerKey)
+	delta  int64     // events: final cost less reserved cost
+	marker int64     // milliseconds the marker is kept
+	plan   *plan     // continuous limits only (Reserve refuses the others)
+}
+
+// loneArgs returns c's arguments in the lone form.
+func (c *settleCall) loneArgs() []any {
+	args := make([]any, 0, 2+len(c.plan.args))
+	args = append(args, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10))
+	return append(args, c.plan.args...)
+}

@@ -41,7 +41,7 @@ type store interface {
 	// acquire takes a slot of key under c's cap, or reports it full. A
 	// slot the store may hold though nobody heard it was given comes
 	// back as lost, for the lease keeper to give back.
-	acquire(ctx context.Context, c *Concurrency, key string) (ls *Lease, lost *orphan, err error)
+	acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, err error)
 	// renew sends a round of the lease keeper's renewals and give backs,
 	// setting each one's outcome.
 	renew(ctx context.Context, round []*renewal)
@@ -56,16 +56,12 @@ type store interface {
 	lend(log func() *slog.Logger, budget time.Duration) storeops.Store
 	// close stops the store's background tasks and waits for them.
 	close()
-	// release gives back ls, a slot this store gave; ErrLeaseLost if it
+	// release gives back r, a slot this store gave; ErrLeaseLost if it
 	// had expired.
-	release(ctx context.Context, ls *Lease) error
-	// reserved readies rv, a reservation this store admitted, for its
-	// settlement.
-	reserved(rv *Reservation)
-	// settle applies final, the final cost of rv, a reservation this
-	// store admitted, and reports whether it was applied (false: it had
-	// been already). marker is how long Redis keeps rv's marker.
-	settle(ctx context.Context, rv *Reservation, final int64, marker time.Duration) (bool, error)
+	release(ctx context.Context, r slotRef) error
+	// settle applies a settlement of a reservation this store admitted,
+	// and reports whether it was applied (false: it had been already).
+	settle(ctx context.Context, a settleAsk) (bool, error)
 	// inProcess reports whether every decision is made in this
 	// process's memory: there are no round trips to save (token leases
 	// change nothing) and nothing to fail.
@@ -149,7 +145,7 @@ func (m memStore) peek(_ context.Context, key string, p *plan, now int64) (decis
 }
 
 func (m memStore) decidePath(_ context.Context, q *pathAsk) (decision, int, error) {
-	d, lv := m.local.takePath(q.ids, q.pd.keys, q.now, q.levels, q.cost, 0, q.penalty)
+	d, lv := m.local.takePath(q.ids, q.keys, q.now, q.levels, q.cost, 0, q.penalty)
 	return d, lv, nil
 }
 
@@ -160,10 +156,9 @@ func (m memStore) reset(_ context.Context, p *plan, key string) error {
 
 // acquire takes a slot in the local store's counts, as the fallback
 // does, under the cap in full.
-func (m memStore) acquire(_ context.Context, c *Concurrency, key string) (*Lease, *orphan, error) {
-	ls := c.acquireLocal(key, c.limit.Max, false)
-	ls.local = false // the store's slot: released by the store
-	return ls, nil, nil
+func (m memStore) acquire(_ context.Context, a slotAsk) (slot, *lostSlot, error) {
+	n, ok := m.local.slots().take(makeLocalKey(a.capID, a.key), a.max)
+	return slot{acquired: ok, inFlight: n}, nil, nil
 }
 
 // errInMemory answers the calls that exist for Redis alone, which the
@@ -188,29 +183,19 @@ func (memStore) lend(log func() *slog.Logger, budget time.Duration) storeops.Sto
 
 func (memStore) close() {}
 
-func (m memStore) release(_ context.Context, ls *Lease) error {
-	m.local.slots().give(makeLocalKey(ls.c.id, ls.key))
+func (m memStore) release(_ context.Context, r slotRef) error {
+	m.local.slots().give(makeLocalKey(r.capID, r.key))
 	return nil
 }
 
-// reserved settles rv in the buckets that decided it, with its limits in
-// full.
-func (m memStore) reserved(rv *Reservation) {
-	rv.via, rv.held = settleStore, rv.n
-	if ps := rv.path; ps != nil {
-		for _, p := range ps.plans {
-			ps.ticks = append(ps.ticks, p.ticks)
-		}
-		return
+// settle applies a settlement to the buckets in memory that decided it,
+// with their limits in full, as the local fallback settles its own (see
+// Reservation.settleIn). A reservation is settled once, so it is always
+// applied.
+func (m memStore) settle(_ context.Context, a settleAsk) (bool, error) {
+	for i, p := range a.plans {
+		m.local.settle(p.id, a.keys[i], a.now, p.ticks, a.delta)
 	}
-	rv.ticks = rv.p.ticks
-}
-
-// settle applies final to rv in memory, as the local fallback settles
-// its own (see Reservation.settleIn). A reservation is settled once, so
-// it is always applied.
-func (m memStore) settle(_ context.Context, rv *Reservation, final int64, _ time.Duration) (bool, error) {
-	rv.settleIn(m.local, rv.lim.now(), final)
 	return true, nil
 }
 
@@ -260,4 +245,66 @@ func init() {
 		}
 		return nil
 	}
+}
+
+// The records the engine and the store exchange: plain values, never the
+// engine's own types (see docs/architecture.md, Layers).
+
+// slotAsk is a concurrency slot asked of a store: one of key's, under a
+// cap of max slots named fp in Redis and capID in local memory, each held
+// for lease unless renewed.
+type slotAsk struct {
+	fp    string
+	capID uint64
+	key   string
+	max   int
+	lease time.Duration
+}
+
+// slot is a store's answer to a slotAsk: whether the slot was taken, how
+// many of the key's are held after it, and, in Redis, the slot's names.
+type slot struct {
+	acquired bool
+	inFlight int
+	rkey, id string // the key's lease set and the slot's member; "" in memory
+}
+
+// slotRef names a slot a store gave, to give it back: in memory by its
+// cap and key, in Redis by its lease set and member.
+type slotRef struct {
+	capID    uint64
+	key      string
+	rkey, id string
+	lease    time.Duration
+}
+
+// lostSlot is a slot Redis may hold though nobody heard it was given (see
+// store.acquire): the lease keeper gives it back.
+type lostSlot struct{ rkey, id string }
+
+// settleAsk is a reservation's settlement asked of a store: the buckets
+// that decided it (a key's one, or a path's levels, root first, whose
+// stored names take the root's hash tag), the id that names its markers
+// in Redis, the difference to apply (final less reserved, in events),
+// how long Redis keeps the markers, and the limiter's clock.
+type settleAsk struct {
+	plans  []*plan
+	keys   []string
+	path   bool
+	id     string
+	delta  int64
+	marker time.Duration
+	now    int64
+}
+
+// pathAsk is a path's decision as the engine asks it of the store.
+type pathAsk struct {
+	names   []string      // each level's name, for the log
+	plans   []*plan       // each level's, root first
+	keys    []string      // each level's key (see pathKeyOf)
+	ids     []uint64      // each level's plan id
+	levels  [][]tickLimit // each level's limits
+	cost    int64
+	penalty int64 // microseconds
+	now     int64
 }

@@ -142,26 +142,8 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 			}
 		}
 	}
-	locked := b.set && now < b.lock
-	if locked || denied {
-		for i, t := range ticks {
-			if !denied { // locked: the limit with the fewest tokens left decides
-				if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
-					out.remaining, out.index = rem, i
-				}
-			}
-			out.next = max(out.next, unitWaitTicks(d[i], t))
-		}
-		if denied { // the limit with the longest retry decides
-			t := ticks[retryIdx]
-			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
-		}
-		out.reset = ceilDiv(d[out.index], ticks[out.index].r)
-		return refuse(b, out, retry, now, penalty, locked, func() {
-			for range ticks {
-				b.tats = append(b.tats, tat{us: now})
-			}
-		})
+	if locked := b.set && now < b.lock; locked || denied {
+		return refuseContinuous(b, &d, now, ticks, denied, locked, retry, retryIdx, penalty)
 	}
 	out.allowed = true
 	out.wait = wait
@@ -181,6 +163,32 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 	b.lock = 0
 	b.set = true
 	return out, true
+}
+
+// refuseContinuous is stepContinuous's refusal, with debts d: denied (a
+// limit's retry at retryIdx, the longest, is retry) or under the key's
+// lock (locked).
+func refuseContinuous(b *bucket, d *[maxLimits]int64, now int64, ticks []tickLimit, denied, locked bool, retry int64, retryIdx int, penalty int64) (decision, bool) {
+	var out decision
+	out.remaining = -1
+	for i, t := range ticks {
+		if !denied { // locked: the limit with the fewest tokens left decides
+			if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
+				out.remaining, out.index = rem, i
+			}
+		}
+		out.next = max(out.next, unitWaitTicks(d[i], t))
+	}
+	if denied { // the limit with the longest retry decides
+		t := ticks[retryIdx]
+		out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
+	}
+	out.reset = ceilDiv(d[out.index], ticks[out.index].r)
+	return refuse(b, out, retry, now, penalty, locked, func() {
+		for range ticks {
+			b.tats = append(b.tats, tat{us: now})
+		}
+	})
 }
 
 // refuse finishes a refused decision out, whose longest retry is retry:
@@ -222,8 +230,6 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 			d[i] = debtAt(b.tats[i], now, t, ws[i])
 		}
 	}
-	var out decision
-	out.remaining = -1
 	denied := false
 	var retry, wait int64
 	retryIdx := 0
@@ -247,33 +253,47 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 			}
 		}
 	}
-	locked := b.set && now < b.lock
-	if locked || denied {
-		for i, t := range ticks {
-			if !denied { // locked: the limit with the fewest tokens left decides
-				if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
-					out.remaining, out.index = rem, i
-				}
-			}
-			out.next = max(out.next, unitWait(d[i], now, t, ws[i]))
-		}
-		if denied { // the limit with the longest retry decides
-			t := ticks[retryIdx]
-			out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
-		}
-		out.reset = until(d[out.index], now, ticks[out.index], ws[out.index])
-		return refuse(b, out, retry, now, penalty, locked, func() {
-			for i, t := range ticks {
-				if t.stepped() {
-					b.tats = append(b.tats, tat{us: 0, frac: ws[i].idx})
-				} else {
-					b.tats = append(b.tats, tat{us: now})
-				}
-			}
-		})
+	if locked := b.set && now < b.lock; locked || denied {
+		return refuseMixed(b, &d, &ws, now, ticks, denied, locked, retry, retryIdx, penalty)
 	}
-	out.allowed = true
-	out.wait = wait
+	return admitMixed(b, &d, &ws, now, ticks, cost, wait), true
+}
+
+// refuseMixed is stepMixed's refusal, with debts d in windows ws: denied
+// (a limit's retry at retryIdx, the longest, is retry) or under the key's
+// lock (locked).
+func refuseMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now int64, ticks []tickLimit, denied, locked bool, retry int64, retryIdx int, penalty int64) (decision, bool) {
+	var out decision
+	out.remaining = -1
+	for i, t := range ticks {
+		if !denied { // locked: the limit with the fewest tokens left decides
+			if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
+				out.remaining, out.index = rem, i
+			}
+		}
+		out.next = max(out.next, unitWait(d[i], now, t, ws[i]))
+	}
+	if denied { // the limit with the longest retry decides
+		t := ticks[retryIdx]
+		out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
+	}
+	out.reset = until(d[out.index], now, ticks[out.index], ws[out.index])
+	return refuse(b, out, retry, now, penalty, locked, func() {
+		for i, t := range ticks {
+			if t.stepped() {
+				b.tats = append(b.tats, tat{us: 0, frac: ws[i].idx})
+			} else {
+				b.tats = append(b.tats, tat{us: now})
+			}
+		}
+	})
+}
+
+// admitMixed is stepMixed's admission of cost, with debts d in windows
+// ws, waiting wait (microseconds): every limit charged, the bucket
+// written.
+func admitMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now int64, ticks []tickLimit, cost, wait int64) decision {
+	out := decision{allowed: true, wait: wait, remaining: -1}
 	if cap(b.tats) < len(ticks) {
 		b.tats = make([]tat, len(ticks))
 	}
@@ -298,7 +318,7 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 	}
 	b.lock = 0
 	b.set = true
-	return out, true
+	return out
 }
 
 // ttl is how long a written bucket must be kept, in microseconds: until every

@@ -239,3 +239,62 @@ func TestArchitectureNamesExist(t *testing.T) {
 		t.Fatalf("found %d file names and %d unexported names in docs/architecture.md; is the test reading it?", files, names)
 	}
 }
+
+// TestFunctionSize keeps every function of core and its internal packages
+// (tests aside) readable at a glance: at most 70 lines and a cyclomatic
+// number of at most 20 (1, plus one per if, for, non-default case, && and
+// ||, as gocyclo counts).
+func TestFunctionSize(t *testing.T) {
+	const maxLines, maxCyclo = 70, 20
+	fset := token.NewFileSet()
+	var n int
+	for _, dir := range []string{".", "internal/batch", "internal/pause"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				n++
+				lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+				cyclo := 1
+				ast.Inspect(fd.Body, func(x ast.Node) bool {
+					switch x := x.(type) {
+					case *ast.IfStmt, *ast.ForStmt, *ast.RangeStmt:
+						cyclo++
+					case *ast.CaseClause:
+						if x.List != nil {
+							cyclo++
+						}
+					case *ast.CommClause:
+						if x.Comm != nil {
+							cyclo++
+						}
+					case *ast.BinaryExpr:
+						if x.Op == token.LAND || x.Op == token.LOR {
+							cyclo++
+						}
+					}
+					return true
+				})
+				if lines > maxLines || cyclo > maxCyclo {
+					t.Errorf("%s: %s has %d lines and a cyclomatic number of %d; at most %d and %d", fset.Position(fd.Pos()), fd.Name.Name, lines, cyclo, maxLines, maxCyclo)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no function found: is the test running in core's directory?")
+	}
+}

@@ -80,39 +80,47 @@ func parseLimit(s string) (Limit, error) {
 		if len(rest) < 2 {
 			return Limit{}, fmt.Errorf("%q needs a value after it", rest[0])
 		}
-		switch key, val := strings.ToLower(rest[0]), rest[1]; key {
-		case "burst":
-			if l.Burst, err = strconv.Atoi(val); err != nil || l.Burst < 1 {
-				return Limit{}, fmt.Errorf("burst %q is not a whole number of at least 1", val)
-			}
-		case "refill":
-			switch r := Refill(strings.ToLower(val)); {
-			case l.Refill.calendar():
-				return Limit{}, fmt.Errorf("refill %q with a calendar period; the period says how it refills", val)
-			case r == RefillInterval:
-				l.Refill = r
-			case r == "continuous":
-				l.Refill = RefillContinuous
-			default:
-				return Limit{}, fmt.Errorf("refill %q is neither interval nor continuous (for calendar quotas write <rate>/calendar-day)", val)
-			}
-		case "zone", "in":
-			if l.Zone, err = unquoteWord(val); err != nil {
-				return Limit{}, fmt.Errorf("zone %s: %v", val, err)
-			}
-		case "name":
-			if strings.HasPrefix(val, `"`) {
-				if l.Name, err = strconv.Unquote(val); err != nil {
-					return Limit{}, fmt.Errorf("name %s: %v", val, err)
-				}
-				continue
-			}
-			l.Name = val
-		default:
-			return Limit{}, fmt.Errorf("unknown word %q; after <rate>/<period> come \"burst <n>\", \"refill interval\", \"zone <zone>\" and \"name <name>\"", rest[0])
+		if err := l.setWord(rest[0], rest[1]); err != nil {
+			return Limit{}, err
 		}
 	}
 	return l, nil
+}
+
+// setWord applies one "<word> <value>" pair that follows <rate>/<period>
+// in the text form: burst, refill, zone (or in), name.
+func (l *Limit) setWord(word, val string) error {
+	var err error
+	switch strings.ToLower(word) {
+	case "burst":
+		if l.Burst, err = strconv.Atoi(val); err != nil || l.Burst < 1 {
+			return fmt.Errorf("burst %q is not a whole number of at least 1", val)
+		}
+	case "refill":
+		switch r := Refill(strings.ToLower(val)); {
+		case l.Refill.calendar():
+			return fmt.Errorf("refill %q with a calendar period; the period says how it refills", val)
+		case r == RefillInterval:
+			l.Refill = r
+		case r == "continuous":
+			l.Refill = RefillContinuous
+		default:
+			return fmt.Errorf("refill %q is neither interval nor continuous (for calendar quotas write <rate>/calendar-day)", val)
+		}
+	case "zone", "in":
+		if l.Zone, err = unquoteWord(val); err != nil {
+			return fmt.Errorf("zone %s: %v", val, err)
+		}
+	case "name":
+		if !strings.HasPrefix(val, `"`) {
+			l.Name = val
+		} else if l.Name, err = strconv.Unquote(val); err != nil {
+			return fmt.Errorf("name %s: %v", val, err)
+		}
+	default:
+		return fmt.Errorf("unknown word %q; after <rate>/<period> come \"burst <n>\", \"refill interval\", \"zone <zone>\" and \"name <name>\"", word)
+	}
+	return nil
 }
 
 // hyphenUnits are the units of the "<rate>-<unit>" form, upper case.

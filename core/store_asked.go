@@ -119,16 +119,8 @@ func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *los
 	nd := s.node(ctx, rkey)
 	id := newID()
 	var vals []int64
-	seen := s.seen.server(nd)
 	ekey := epochKey(rkey, s.cfg.prefix)
-	args := []any{a.max, a.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
-	if s.reload != nil { // a Cluster (see acquire.lua)
-		args[6] = seen.myid
-	}
-	if seen.run == 0 { // first contact: the script compares histories
-		args = s.seen.histories(nd, args)
-	}
-	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: args}
+	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: s.acquireArgs(nd, a, id, ekey)}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
@@ -285,6 +277,21 @@ func (s *redisStore) release(ctx context.Context, r slotRef) error {
 		return ErrLeaseLost
 	}
 	return nil
+}
+
+// acquireArgs returns acquire.lua's arguments for a, under lease id, on
+// node nd: what the store knows of nd's server, and of the epoch of the
+// key's tag (epoch key ekey).
+func (s *redisStore) acquireArgs(nd *node, a slotAsk, id, ekey string) []any {
+	seen := s.seen.server(nd)
+	args := []any{a.max, a.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
+	if s.reload != nil { // a Cluster (see acquire.lua)
+		args[6] = seen.myid
+	}
+	if seen.run == 0 { // first contact: the script compares histories
+		args = s.seen.histories(nd, args)
+	}
+	return args
 }
 
 // renewal is one call of the lease keeper's round (see renew): a slot's

@@ -328,7 +328,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		}
 	}
 
-	if l.denies != nil && cost == 1 && maxWait == 0 && l.denies.m.live.Load() != 0 {
+	if cost == 1 && maxWait == 0 && l.denies.holdsAny() {
 		dn, st, ch := l.denies.check(p.id, key, now)
 		if st == denyWait {
 			var err error
@@ -337,11 +337,10 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			}
 		}
 		switch {
-		case st == denyHit && !dn.locked && l.penaltyOf(p) > 0:
-			// A denial cached from a rule of the same bucket without a
-			// penalty (see Rule.WithPenalty): this rule's denial must
-			// reach the store to lock the key.
-		case st == denyHit:
+		case st == denyHit && (dn.locked || l.penaltyOf(p) <= 0):
+			// (A denial cached from a rule of the same bucket without a
+			// penalty, see Rule.WithPenalty, is not this rule's: its
+			// denial must reach the store to lock the key.)
 			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
 			return l.done(d, p, SourceDenyCache, false)
 		case st == denyProbe:
@@ -350,7 +349,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 	d, na := l.store.decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
-		if l.remote || l.denies != nil { // a NewMemory limiter has nothing to take in
+		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
 		return l.done(d, p, SourceStore, false)

@@ -381,6 +381,10 @@ const (
 	denyWait                   // expired, another request is asking: wait on the channel
 )
 
+// holdsAny reports whether c, which may be nil (no deny cache), holds
+// any entry: a decision need not look a key up in an empty cache.
+func (c *denyCache) holdsAny() bool { return c != nil && c.m.live.Load() != 0 }
+
 // check looks key up at now.
 func (c *denyCache) check(id uint64, key string, now int64) (denial, denyState, chan struct{}) {
 	if c.m.live.Load() == 0 {

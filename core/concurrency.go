@@ -163,7 +163,7 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	case open:
 		return &Lease{Acquired: true, Degraded: true}, nil
 	}
-	return c.acquireLocal(key, c.localShare(), true), nil
+	return c.acquireLocal(key), nil
 }
 
 // localShare is this replica's share of Max while the store is down.
@@ -175,13 +175,11 @@ func (c *Concurrency) localShare() int {
 	return max(1, c.limit.Max/max(1, n))
 }
 
-// acquireLocal takes a slot in the process's own counts, capped at most.
-func (c *Concurrency) acquireLocal(key string, most int, degraded bool) *Lease {
-	k := c.lim.local.slots()
-	n, ok := k.take(makeLocalKey(c.id, key), most)
-	ls := &Lease{Acquired: ok, InFlight: n, Degraded: degraded, c: c, key: key}
-	ls.local = ok
-	return ls
+// acquireLocal takes a slot of key in the process's own counts, under
+// this replica's share of Max, while the store is unavailable.
+func (c *Concurrency) acquireLocal(key string) *Lease {
+	n, ok := c.lim.local.slots().take(makeLocalKey(c.id, key), c.localShare())
+	return &Lease{Acquired: ok, InFlight: n, Degraded: true, c: c, key: key, local: ok}
 }
 
 // Release gives the slot back. It is idempotent, and does nothing for a

@@ -25,7 +25,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}
-		s := newRedisStore(rdb, &breaker{}, storeConfig{inflight: 4}, storeUp{})
+		s := newRedisStore(rdb, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
 		batchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), &now)
 	})
 	t.Run("ring", func(t *testing.T) {
@@ -37,7 +37,7 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
+		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
 		batchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), &now)
 	})
@@ -63,7 +63,7 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			c := &call{key: key, rkey: redisKey(prefix, p.fp, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
+			c := &call{key: key, rkey: redisKey(prefix, p.FP, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
 			c.keys[0] = c.rkey
 			if r.IntN(8) == 0 {
 				c.penalty = 500_000
@@ -84,7 +84,7 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, _ := stepBucket(b, now.UnixMicro(), c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now.UnixMicro(), c.plan.Ticks, c.cost, c.maxWait, c.penalty)
 			if m.Res != want {
 				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.key, m.Res, want)
 			}

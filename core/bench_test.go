@@ -20,11 +20,11 @@ func BenchmarkLocalDecide(b *testing.B) {
 	s := newLocalStore(100_000)
 	p, _ := newPlan([]Limit{PerSecond(1 << 30)}, nil)
 	now := int64(1_000_000_000)
-	s.take(p.id, "known", now, p.ticks, 1, 0, 0)
+	s.take(p.ID, "known", now, p.Ticks, 1, 0, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		s.take(p.id, "known", now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "known", now, p.Ticks, 1, 0, 0)
 	}
 }
 
@@ -119,7 +119,7 @@ func BenchmarkLoneDecision(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			i++
-			c := call{key: keys[i&1023], rkey: redisKey("bare:", p.fp, keys[i&1023]), plan: p, cost: 1}
+			c := call{key: keys[i&1023], rkey: redisKey("bare:", p.FP, keys[i&1023]), plan: p, cost: 1}
 			c.keys[0] = c.rkey
 			if _, err := evalOne(ctx, rdb, &c); err != nil {
 				b.Fatal(err)

@@ -26,42 +26,42 @@ import (
 
 // calendar is a calendar refill's periods in a zone.
 type calendar struct {
-	unit Refill
-	loc  *time.Location
-	last atomic.Pointer[calWindows] // the windows computed last, reused while they hold the clock
+	Unit Refill
+	Loc  *time.Location
+	Last atomic.Pointer[calWindows] // the windows computed last, reused while they hold the clock
 }
 
 // calWindows are the starts of five consecutive windows, in microseconds:
 // window first+j is [start[j], start[j+1]). Made by windows(now), they
 // hold now in window first+1 (start[1] <= now < start[2]).
 type calWindows struct {
-	first int64
-	start [5]int64
-	args  []any // "-1", k, b, first and the starts: the limit's script arguments
+	First int64
+	Start [5]int64
+	Args  []any // "-1", k, b, first and the starts: the limit's script arguments
 }
 
-// windows returns the windows around now.
-func (c *calendar) windows(now int64, k, b int64) *calWindows {
-	if w := c.last.Load(); w != nil && w.start[1] <= now && now < w.start[2] {
+// Windows returns the Windows around now.
+func (c *calendar) Windows(now int64, k, b int64) *calWindows {
+	if w := c.Last.Load(); w != nil && w.Start[1] <= now && now < w.Start[2] {
 		return w
 	}
 	i := c.guess(now)
-	for now < c.start(i) {
+	for now < c.Start(i) {
 		i--
 	}
-	for now >= c.start(i+1) {
+	for now >= c.Start(i+1) {
 		i++
 	}
-	w := &calWindows{first: i - 1}
-	for j := range w.start {
-		w.start[j] = c.start(i - 1 + int64(j))
+	w := &calWindows{First: i - 1}
+	for j := range w.Start {
+		w.Start[j] = c.Start(i - 1 + int64(j))
 	}
-	w.args = make([]any, 0, 9)
-	w.args = append(w.args, "-1", strconv.FormatInt(k, 10), strconv.FormatInt(b, 10), strconv.FormatInt(w.first, 10))
-	for _, s := range w.start {
-		w.args = append(w.args, strconv.FormatInt(s, 10))
+	w.Args = make([]any, 0, 9)
+	w.Args = append(w.Args, "-1", strconv.FormatInt(k, 10), strconv.FormatInt(b, 10), strconv.FormatInt(w.First, 10))
+	for _, s := range w.Start {
+		w.Args = append(w.Args, strconv.FormatInt(s, 10))
 	}
-	c.last.Store(w)
+	c.Last.Store(w)
 	return w
 }
 
@@ -69,8 +69,8 @@ func (c *calendar) windows(now int64, k, b int64) *calWindows {
 // us (microseconds); windows corrects it where a zone's local dates are
 // not monotonic.
 func (c *calendar) guess(us int64) int64 {
-	y, m, d := time.UnixMicro(us).In(c.loc).Date()
-	switch c.unit {
+	y, m, d := time.UnixMicro(us).In(c.Loc).Date()
+	switch c.Unit {
 	case RefillWeekly:
 		return floorDiv(dayNumber(y, m, d)+3, 7) // 1970-01-01 was a Thursday
 	case RefillMonthly:
@@ -79,17 +79,17 @@ func (c *calendar) guess(us int64) int64 {
 	return dayNumber(y, m, d)
 }
 
-// start is the first instant, in microseconds, of window i.
-func (c *calendar) start(i int64) int64 {
-	switch c.unit {
+// Start is the first instant, in microseconds, of window i.
+func (c *calendar) Start(i int64) int64 {
+	switch c.Unit {
 	case RefillWeekly:
 		y, m, d := civilDate(i*7 - 3)
-		return dayStart(y, m, d, c.loc)
+		return dayStart(y, m, d, c.Loc)
 	case RefillMonthly:
-		return dayStart(int(floorDiv(i, 12)), time.Month(i-floorDiv(i, 12)*12+1), 1, c.loc)
+		return dayStart(int(floorDiv(i, 12)), time.Month(i-floorDiv(i, 12)*12+1), 1, c.Loc)
 	}
 	y, m, d := civilDate(i)
-	return dayStart(y, m, d, c.loc)
+	return dayStart(y, m, d, c.Loc)
 }
 
 // dayNumber is the civil day number of a date: days since 1970-01-01.
@@ -160,28 +160,28 @@ func loadZone(name string) (*time.Location, error) {
 // stepWindow is where a stepped limit stands at one instant: the index of
 // the window holding it and, for a calendar, the starts around it.
 type stepWindow struct {
-	idx int64
-	cw  *calWindows
+	Idx int64
+	CW  *calWindows
 }
 
-// window returns where stepped limit t stands at now.
-func (t tickLimit) window(now int64) stepWindow {
-	if t.st.cal == nil {
-		return stepWindow{idx: floorDiv(now, t.st.every)}
+// Window returns where stepped limit t stands at now.
+func (t tickLimit) Window(now int64) stepWindow {
+	if t.St.Cal == nil {
+		return stepWindow{Idx: floorDiv(now, t.St.Every)}
 	}
-	cw := t.st.cal.windows(now, t.st.k, t.b)
-	return stepWindow{idx: cw.first + 1, cw: cw}
+	cw := t.St.Cal.Windows(now, t.St.K, t.B)
+	return stepWindow{Idx: cw.First + 1, CW: cw}
 }
 
-// startOf is the start of the window n after w's, in microseconds.
-func (t tickLimit) startOf(w stepWindow, n int64) int64 {
-	if t.st.cal == nil {
-		return (w.idx + n) * t.st.every
+// StartOf is the start of the window n after w's, in microseconds.
+func (t tickLimit) StartOf(w stepWindow, n int64) int64 {
+	if t.St.Cal == nil {
+		return (w.Idx + n) * t.St.Every
 	}
 	if n >= -1 && n <= 3 {
-		return w.cw.start[1+n]
+		return w.CW.Start[1+n]
 	}
-	return t.st.cal.start(w.idx + n)
+	return t.St.Cal.Start(w.Idx + n)
 }
 
 // Window returns the refill window of l that holds t, [start, end): for a
@@ -198,10 +198,10 @@ func (l Limit) Window(t time.Time) (start, end time.Time) {
 	if err != nil {
 		return time.Time{}, time.Time{}
 	}
-	w := tl.window(t.UnixMicro())
-	start, end = time.UnixMicro(tl.startOf(w, 0)), time.UnixMicro(tl.startOf(w, 1))
-	if c := tl.calendar(); c != nil {
-		return start.In(c.loc), end.In(c.loc)
+	w := tl.Window(t.UnixMicro())
+	start, end = time.UnixMicro(tl.StartOf(w, 0)), time.UnixMicro(tl.StartOf(w, 1))
+	if c := tl.Calendar(); c != nil {
+		return start.In(c.Loc), end.In(c.Loc)
 	}
 	return start.UTC(), end.UTC()
 }

@@ -142,12 +142,12 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	l := c.lim
-	sl, lost, err := l.store.acquire(ctx, slotAsk{fp: c.fp, capID: c.id, key: key, max: c.limit.Max, lease: c.lease})
+	sl, lost, err := l.store.Acquire(ctx, slotAsk{FP: c.fp, CapID: c.id, Key: key, Max: c.limit.Max, Lease: c.lease})
 	if lost != nil {
-		l.keeper().giveBack(orphan{c: c, rkey: lost.rkey, id: lost.id, until: time.Now().Add(c.lease)})
+		l.keeper().giveBack(orphan{c: c, rkey: lost.RKey, id: lost.ID, until: time.Now().Add(c.lease)})
 	}
 	if err == nil {
-		ls := &Lease{Acquired: sl.acquired, InFlight: sl.inFlight, c: c, key: key, rkey: sl.rkey, id: sl.id}
+		ls := &Lease{Acquired: sl.Acquired, InFlight: sl.InFlight, c: c, key: key, rkey: sl.RKey, id: sl.ID}
 		if ls.rkey != "" {
 			l.keeper().add(ls, time.Now().Add(c.lease))
 		}
@@ -208,8 +208,8 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if ls.rkey != "" {
 			c.lim.keeper().remove(ls)
 		}
-		err = c.lim.store.release(ctx, slotRef{capID: c.id, key: ls.key, rkey: ls.rkey, id: ls.id, lease: c.lease})
-		if na, ok := errors.AsType[*noAnswer](err); ok && na.gone == nil && na.cause == nil {
+		err = c.lim.store.Release(ctx, slotRef{CapID: c.id, Key: ls.key, RKey: ls.rkey, ID: ls.id, Lease: c.lease})
+		if na, ok := errors.AsType[*noAnswer](err); ok && na.Gone == nil && na.Cause == nil {
 			err = fmt.Errorf("%w: release a slot of %q: %s; the slot expires within its lease", ErrUnavailable, ls.key, na)
 			return
 		}
@@ -362,31 +362,31 @@ func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 	defer cancel()
 	round := make([]*renewal, 0, len(due)+len(lost))
 	for _, ls := range due {
-		round = append(round, &renewal{rkey: ls.rkey, id: ls.id, max: ls.c.limit.Max, lease: ls.c.lease})
+		round = append(round, &renewal{RKey: ls.rkey, ID: ls.id, Max: ls.c.limit.Max, Lease: ls.c.lease})
 	}
 	var gives []orphan
 	for _, o := range lost {
 		if now.Before(o.until) {
 			gives = append(gives, o)
-			round = append(round, &renewal{rkey: o.rkey, id: o.id, lease: o.c.lease, give: true})
+			round = append(round, &renewal{RKey: o.rkey, ID: o.id, Lease: o.c.lease, Give: true})
 		}
 	}
-	l.store.renew(ctx, round)
+	l.store.Renew(ctx, round)
 	var retry []orphan
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, r := range round {
-		if r.give {
-			if !r.sent || r.err != nil && !keyFault(r.err) {
+		if r.Give {
+			if !r.Sent || r.Err != nil && !keyFault(r.Err) {
 				retry = append(retry, gives[i-len(due)])
 			}
 			continue
 		}
-		if r.err != nil || len(r.vals) != 2 {
+		if r.Err != nil || len(r.Vals) != 2 {
 			continue // tried again next round
 		}
 		ls := due[i]
-		switch r.vals[0] {
+		switch r.Vals[0] {
 		case 1:
 			ls.expiry = now.Add(ls.c.lease)
 		case 0:

@@ -350,7 +350,7 @@ func TestDenyEntryGoesWhenItsProbeFindsTokens(t *testing.T) {
 	if res, err := rule.Allow(ctx, "k"); err != nil || res.Allowed {
 		t.Fatalf("past the burst: %+v, %v; want denied", res, err)
 	}
-	if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st != denyHit {
+	if _, st, _ := lim.denies.check(rule.p.ID, "k", now.UnixMicro()); st != denyHit {
 		t.Fatalf("after the denial the deny cache says %v, want a hit", st)
 	}
 	now = now.Add(time.Second) // the bucket is full again
@@ -358,7 +358,7 @@ func TestDenyEntryGoesWhenItsProbeFindsTokens(t *testing.T) {
 		t.Fatalf("a second later: %+v, %v; want admitted with 9 left", res, err)
 	}
 	for i := range 3 {
-		if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st != denyMiss {
+		if _, st, _ := lim.denies.check(rule.p.ID, "k", now.UnixMicro()); st != denyMiss {
 			t.Fatalf("check %d after the admitted probe = %v, want a miss: the expired entry lingers", i, st)
 		}
 	}

@@ -524,14 +524,14 @@ func TestDenyCacheNeverOverDenies(t *testing.T) {
 		if r.IntN(5) == 0 {
 			n = int(min(2, p.minB))
 		}
-		if hit := peekDenial(lim.denies, p.id, key, lim.now()); hit && n == 1 {
+		if hit := peekDenial(lim.denies, p.ID, key, lim.now()); hit && n == 1 {
 			cached++
-			b := models[p.fp+key]
+			b := models[p.FP+key]
 			if b == nil {
 				t.Fatalf("step %d: deny cache holds %s without a Redis decision", i, key)
 			}
 			copyB := bucket{lock: b.lock, tats: append([]tat(nil), b.tats...), set: b.set}
-			if d, _ := stepBucket(&copyB, now.UnixMicro(), p.ticks, 1, 0, 0); d.allowed {
+			if d, _ := stepBucket(&copyB, now.UnixMicro(), p.Ticks, 1, 0, 0); d.Allowed {
 				t.Fatalf("step %d: the deny cache denies %s under %v, but Redis would admit it", i, key, ls)
 			}
 		}
@@ -539,14 +539,14 @@ func TestDenyCacheNeverOverDenies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := models[p.fp+key]
+		b := models[p.FP+key]
 		if b == nil {
 			b = &bucket{}
-			models[p.fp+key] = b
+			models[p.FP+key] = b
 		}
-		want, _ := stepBucket(b, now.UnixMicro(), p.ticks, int64(n), 0, 0)
-		if res.Allowed != want.allowed {
-			t.Fatalf("step %d: limiter allowed=%v, model %v", i, res.Allowed, want.allowed)
+		want, _ := stepBucket(b, now.UnixMicro(), p.Ticks, int64(n), 0, 0)
+		if res.Allowed != want.Allowed {
+			t.Fatalf("step %d: limiter allowed=%v, model %v", i, res.Allowed, want.Allowed)
 		}
 	}
 	t.Logf("%d of 20000 decisions came from the deny cache, each checked against the model", cached)

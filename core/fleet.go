@@ -207,7 +207,7 @@ func (f *fleet) run(ctx context.Context) {
 func (f *fleet) beat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, f.every)
 	defer cancel()
-	n, err := f.store.heartbeat(ctx, f.name, f.id, 3*f.every)
+	n, err := f.store.Heartbeat(ctx, f.name, f.id, 3*f.every)
 	if err != nil || n <= 0 {
 		return
 	}
@@ -253,7 +253,7 @@ func (f *fleet) close(timeout time.Duration) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		err = f.store.leaveFleet(ctx, f.name, f.id)
+		err = f.store.LeaveFleet(ctx, f.name, f.id)
 	})
 	return err
 }
@@ -281,7 +281,7 @@ func (l *Limiter) Close() error {
 	l.keeper().close()
 	l.bg.stop()
 	l.hotLeases().close()
-	l.store.close()
+	l.store.Close()
 	if l.fleet == nil {
 		return nil
 	}
@@ -298,7 +298,7 @@ func (l *Limiter) share(p *plan) *share {
 	if s := p.fleetShare.Load(); s != nil && s.n == n {
 		return s
 	}
-	s, coarse, err := newShare(p.limits, p.ticks, shareOf(n))
+	s, coarse, err := newShare(p.limits, p.Ticks, shareOf(n))
 	if err != nil {
 		return &p.local // cannot happen: p's own limits compile
 	}

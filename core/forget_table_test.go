@@ -153,7 +153,7 @@ func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rkey := redisOf(lim).rkey(p.fp, "k")
+	rkey := redisOf(lim).rkey(p.FP, "k")
 	forget := l.before(t, env, func() []string { return []string{rkey} })
 	before := 0
 	for range 3 * limit.Burst {

@@ -590,7 +590,7 @@ func TestPoisonedBucketLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.FP, "k")
 			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
 			fields := []string{strconv.FormatInt(far, 10)}
 			for range tc.limits {
@@ -644,7 +644,7 @@ func TestForeignBucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.FP, "k")
 			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -691,7 +691,7 @@ func TestHugeBucketValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.fp, "huge")
+			rkey := redisOf(lim).rkey(p.FP, "huge")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -789,7 +789,7 @@ func TestPoisonedBucketArrival(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.fp, "k")
+			rkey := redisOf(lim).rkey(p.FP, "k")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -14,14 +14,14 @@ package core
 
 // decision is the outcome of one call, durations in microseconds.
 type decision struct {
-	allowed   bool
-	locked    bool
-	remaining int64 // unit requests the deciding limit could still take
-	retry     int64 // until the same request could be admitted (denied only)
-	reset     int64 // until the deciding limit's bucket is full again
-	wait      int64 // how long an admitted reservation must wait
-	next      int64 // until a unit request could be admitted, after this decision
-	index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
+	Allowed   bool
+	Locked    bool
+	Remaining int64 // unit requests the deciding limit could still take
+	Retry     int64 // until the same request could be admitted (denied only)
+	Reset     int64 // until the deciding limit's bucket is full again
+	Wait      int64 // how long an admitted reservation must wait
+	Next      int64 // until a unit request could be admitted, after this decision
+	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 }
 
 // A stepped limit (see tickLimit) keeps its debt in events with the window
@@ -34,15 +34,15 @@ type decision struct {
 // debtAt is limit t's debt at now from its stored state x, in ticks
 // (events for a stepped limit); w is where a stepped limit stands.
 func debtAt(x tat, now int64, t tickLimit, w stepWindow) int64 {
-	if !t.stepped() {
-		return max(0, (x.us-now)*t.r+x.frac)
+	if !t.Stepped() {
+		return max(0, (x.us-now)*t.R+x.frac)
 	}
 	d := x.us
-	if n := w.idx - x.frac; n > 0 {
-		if n >= ceilDiv(d, t.st.k) {
+	if n := w.Idx - x.frac; n > 0 {
+		if n >= ceilDiv(d, t.St.K) {
 			return 0
 		}
-		d -= n * t.st.k
+		d -= n * t.St.K
 	}
 	return max(0, d)
 }
@@ -53,15 +53,15 @@ func until(x, now int64, t tickLimit, w stepWindow) int64 {
 	if x <= 0 {
 		return 0
 	}
-	if !t.stepped() {
-		return ceilDiv(x, t.r)
+	if !t.Stepped() {
+		return ceilDiv(x, t.R)
 	}
-	return t.startOf(w, ceilDiv(x, t.st.k)) - now
+	return t.StartOf(w, ceilDiv(x, t.St.K)) - now
 }
 
 // unitWait is how long, with debt d ticks, a unit request waits under t.
 func unitWait(d, now int64, t tickLimit, w stepWindow) int64 {
-	return until(d+t.p-t.capacity(), now, t, w)
+	return until(d+t.P-t.Capacity(), now, t, w)
 }
 
 // tat is one limit's theoretical arrival time; for a stepped limit, its
@@ -85,8 +85,8 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // windowsAt returns where each stepped limit of ticks stands at now.
 func windowsAt(now int64, ticks []tickLimit) (ws [maxLimits]stepWindow) {
 	for i, t := range ticks {
-		if t.stepped() {
-			ws[i] = t.window(now)
+		if t.Stepped() {
+			ws[i] = t.Window(now)
 		}
 	}
 	return ws
@@ -98,7 +98,7 @@ func windowsAt(now int64, ticks []tickLimit) (ws [maxLimits]stepWindow) {
 // a denial (0 for none).
 func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
 	for _, t := range ticks {
-		if t.stepped() {
+		if t.Stepped() {
 			return stepMixed(b, now, ticks, cost, maxWait, penalty)
 		}
 	}
@@ -107,7 +107,7 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 
 // unitWaitTicks is unitWait for a continuous limit.
 func unitWaitTicks(d int64, t tickLimit) int64 {
-	return max(0, ceilDiv(d+t.p-t.capacity(), t.r))
+	return max(0, ceilDiv(d+t.P-t.Capacity(), t.R))
 }
 
 // stepContinuous is stepBucket for continuous limits only: the arithmetic
@@ -116,22 +116,22 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 	var d [maxLimits]int64 // current debt per limit in ticks
 	for i, t := range ticks {
 		if b.set && i < len(b.tats) {
-			if x := (b.tats[i].us-now)*t.r + b.tats[i].frac; x > 0 {
+			if x := (b.tats[i].us-now)*t.R + b.tats[i].frac; x > 0 {
 				d[i] = x
 			}
 		}
 	}
 	var out decision
-	out.remaining = -1
+	out.Remaining = -1
 	denied := false
 	var retry, wait int64
 	retryIdx := 0
 	for i, t := range ticks {
-		d2 := d[i] + cost*t.p
-		c := t.capacity()
+		d2 := d[i] + cost*t.P
+		c := t.Capacity()
 		if over := d2 - c; over > 0 {
-			w := ceilDiv(over, t.r)
-			if over > maxWait*t.r {
+			w := ceilDiv(over, t.R)
+			if over > maxWait*t.R {
 				denied = true
 			}
 			if w > retry {
@@ -145,20 +145,20 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 	if locked := b.set && now < b.lock; locked || denied {
 		return refuseContinuous(b, &d, now, ticks, denied, locked, retry, retryIdx, penalty)
 	}
-	out.allowed = true
-	out.wait = wait
+	out.Allowed = true
+	out.Wait = wait
 	if cap(b.tats) < len(ticks) {
 		b.tats = make([]tat, len(ticks))
 	}
 	b.tats = b.tats[:len(ticks)]
 	for i, t := range ticks {
-		d2 := d[i] + cost*t.p
-		b.tats[i] = tat{us: now + d2/t.r, frac: d2 % t.r}
-		rem := max(0, (t.capacity()-d2)/t.p)
-		if out.remaining < 0 || rem < out.remaining {
-			out.remaining, out.index, out.reset = rem, i, ceilDiv(d2, t.r)
+		d2 := d[i] + cost*t.P
+		b.tats[i] = tat{us: now + d2/t.R, frac: d2 % t.R}
+		rem := max(0, (t.Capacity()-d2)/t.P)
+		if out.Remaining < 0 || rem < out.Remaining {
+			out.Remaining, out.Index, out.Reset = rem, i, ceilDiv(d2, t.R)
 		}
-		out.next = max(out.next, unitWaitTicks(d2, t))
+		out.Next = max(out.Next, unitWaitTicks(d2, t))
 	}
 	b.lock = 0
 	b.set = true
@@ -170,20 +170,20 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 // lock (locked).
 func refuseContinuous(b *bucket, d *[maxLimits]int64, now int64, ticks []tickLimit, denied, locked bool, retry int64, retryIdx int, penalty int64) (decision, bool) {
 	var out decision
-	out.remaining = -1
+	out.Remaining = -1
 	for i, t := range ticks {
 		if !denied { // locked: the limit with the fewest tokens left decides
-			if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
-				out.remaining, out.index = rem, i
+			if rem := max(0, (t.Capacity()-d[i])/t.P); out.Remaining < 0 || rem < out.Remaining {
+				out.Remaining, out.Index = rem, i
 			}
 		}
-		out.next = max(out.next, unitWaitTicks(d[i], t))
+		out.Next = max(out.Next, unitWaitTicks(d[i], t))
 	}
 	if denied { // the limit with the longest retry decides
 		t := ticks[retryIdx]
-		out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
+		out.Index, out.Remaining = retryIdx, max(0, (t.Capacity()-d[retryIdx])/t.P)
 	}
-	out.reset = ceilDiv(d[out.index], ticks[out.index].r)
+	out.Reset = ceilDiv(d[out.Index], ticks[out.Index].R)
 	return refuse(b, out, retry, now, penalty, locked, func() {
 		for range ticks {
 			b.tats = append(b.tats, tat{us: now})
@@ -197,21 +197,21 @@ func refuseContinuous(b *bucket, d *[maxLimits]int64, now int64, ticks []tickLim
 // full appends to the emptied b.tats, so the lock is the only effect of
 // the denial. It reports whether b changed.
 func refuse(b *bucket, out decision, retry, now, penalty int64, locked bool, full func()) (decision, bool) {
-	out.retry = retry
+	out.Retry = retry
 	if locked {
-		out.locked = true
-		out.remaining = 0
-		out.retry = max(retry, b.lock-now)
-		out.next = max(out.next, b.lock-now)
+		out.Locked = true
+		out.Remaining = 0
+		out.Retry = max(retry, b.lock-now)
+		out.Next = max(out.Next, b.lock-now)
 		return out, false
 	}
 	if penalty <= 0 {
 		return out, false
 	}
-	out.locked = true
-	out.remaining = 0
-	out.retry = max(retry, penalty)
-	out.next = max(out.next, penalty)
+	out.Locked = true
+	out.Remaining = 0
+	out.Retry = max(retry, penalty)
+	out.Next = max(out.Next, penalty)
 	if !b.set {
 		b.tats = b.tats[:0]
 		full()
@@ -234,15 +234,15 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 	var retry, wait int64
 	retryIdx := 0
 	for i, t := range ticks {
-		d2 := d[i] + cost*t.p
-		c := t.capacity()
+		d2 := d[i] + cost*t.P
+		c := t.Capacity()
 		if over := d2 - c; over > 0 {
 			w := until(over, now, t, ws[i])
-			if t.stepped() {
-				if over > t.st.k || w > maxWait {
+			if t.Stepped() {
+				if over > t.St.K || w > maxWait {
 					denied = true
 				}
-			} else if over > maxWait*t.r {
+			} else if over > maxWait*t.R {
 				denied = true
 			}
 			if w > retry {
@@ -264,24 +264,24 @@ func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty i
 // lock (locked).
 func refuseMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now int64, ticks []tickLimit, denied, locked bool, retry int64, retryIdx int, penalty int64) (decision, bool) {
 	var out decision
-	out.remaining = -1
+	out.Remaining = -1
 	for i, t := range ticks {
 		if !denied { // locked: the limit with the fewest tokens left decides
-			if rem := max(0, (t.capacity()-d[i])/t.p); out.remaining < 0 || rem < out.remaining {
-				out.remaining, out.index = rem, i
+			if rem := max(0, (t.Capacity()-d[i])/t.P); out.Remaining < 0 || rem < out.Remaining {
+				out.Remaining, out.Index = rem, i
 			}
 		}
-		out.next = max(out.next, unitWait(d[i], now, t, ws[i]))
+		out.Next = max(out.Next, unitWait(d[i], now, t, ws[i]))
 	}
 	if denied { // the limit with the longest retry decides
 		t := ticks[retryIdx]
-		out.index, out.remaining = retryIdx, max(0, (t.capacity()-d[retryIdx])/t.p)
+		out.Index, out.Remaining = retryIdx, max(0, (t.Capacity()-d[retryIdx])/t.P)
 	}
-	out.reset = until(d[out.index], now, ticks[out.index], ws[out.index])
+	out.Reset = until(d[out.Index], now, ticks[out.Index], ws[out.Index])
 	return refuse(b, out, retry, now, penalty, locked, func() {
 		for i, t := range ticks {
-			if t.stepped() {
-				b.tats = append(b.tats, tat{us: 0, frac: ws[i].idx})
+			if t.Stepped() {
+				b.tats = append(b.tats, tat{us: 0, frac: ws[i].Idx})
 			} else {
 				b.tats = append(b.tats, tat{us: now})
 			}
@@ -293,28 +293,28 @@ func refuseMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now 
 // ws, waiting wait (microseconds): every limit charged, the bucket
 // written.
 func admitMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now int64, ticks []tickLimit, cost, wait int64) decision {
-	out := decision{allowed: true, wait: wait, remaining: -1}
+	out := decision{Allowed: true, Wait: wait, Remaining: -1}
 	if cap(b.tats) < len(ticks) {
 		b.tats = make([]tat, len(ticks))
 	}
 	b.tats = b.tats[:len(ticks)]
 	b.full = 0
 	for i, t := range ticks {
-		d2 := d[i] + cost*t.p
+		d2 := d[i] + cost*t.P
 		var reset int64
-		if t.stepped() {
-			b.tats[i] = tat{us: d2, frac: ws[i].idx}
+		if t.Stepped() {
+			b.tats[i] = tat{us: d2, frac: ws[i].Idx}
 			reset = until(d2, now, t, ws[i])
 			b.full = max(b.full, now+reset)
 		} else {
-			b.tats[i] = tat{us: now + d2/t.r, frac: d2 % t.r}
-			reset = ceilDiv(d2, t.r)
+			b.tats[i] = tat{us: now + d2/t.R, frac: d2 % t.R}
+			reset = ceilDiv(d2, t.R)
 		}
-		rem := max(0, (t.capacity()-d2)/t.p)
-		if out.remaining < 0 || rem < out.remaining {
-			out.remaining, out.index, out.reset = rem, i, reset
+		rem := max(0, (t.Capacity()-d2)/t.P)
+		if out.Remaining < 0 || rem < out.Remaining {
+			out.Remaining, out.Index, out.Reset = rem, i, reset
 		}
-		out.next = max(out.next, unitWait(d2, now, t, ws[i]))
+		out.Next = max(out.Next, unitWait(d2, now, t, ws[i]))
 	}
 	b.lock = 0
 	b.set = true
@@ -328,10 +328,10 @@ func (b *bucket) ttl(now int64, ticks []tickLimit) int64 {
 	ws := windowsAt(now, ticks)
 	for i, tl := range ticks {
 		if i < len(b.tats) {
-			if tl.stepped() {
+			if tl.Stepped() {
 				t = max(t, until(debtAt(b.tats[i], now, tl, ws[i]), now, tl, ws[i]))
 			} else {
-				t = max(t, ceilDiv((b.tats[i].us-now)*tl.r+b.tats[i].frac, tl.r))
+				t = max(t, ceilDiv((b.tats[i].us-now)*tl.R+b.tats[i].frac, tl.R))
 			}
 		}
 	}
@@ -362,13 +362,13 @@ func settleBucket(b *bucket, now int64, ticks []tickLimit, delta int64) bool {
 		b.set = true
 	}
 	for i, t := range ticks {
-		d := max(0, (b.tats[i].us-now)*t.r+b.tats[i].frac)
-		after := max(0, d+delta*t.p)
-		if delta > 0 && after > 2*t.capacity() {
-			after = max(d, 2*t.capacity())
+		d := max(0, (b.tats[i].us-now)*t.R+b.tats[i].frac)
+		after := max(0, d+delta*t.P)
+		if delta > 0 && after > 2*t.Capacity() {
+			after = max(d, 2*t.Capacity())
 		}
 		d = after
-		b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+		b.tats[i] = tat{us: now + d/t.R, frac: d % t.R}
 	}
 	return true
 }

@@ -27,17 +27,17 @@ func runSteps(t *testing.T, limits []Limit, steps []step) {
 	const t0 = 1_700_000_000_000_000
 	var b bucket
 	for i, s := range steps {
-		got, _ := stepBucket(&b, t0+s.at, p.ticks, s.cost, s.maxWait, s.penalty)
-		next := got.next
-		got.next = 0
+		got, _ := stepBucket(&b, t0+s.at, p.Ticks, s.cost, s.maxWait, s.penalty)
+		next := got.Next
+		got.Next = 0
 		if got != s.want {
 			t.Fatalf("step %d at %dµs: stepBucket(cost %d) = %+v, want %+v", i, s.at, s.cost, got, s.want)
 		}
 		// next must be what a unit request at the same instant would be
 		// told: 0 if it passes, else its RetryAfter.
 		probe := bucket{lock: b.lock, tats: append([]tat(nil), b.tats...), set: b.set}
-		u, _ := stepBucket(&probe, t0+s.at, p.ticks, 1, 0, 0)
-		if want := map[bool]int64{true: 0, false: u.retry}[u.allowed]; next != want {
+		u, _ := stepBucket(&probe, t0+s.at, p.Ticks, 1, 0, 0)
+		if want := map[bool]int64{true: 0, false: u.Retry}[u.Allowed]; next != want {
 			t.Fatalf("step %d at %dµs: next = %d, a unit request would wait %d", i, s.at, next, want)
 		}
 	}
@@ -51,59 +51,59 @@ func TestDecideSteps(t *testing.T) {
 		steps  []step
 	}{
 		{"burst then refill", []Limit{PerSecond(2)}, []step{
-			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: s / 2}},
-			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{0, 1, 0, 0, decision{remaining: 0, retry: s / 2, reset: s}},
-			{s/2 - 1, 1, 0, 0, decision{remaining: 0, retry: 1, reset: s/2 + 1}},
-			{s / 2, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{5 * s, 2, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 1, Reset: s / 2}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{0, 1, 0, 0, decision{Remaining: 0, Retry: s / 2, Reset: s}},
+			{s/2 - 1, 1, 0, 0, decision{Remaining: 0, Retry: 1, Reset: s/2 + 1}},
+			{s / 2, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{5 * s, 2, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
 		}},
 		{"fractional interval keeps remainders", []Limit{{Rate: 3, Period: time.Second, Burst: 3}}, []step{
 			// One token every 333333.33µs. After the burst, the TAT moves
 			// by exactly 1/3 s per request, fraction kept: 4/3 s, 5/3 s,
 			// then exactly 2 s.
-			{0, 3, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{1, 1, 0, 0, decision{remaining: 0, retry: 333333, reset: 999999}},
-			{333334, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{666667, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{999999, 1, 0, 0, decision{remaining: 0, retry: 1, reset: 666668}},
-			{1000000, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{0, 3, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{1, 1, 0, 0, decision{Remaining: 0, Retry: 333333, Reset: 999999}},
+			{333334, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{666667, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{999999, 1, 0, 0, decision{Remaining: 0, Retry: 1, Reset: 666668}},
+			{1000000, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
 		}},
 		{"cost and denial consumes nothing", []Limit{PerSecond(10)}, []step{
-			{0, 8, 0, 0, decision{allowed: true, remaining: 2, reset: 800000}},
-			{0, 3, 0, 0, decision{remaining: 2, retry: 100000, reset: 800000}},
-			{0, 2, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
+			{0, 8, 0, 0, decision{Allowed: true, Remaining: 2, Reset: 800000}},
+			{0, 3, 0, 0, decision{Remaining: 2, Retry: 100000, Reset: 800000}},
+			{0, 2, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
 		}},
 		{"two limits, both consumed, tighter decides", []Limit{PerSecond(2), PerMinute(3)}, []step{
 			// reset is the deciding limit's: the per-second bucket is full
 			// again in half a second, the per-minute one in 20 s.
-			{0, 1, 0, 0, decision{allowed: true, remaining: 1, reset: s / 2}},
-			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: s}},
-			{s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 59 * s, index: 1}},
-			{2 * s, 1, 0, 0, decision{remaining: 0, retry: 18 * s, reset: 58 * s, index: 1}},
-			{20 * s, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 60 * s, index: 1}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 1, Reset: s / 2}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: s}},
+			{s, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: 59 * s, Index: 1}},
+			{2 * s, 1, 0, 0, decision{Remaining: 0, Retry: 18 * s, Reset: 58 * s, Index: 1}},
+			{20 * s, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: 60 * s, Index: 1}},
 		}},
 		{"remaining and reset are the deciding limit's", []Limit{{Rate: 1, Period: time.Hour, Burst: 5}, PerSecond(10).WithBurst(4)}, []step{
 			// Admitted: the per-second limit has fewer tokens left (1 to 2)
 			// and decides, with its own reset.
-			{0, 3, 0, 0, decision{allowed: true, remaining: 1, reset: 300000, index: 1}},
+			{0, 3, 0, 0, decision{Allowed: true, Remaining: 1, Reset: 300000, Index: 1}},
 			// Both deny; the hourly limit's retry is the longer, so it
 			// decides, and its own 2 tokens and 3 h reset are reported.
-			{0, 3, 0, 0, decision{remaining: 2, retry: 3600 * s, reset: 3 * 3600 * s}},
-			{0, 1, 0, 0, decision{allowed: true, remaining: 0, reset: 400000, index: 1}},
+			{0, 3, 0, 0, decision{Remaining: 2, Retry: 3600 * s, Reset: 3 * 3600 * s}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 0, Reset: 400000, Index: 1}},
 		}},
 		{"penalty lock", []Limit{PerSecond(1)}, []step{
-			{0, 1, 0, 10 * s, decision{allowed: true, reset: s}},
-			{1, 1, 0, 10 * s, decision{locked: true, retry: 10 * s, reset: s - 1}},
-			{5 * s, 1, 0, 10 * s, decision{locked: true, retry: 5*s + 1}},
-			{10*s + 1, 1, 0, 10 * s, decision{allowed: true, reset: s}},
+			{0, 1, 0, 10 * s, decision{Allowed: true, Reset: s}},
+			{1, 1, 0, 10 * s, decision{Locked: true, Retry: 10 * s, Reset: s - 1}},
+			{5 * s, 1, 0, 10 * s, decision{Locked: true, Retry: 5*s + 1}},
+			{10*s + 1, 1, 0, 10 * s, decision{Allowed: true, Reset: s}},
 		}},
 		{"reservation within max wait", []Limit{PerSecond(1)}, []step{
-			{0, 1, 0, 0, decision{allowed: true, reset: s}},
-			{0, 1, 2 * s, 0, decision{allowed: true, wait: s, reset: 2 * s}},
-			{0, 1, s, 0, decision{retry: 2 * s, reset: 2 * s}},
-			{0, 1, 0, 0, decision{retry: 2 * s, reset: 2 * s}},
-			{2 * s, 1, 0, 0, decision{allowed: true, reset: s}},
+			{0, 1, 0, 0, decision{Allowed: true, Reset: s}},
+			{0, 1, 2 * s, 0, decision{Allowed: true, Wait: s, Reset: 2 * s}},
+			{0, 1, s, 0, decision{Retry: 2 * s, Reset: 2 * s}},
+			{0, 1, 0, 0, decision{Retry: 2 * s, Reset: 2 * s}},
+			{2 * s, 1, 0, 0, decision{Allowed: true, Reset: s}},
 		}},
 	}
 	for _, tt := range tests {

@@ -105,10 +105,10 @@ type leaseConf struct {
 // every decision in memory anyway, the rule is returned as is.
 func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	l := r.lim
-	if l.store.inProcess() {
+	if l.store.InProcess() {
 		return r, nil
 	}
-	if r.p.stepped {
+	if r.p.Stepped {
 		return nil, fmt.Errorf("%w: token leases support continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
 	}
 	e := bound.Tokens
@@ -123,8 +123,8 @@ func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	}
 	// The hold-back (rate * life) takes at most half the bound.
 	life := int64(maxLeaseLife)
-	for _, t := range r.p.ticks {
-		if lf := e * t.p / (2 * t.r); lf < life {
+	for _, t := range r.p.Ticks {
+		if lf := e * t.P / (2 * t.R); lf < life {
 			life = lf
 		}
 	}
@@ -263,8 +263,8 @@ type hotKey struct {
 
 // get returns the state of key under p, made if there is room; nil if not.
 func (h *hotLeases) get(p *plan, key string, now int64) *hotKey {
-	id := hotID{p.id, key}
-	sh := &h.shards[fnv(key, p.id)%hotShards]
+	id := hotID{p.ID, key}
+	sh := &h.shards[fnv(key, p.ID)%hotShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if hk := sh.m[id]; hk != nil {
@@ -288,7 +288,7 @@ func (h *hotLeases) get(p *plan, key string, now int64) *hotKey {
 	}
 	key = string(append([]byte(nil), key...))
 	hk := &hotKey{key: key, p: p, id: newID(), winStart: now, lastUse: now}
-	sh.m[hotID{p.id, key}] = hk
+	sh.m[hotID{p.ID, key}] = hk
 	return hk
 }
 
@@ -365,7 +365,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		if more {
 			_, _ = l.leaseTake(ctx, hk, 0, now)
 		}
-		return res, decision{allowed: true, remaining: int64(res.Remaining), reset: micros(res.ResetAfter), index: idx}, true, nil
+		return res, decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}, true, nil
 	}
 	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
 		// Taking already, exhausted, or cold: as without leases.
@@ -381,10 +381,10 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		res, d, err = l.done(d, p, SourceStore, false)
 		return res, d, true, err
 	}
-	if na.gone != nil {
-		return Result{}, decision{}, true, na.gone
+	if na.Gone != nil {
+		return Result{}, decision{}, true, na.Gone
 	}
-	res, d, err = l.fallback(key, p, now, cost, 0, na.cause)
+	res, d, err = l.fallback(key, p, now, cost, 0, na.Cause)
 	return res, d, true, err
 }
 
@@ -404,17 +404,17 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	hk.mu.Unlock()
 	if spent > 0 {
 		// Keep the fallback warm with what the hand admitted.
-		l.local.charge(p.id, hk.key, now, l.share(p).ticks, spent, false)
+		l.local.charge(p.ID, hk.key, now, l.share(p).ticks, spent, false)
 	}
 	start := time.Now()
-	a, na := l.store.lease(ctx, &leaseCall{plan: p, key: hk.key, id: hk.id, cost: cost, want: min(want+cost, lc.bound), carry: carry, penalty: l.penaltyOf(p), now: now})
+	a, na := l.store.Lease(ctx, &leaseCall{Plan: p, Key: hk.key, ID: hk.id, Cost: cost, Want: min(want+cost, lc.bound), Carry: carry, Penalty: l.penaltyOf(p), Now: now})
 	rtt := int64(time.Since(start) / time.Microsecond)
 	var lost int64
 	if carry < 0 {
-		lost = -carry - a.refunds // what the take could not give back
+		lost = -carry - a.Refunds // what the take could not give back
 	}
-	if a.refunds > 0 && l.denies != nil {
-		l.denies.delete(p.id, hk.key)
+	if a.Refunds > 0 && l.denies != nil {
+		l.denies.delete(p.ID, hk.key)
 	}
 	hk.mu.Lock()
 	hk.inflight = false
@@ -424,14 +424,14 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		l.observeLease(p, LeaseEvent{Lost: lost})
 		return decision{}, na
 	}
-	d := a.d
+	d := a.Decision
 	hk.rtt = rtt
-	hk.remaining, hk.resetAt, hk.index = d.remaining, now+d.reset, d.index
-	if d.allowed && a.life > 0 {
-		hk.hand += a.granted
-		hk.expires = now + a.life
+	hk.remaining, hk.resetAt, hk.index = d.Remaining, now+d.Reset, d.Index
+	if d.Allowed && a.Life > 0 {
+		hk.hand += a.Granted
+		hk.expires = now + a.Life
 	}
-	if a.granted > 0 {
+	if a.Granted > 0 {
 		hk.fails = 0
 	} else {
 		// Denied, or nothing granted: the key is at or near exhaustion.
@@ -439,14 +439,14 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		// twice as long after each such take in a row, up to a second,
 		// rather than a take per request.
 		hk.fails = min(hk.fails+1, 16)
-		hk.noLease = now + max(min(lc.life/2<<(hk.fails-1), 1_000_000), d.retry)
+		hk.noLease = now + max(min(lc.life/2<<(hk.fails-1), 1_000_000), d.Retry)
 	}
 	holding := hk.hand > 0
 	hk.mu.Unlock()
 	if holding {
 		l.hotLeases().hold(hk) // not under hk.mu: the keeper locks h.mu, then hk.mu
 	}
-	l.observeLease(p, LeaseEvent{Taken: a.granted, Spent: spent, Returned: a.refunds, Lost: lost})
+	l.observeLease(p, LeaseEvent{Taken: a.Granted, Spent: spent, Returned: a.Refunds, Lost: lost})
 	return d, nil
 }
 
@@ -464,10 +464,10 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 	u, spent := hk.hand, hk.spent
 	hk.hand, hk.spent, hk.inflight = 0, 0, true
 	hk.mu.Unlock()
-	a, _ := l.store.lease(ctx, &leaseCall{plan: p, key: hk.key, id: hk.id, back: true, carry: u, now: now})
-	back := a.refunds
+	a, _ := l.store.Lease(ctx, &leaseCall{Plan: p, Key: hk.key, ID: hk.id, Back: true, Carry: u, Now: now})
+	back := a.Refunds
 	if back > 0 && l.denies != nil {
-		l.denies.delete(p.id, hk.key) // tokens came back: as a refund does
+		l.denies.delete(p.ID, hk.key) // tokens came back: as a refund does
 	}
 	hk.mu.Lock()
 	hk.inflight = false

@@ -382,12 +382,12 @@ func TestLeaseScript(t *testing.T) {
 		t.Fatalf("life = %d µs, want 30000", life)
 	}
 	ctx := context.Background()
-	rkey := redisOf(lim).rkey(p.fp, "k")
-	keys := []string{rkey, holdsKey(rkey, redisOf(lim).cfg.prefix, p.fp)}
+	rkey := redisOf(lim).rkey(p.FP, "k")
+	keys := []string{rkey, holdsKey(rkey, redisOf(lim).cfg.Prefix, p.FP)}
 	call := func(op int, id string, cost, want, hand int64) []int64 {
 		t.Helper()
 		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
-		args = append(args, p.args...)
+		args = append(args, p.Args...)
 		v, err := leaseScript.Run(ctx, rdb, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
@@ -499,8 +499,8 @@ func TestTokenLeasesCloseGivesBack(t *testing.T) {
 	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
 		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
 	}
-	rkey := redisOf(lim).rkey(rule.p.fp, "k")
-	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)).Result()
+	rkey := redisOf(lim).rkey(rule.p.FP, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, redisOf(lim).cfg.Prefix, rule.p.FP)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,8 +528,8 @@ func TestTokenLeaseHoldsOfAnotherType(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	rkey := redisOf(lim).rkey(rule.p.fp, "k")
-	hkey := holdsKey(rkey, redisOf(lim).cfg.prefix, rule.p.fp)
+	rkey := redisOf(lim).rkey(rule.p.FP, "k")
+	hkey := holdsKey(rkey, redisOf(lim).cfg.Prefix, rule.p.FP)
 	if err := redistest.NewClient(t, addr).Set(ctx, hkey, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

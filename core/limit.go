@@ -199,26 +199,26 @@ func (l Limit) Validate() error {
 // microseconds long and aligned to the epoch, or, with cal set, calendar
 // periods (see calendar.go).
 type tickLimit struct {
-	r, p, b int64
-	st      *stepper // nil: continuous (GCRA)
+	R, P, B int64
+	St      *stepper // nil: continuous (GCRA)
 }
 
 // stepper is a stepped limit's refill.
 type stepper struct {
-	k     int64     // events added per window
-	every int64     // an interval's window in microseconds
-	cal   *calendar // a calendar refill's windows; nil for an interval
+	K     int64     // events added per window
+	Every int64     // an interval's window in microseconds
+	Cal   *calendar // a calendar refill's windows; nil for an interval
 }
 
-// stepped reports whether t refills in steps.
-func (t tickLimit) stepped() bool { return t.st != nil }
+// Stepped reports whether t refills in steps.
+func (t tickLimit) Stepped() bool { return t.St != nil }
 
-// calendar returns t's calendar, nil if it has none.
-func (t tickLimit) calendar() *calendar {
-	if t.st == nil {
+// Calendar returns t's Calendar, nil if it has none.
+func (t tickLimit) Calendar() *calendar {
+	if t.St == nil {
 		return nil
 	}
-	return t.st.cal
+	return t.St.Cal
 }
 
 func compileLimit(l Limit) (tickLimit, error) {
@@ -247,7 +247,7 @@ func compileLimit(l Limit) (tickLimit, error) {
 		return tickLimit{}, fmt.Errorf("%w: Burst %d with %d per %s cannot be counted exactly; lower Burst or Period, or raise Rate (%s)",
 			ErrInvalidLimit, l.Burst, l.Rate, l.Period, l)
 	}
-	return tickLimit{r: r, p: p, b: b}, nil
+	return tickLimit{R: r, P: p, B: b}, nil
 }
 
 func gcd(a, b int64) int64 {
@@ -257,13 +257,13 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// capacity is the bucket's tolerance in ticks.
-func (t tickLimit) capacity() int64 { return t.b * t.p }
+// Capacity is the bucket's tolerance in ticks.
+func (t tickLimit) Capacity() int64 { return t.B * t.P }
 
 // maxWaitTicks is the longest reservation, in microseconds, whose tick count
 // stays exact for this limit.
-func (t tickLimit) maxWaitMicros() int64 {
-	return (maxExact - t.capacity()) / t.r
+func (t tickLimit) MaxWaitMicros() int64 {
+	return (maxExact - t.Capacity()) / t.R
 }
 
 // micros converts a positive duration to whole microseconds, rounding up.
@@ -306,7 +306,7 @@ func compileInterval(l Limit) (tickLimit, error) {
 	if int64(l.Rate) > maxExact/4 || int64(l.Burst) > maxExact/4 {
 		return tickLimit{}, fmt.Errorf("%w: Rate %d or Burst %d is too large to count exactly (%s)", ErrInvalidLimit, l.Rate, l.Burst, l)
 	}
-	return tickLimit{r: 1, p: 1, b: int64(l.Burst), st: &stepper{k: int64(l.Rate), every: int64(l.Period / time.Microsecond)}}, nil
+	return tickLimit{R: 1, P: 1, B: int64(l.Burst), St: &stepper{K: int64(l.Rate), Every: int64(l.Period / time.Microsecond)}}, nil
 }
 
 // compileCalendar compiles a quota restored at calendar boundaries.
@@ -327,5 +327,5 @@ func compileCalendar(l Limit) (tickLimit, error) {
 		return tickLimit{}, fmt.Errorf("%w: Zone %q: %v (%s)", ErrInvalidLimit, l.Zone, err, l)
 	}
 	n := int64(l.Rate)
-	return tickLimit{r: 1, p: 1, b: n, st: &stepper{k: n, cal: &calendar{unit: l.Refill, loc: loc}}}, nil
+	return tickLimit{R: 1, P: 1, B: n, St: &stepper{K: n, Cal: &calendar{Unit: l.Refill, Loc: loc}}}, nil
 }

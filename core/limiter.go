@@ -118,12 +118,12 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	// after New (tests do) is the store's too; the decisions' own calls
 	// carry their time.
 	now := func() int64 { return l.now() }
-	cfg := storeConfig{prefix: o.prefix, slotKey: o.slotKey, budget: o.timeout, inflight: o.inflight, now: now, ack: o.ack}
+	cfg := storeConfig{Prefix: o.prefix, SlotKey: o.slotKey, Budget: o.timeout, Inflight: o.inflight, Now: now, Ack: o.ack}
 	var obs storeObserver
 	if o.observer != nil {
 		obs = o.observer
 	}
-	l.store = newRedisStore(rdb, brk, cfg, storeUp{obs: obs, log: l.log, note: l.outageNote})
+	l.store = newRedisStore(rdb, brk, cfg, storeUp{Obs: obs, Log: l.log, Note: l.outageNote})
 	l.remote = true
 	switch {
 	case o.fleet.Name != "":
@@ -292,10 +292,10 @@ func (l *Limiter) wait(ctx context.Context, key string, p *plan, n int) (Result,
 		maxWait = min(maxWait, int64(left/time.Microsecond))
 	}
 	res, d, err := l.admit(ctx, key, p, n, maxWait)
-	if err != nil || !res.Allowed || d.wait == 0 {
+	if err != nil || !res.Allowed || d.Wait == 0 {
 		return res, err
 	}
-	t := time.NewTimer(time.Duration(d.wait) * time.Microsecond)
+	t := time.NewTimer(time.Duration(d.Wait) * time.Microsecond)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -329,7 +329,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 
 	if cost == 1 && maxWait == 0 && l.denies.holdsAny() {
-		dn, st, ch := l.denies.check(p.id, key, now)
+		dn, st, ch := l.denies.check(p.ID, key, now)
 		if st == denyWait {
 			var err error
 			if dn, st, ch, err = l.awaitProbe(ctx, key, p, ch, &now); err != nil {
@@ -341,23 +341,23 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			// (A denial cached from a rule of the same bucket without a
 			// penalty, see Rule.WithPenalty, is not this rule's: its
 			// denial must reach the store to lock the key.)
-			d := decision{retry: dn.until - now, reset: max(0, dn.reset-now), locked: dn.locked, index: dn.index}
+			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index}
 			return l.done(d, p, SourceDenyCache, false)
 		case st == denyProbe:
-			defer l.denies.release(p.id, key, ch)
+			defer l.denies.release(p.ID, key, ch)
 		}
 	}
-	d, na := l.store.decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
+	d, na := l.store.Decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
 		return l.done(d, p, SourceStore, false)
 	}
-	if na.gone != nil {
-		return Result{}, decision{}, na.gone // the caller gave up: no decision
+	if na.Gone != nil {
+		return Result{}, decision{}, na.Gone // the caller gave up: no decision
 	}
-	return l.fallback(key, p, now, cost, maxWait, na.cause)
+	return l.fallback(key, p, now, cost, maxWait, na.Cause)
 }
 
 // awaitProbe waits for the answer of another request asking Redis about
@@ -371,7 +371,7 @@ func (l *Limiter) awaitProbe(ctx context.Context, key string, p *plan, ch chan s
 		return denial{}, denyMiss, nil, ctx.Err()
 	}
 	*now = l.now()
-	dn, st, ch := l.denies.check(p.id, key, *now)
+	dn, st, ch := l.denies.check(p.ID, key, *now)
 	return dn, st, ch, nil
 }
 
@@ -399,7 +399,7 @@ func costError(n int, minB int64) error {
 // fallback (kept warm for a switch to it), and the implicit fleet beats
 // when a heartbeat is due.
 func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
-	if l.denies != nil && d.next > 0 && (!d.allowed || l.penaltyOf(p) == 0 && !p.stepped) {
+	if l.denies != nil && d.Next > 0 && (!d.Allowed || l.penaltyOf(p) == 0 && !p.Stepped) {
 		// Redis said when a unit request can next pass. Counted from
 		// when this request was sent, that never outlasts Redis's own
 		// answer. With a penalty lock, only denials are cached: the
@@ -407,17 +407,17 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// limit: an admission does not say which limit denies next,
 		// and a quota spent until midnight should be named by the
 		// denials it causes.
-		l.denies.put(p.id, key, now, denial{until: now + d.next, expires: now + min(d.next, denyMaxAge),
-			reset: now + d.reset, locked: d.locked && !d.allowed, index: d.index})
+		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(d.Next, denyMaxAge),
+			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: d.Index})
 	}
 	if !l.remote {
 		return
 	}
-	if d.allowed {
+	if d.Allowed {
 		// Keep the fallback warm for keys that have used half a burst
 		// or more; one less used starts the fallback from a full
 		// bucket, which it nearly is, and costs no memory.
-		l.local.charge(p.id, key, now, l.share(p).ticks, cost, 2*d.remaining < int64(p.limits[d.index].Burst))
+		l.local.charge(p.ID, key, now, l.share(p).ticks, cost, 2*d.Remaining < int64(p.limits[d.Index].Burst))
 	}
 	if l.fleet != nil && l.fleet.implicit {
 		l.fleet.maybeBeat(l.bg.run)
@@ -464,11 +464,11 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	if key == "" {
 		return errEmptyKey
 	}
-	l.local.delete(p.id, key)
+	l.local.delete(p.ID, key)
 	if l.denies != nil {
-		l.denies.delete(p.id, key)
+		l.denies.delete(p.ID, key)
 	}
-	return unanswered(l.store.reset(ctx, p, key), "reset", key)
+	return unanswered(l.store.Reset(ctx, p, key), "reset", key)
 }
 
 // fallback decides without the store, under the failure policy.
@@ -477,15 +477,15 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	case err != nil:
 		return Result{}, decision{}, err
 	case open:
-		return l.done(decision{allowed: true, remaining: -1}, p, SourceFailOpen, true)
+		return l.done(decision{Allowed: true, Remaining: -1}, p, SourceFailOpen, true)
 	}
 	// A request may cost more than a replica's share of the burst; it
 	// then takes the whole share, rather than being denied for as long
 	// as the outage lasts.
 	sh := l.share(p)
-	d := l.local.take(p.id, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
+	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
 	res := d.result(p)
-	res.Limit = sh.limits[d.index] // the limit actually enforced, which the observer is told too
+	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, p.dryRun
 	if l.obs != nil {
 		l.obs.ObserveDecision(res, SourceFallback)
@@ -536,7 +536,7 @@ func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, 
 	res := d.result(p)
 	res.Degraded = degraded
 	res.DryRun = p.dryRun
-	if d.remaining < 0 { // fail-open: nothing was counted
+	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
 	if l.obs != nil {

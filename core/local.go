@@ -308,8 +308,8 @@ func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit,
 	if !b.set {
 		b.tats = e.buf[:0]
 		for i, t := range ticks {
-			if t.stepped() {
-				b.tats = append(b.tats, tat{frac: ws[i].idx})
+			if t.Stepped() {
+				b.tats = append(b.tats, tat{frac: ws[i].Idx})
 			} else {
 				b.tats = append(b.tats, tat{us: now})
 			}
@@ -318,12 +318,12 @@ func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit,
 	}
 	for i, t := range ticks {
 		d := debtAt(b.tats[i], now, t, ws[i])
-		d = min(d+cost*t.p, t.capacity())
-		if t.stepped() {
-			b.tats[i] = tat{us: d, frac: ws[i].idx}
+		d = min(d+cost*t.P, t.Capacity())
+		if t.Stepped() {
+			b.tats[i] = tat{us: d, frac: ws[i].Idx}
 			b.full = max(b.full, now+until(d, now, t, ws[i]))
 		} else {
-			b.tats[i] = tat{us: now + d/t.r, frac: d % t.r}
+			b.tats[i] = tat{us: now + d/t.R, frac: d % t.R}
 		}
 	}
 }

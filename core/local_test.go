@@ -12,7 +12,7 @@ func TestLocalStoreBounded(t *testing.T) {
 	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
 	now := int64(1_000_000_000)
 	for i := range 200_000 {
-		s.take(p.id, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "k"+strconv.Itoa(i), now, p.Ticks, 1, 0, 0)
 	}
 	if n := s.m.len(); n > capacity {
 		t.Fatalf("%d entries after 200000 keys, capacity %d", n, capacity)
@@ -31,16 +31,16 @@ func TestLocalEvictionKeepsLimitedKeys(t *testing.T) {
 	for i := range capacity / 8 {
 		k := "abuser" + strconv.Itoa(i)
 		for range 3 {
-			s.take(p.id, k, now, p.ticks, 1, 0, 0)
+			s.take(p.ID, k, now, p.Ticks, 1, 0, 0)
 		}
 		limited = append(limited, k)
 	}
 	for i := range 20 * capacity {
-		s.take(p.id, "flood"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "flood"+strconv.Itoa(i), now, p.Ticks, 1, 0, 0)
 	}
 	kept := 0
 	for _, k := range limited {
-		if d := s.take(p.id, k, now, p.ticks, 1, 0, 0); !d.allowed {
+		if d := s.take(p.ID, k, now, p.Ticks, 1, 0, 0); !d.Allowed {
 			kept++
 		}
 	}
@@ -65,33 +65,33 @@ func TestShardedMapLive(t *testing.T) {
 		}
 	}
 	for i := range 10 * capacity { // evictions from full shards
-		s.take(p.id, "k"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "k"+strconv.Itoa(i), now, p.Ticks, 1, 0, 0)
 	}
 	check("after inserts and evictions")
 	for i := range 10 * capacity {
-		s.delete(p.id, "k"+strconv.Itoa(i))
+		s.delete(p.ID, "k"+strconv.Itoa(i))
 	}
 	check("after deletes")
 	if n := s.m.len(); n != 0 {
 		t.Fatalf("%d entries after deleting every key", n)
 	}
-	s.charge(p.id, "x", now, p.ticks, 1, false) // nothing to charge: stays empty
+	s.charge(p.ID, "x", now, p.Ticks, 1, false) // nothing to charge: stays empty
 	check("after a charge of a missing key")
-	s.charge(p.id, "x", now, p.ticks, 1, true)
+	s.charge(p.ID, "x", now, p.Ticks, 1, true)
 	check("after an inserting charge")
-	if d := s.take(p.id, "x", now, p.ticks, 3, 0, 0); d.allowed {
+	if d := s.take(p.ID, "x", now, p.Ticks, 3, 0, 0); d.Allowed {
 		t.Fatal("the charged key admitted 3 more of PerHour(3)")
 	}
 
 	c := newDenyCache(capacity)
-	if _, st, _ := c.check(p.id, "k", now); st != denyMiss {
+	if _, st, _ := c.check(p.ID, "k", now); st != denyMiss {
 		t.Fatalf("empty deny cache: state %v, want a miss", st)
 	}
-	c.put(p.id, "k", now, denial{until: now + 1000, expires: now + 1000})
-	if _, st, _ := c.check(p.id, "k", now); st != denyHit {
+	c.put(p.ID, "k", now, denial{until: now + 1000, expires: now + 1000})
+	if _, st, _ := c.check(p.ID, "k", now); st != denyHit {
 		t.Fatalf("deny cache with the key: state %v, want a hit", st)
 	}
-	c.delete(p.id, "k")
+	c.delete(p.ID, "k")
 	if live := c.m.live.Load(); live != 0 {
 		t.Fatalf("deny cache live %d after its only entry was deleted", live)
 	}
@@ -101,10 +101,10 @@ func TestLocalDecideNoAlloc(t *testing.T) {
 	s := newLocalStore(1000)
 	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)
 	now := int64(1_000_000_000)
-	s.take(p.id, "known", now, p.ticks, 1, 0, 0)
+	s.take(p.ID, "known", now, p.Ticks, 1, 0, 0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now++
-		s.take(p.id, "known", now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "known", now, p.Ticks, 1, 0, 0)
 	})
 	if allocs != 0 {
 		t.Fatalf("local decision on a known key: %v allocs, want 0", allocs)
@@ -128,7 +128,7 @@ func TestKeysBounded(t *testing.T) {
 	p, _ := newPlan([]Limit{PerMinute(10)}, nil)
 	now := int64(1_000_000_000)
 	for i := range keys {
-		s.take(p.id, "tenant:customer-"+strconv.Itoa(i), now, p.ticks, 1, 0, 0)
+		s.take(p.ID, "tenant:customer-"+strconv.Itoa(i), now, p.Ticks, 1, 0, 0)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -92,9 +92,9 @@ func driveLocalMaps(t *testing.T, capacity, n, keyBytes int, bound int64) (peak 
 		for i := from; i < end; i += 2 {
 			k := bigKey(i, fill)
 			if i%2 == 0 {
-				s.take(p.id, k, now, p.ticks, 1, 0, 0)
+				s.take(p.ID, k, now, p.Ticks, 1, 0, 0)
 			} else {
-				c.put(p.id, k, now, denial{until: now + 6e7, expires: now + 6e7})
+				c.put(p.ID, k, now, denial{until: now + 6e7, expires: now + 6e7})
 			}
 		}
 	}
@@ -181,7 +181,7 @@ func TestLocalLongKeys(t *testing.T) {
 	p, _ := newPlan([]Limit{PerHour(1)}, nil)
 	const now = int64(1_000_000_000)
 	s := newLocalStore(1000)
-	if d := s.take(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
+	if d := s.take(p.ID, long, now, p.Ticks, 1, 0, 0); !d.Allowed {
 		t.Fatalf("decide(%q) = denied, want allowed (first request)", long)
 	}
 	for _, tc := range []struct {
@@ -190,30 +190,30 @@ func TestLocalLongKeys(t *testing.T) {
 		key     string
 		allowed bool
 	}{
-		{"same key, own memory", p.id, strings.Clone(long), false},
-		{"verbatim prefix", p.id, long[:maxLocalKey], true},
-		{"one byte longer", p.id, long + "x", true},
-		{"last byte changed", p.id, long[:len(long)-1] + "x", true},
-		{"the digest marker", p.id, digestedKey, true},
-		{"another plan", p.id + 1, long, true},
+		{"same key, own memory", p.ID, strings.Clone(long), false},
+		{"verbatim prefix", p.ID, long[:maxLocalKey], true},
+		{"one byte longer", p.ID, long + "x", true},
+		{"last byte changed", p.ID, long[:len(long)-1] + "x", true},
+		{"the digest marker", p.ID, digestedKey, true},
+		{"another plan", p.ID + 1, long, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if d := s.take(tc.id, tc.key, now, p.ticks, 1, 0, 0); d.allowed != tc.allowed {
-				t.Errorf("decide(%d, %q) allowed = %v, want %v", tc.id, tc.key, d.allowed, tc.allowed)
+			if d := s.take(tc.id, tc.key, now, p.Ticks, 1, 0, 0); d.Allowed != tc.allowed {
+				t.Errorf("decide(%d, %q) allowed = %v, want %v", tc.id, tc.key, d.Allowed, tc.allowed)
 			}
 		})
 	}
-	s.delete(p.id, strings.Clone(long))
-	if d := s.take(p.id, long, now, p.ticks, 1, 0, 0); !d.allowed {
+	s.delete(p.ID, strings.Clone(long))
+	if d := s.take(p.ID, long, now, p.Ticks, 1, 0, 0); !d.Allowed {
 		t.Errorf("decide(%q) after delete = denied, want allowed", long)
 	}
 
 	c := newDenyCache(1000)
-	c.put(p.id, long, now, denial{until: now + 10, expires: now + 10})
-	if _, st, _ := c.check(p.id, strings.Clone(long), now); st != denyHit {
+	c.put(p.ID, long, now, denial{until: now + 10, expires: now + 10})
+	if _, st, _ := c.check(p.ID, strings.Clone(long), now); st != denyHit {
 		t.Errorf("deny cache check(long key copy) = %v, want a hit", st)
 	}
-	if _, st, _ := c.check(p.id, long+"x", now); st != denyMiss {
+	if _, st, _ := c.check(p.ID, long+"x", now); st != denyMiss {
 		t.Errorf("deny cache check(other long key) = %v, want a miss", st)
 	}
 }
@@ -228,10 +228,10 @@ func TestLocalLongKeyNoAlloc(t *testing.T) {
 	p, _ := newPlan([]Limit{PerSecond(1_000_000)}, nil)
 	now := int64(1_000_000_000)
 	key := strings.Repeat("k", 10<<10)
-	s.take(p.id, key, now, p.ticks, 1, 0, 0)
+	s.take(p.ID, key, now, p.Ticks, 1, 0, 0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now++
-		s.take(p.id, key, now, p.ticks, 1, 0, 0)
+		s.take(p.ID, key, now, p.Ticks, 1, 0, 0)
 	})
 	if allocs != 0 {
 		t.Fatalf("local decision on a known 10 KB key: %v allocs, want 0", allocs)
@@ -247,11 +247,11 @@ func BenchmarkLocalDecideLongKey(b *testing.B) {
 			p, _ := newPlan([]Limit{PerSecond(1 << 30)}, nil)
 			now := int64(1_000_000_000)
 			key := strings.Repeat("k", n)
-			s.take(p.id, key, now, p.ticks, 1, 0, 0)
+			s.take(p.ID, key, now, p.Ticks, 1, 0, 0)
 			b.ReportAllocs()
 			for b.Loop() {
 				now++
-				s.take(p.id, key, now, p.ticks, 1, 0, 0)
+				s.take(p.ID, key, now, p.Ticks, 1, 0, 0)
 			}
 		})
 	}

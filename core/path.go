@@ -95,7 +95,7 @@ func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) 
 		if i == 0 || p.minB < r.minB {
 			r.minB = p.minB
 		}
-		r.stepped = r.stepped || p.stepped
+		r.stepped = r.stepped || p.Stepped
 	}
 	return r, nil
 }
@@ -236,17 +236,17 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		penalty = r.penalty
 	}
 	pd.keys = make([]string, len(path))
-	q := &pathAsk{names: r.names, plans: plans, keys: pd.keys, ids: make([]uint64, len(path)), levels: make([][]tickLimit, len(path)), cost: cost, penalty: penalty, now: now}
+	q := &pathAsk{Names: r.names, Plans: plans, Keys: pd.keys, IDs: make([]uint64, len(path)), Levels: make([][]tickLimit, len(path)), Cost: cost, Penalty: penalty, Now: now}
 	for i := range path {
 		pd.keys[i] = pathKeyOf(path, i)
-		q.ids[i] = plans[i].id
-		q.levels[i] = plans[i].ticks
+		q.IDs[i] = plans[i].ID
+		q.Levels[i] = plans[i].Ticks
 	}
-	d, lv, err := l.store.decidePath(ctx, q)
+	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
-		if d.allowed && l.remote {
+		if d.Allowed && l.remote {
 			for i, p := range plans {
-				l.local.charge(p.id, pd.keys[i], now, l.share(p).ticks, cost, 2*d.remaining < int64(plans[lv].limits[d.index].Burst))
+				l.local.charge(p.ID, pd.keys[i], now, l.share(p).ticks, cost, 2*d.Remaining < int64(plans[lv].limits[d.Index].Burst))
 			}
 		}
 		return l.donePath(d, r, lv, SourceStore, false), pd, nil
@@ -260,19 +260,19 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		return Result{}, pd, err
 	case open:
 		pd.failOpen = true
-		res := l.donePath(decision{allowed: true, remaining: -1}, r, len(path)-1, SourceFailOpen, true)
+		res := l.donePath(decision{Allowed: true, Remaining: -1}, r, len(path)-1, SourceFailOpen, true)
 		return res, pd, nil
 	}
 	shares := make([]*share, len(path))
 	minB := cost
 	for i, p := range plans {
 		shares[i] = l.share(p)
-		q.levels[i] = shares[i].ticks
+		q.Levels[i] = shares[i].ticks
 		minB = min(minB, shares[i].minB)
 	}
-	d, lv = l.local.takePath(q.ids, pd.keys, now, q.levels, minB, 0, penalty)
+	d, lv = l.local.takePath(q.IDs, pd.keys, now, q.Levels, minB, 0, penalty)
 	res := l.resultPath(d, r, lv, true)
-	res.Limit = shares[lv].limits[d.index] // the limit actually enforced
+	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
 	l.observe(res, SourceFallback)
 	return res, pd, nil
 }
@@ -283,7 +283,7 @@ func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Res
 	res.Level = r.names[lv]
 	res.Degraded = degraded
 	res.DryRun = r.dryRun
-	if d.remaining < 0 { // fail-open: nothing was counted
+	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
 	return res

@@ -30,11 +30,11 @@ func stepPath(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, pena
 		d, _ := stepBucket(&trial[i], now, levels[i], cost, maxWait, 0)
 		ds[i] = d
 		take := false
-		if d.allowed {
-			maxWaitUS, maxNext = max(maxWaitUS, d.wait), max(maxNext, d.next)
-			take = allAdmit && (deciding < 0 || d.remaining < ds[deciding].remaining)
+		if d.Allowed {
+			maxWaitUS, maxNext = max(maxWaitUS, d.Wait), max(maxNext, d.Next)
+			take = allAdmit && (deciding < 0 || d.Remaining < ds[deciding].Remaining)
 		} else {
-			take = allAdmit || d.retry > ds[deciding].retry
+			take = allAdmit || d.Retry > ds[deciding].Retry
 			allAdmit = false
 		}
 		if take {
@@ -50,11 +50,11 @@ func stepPath(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, pena
 			}
 		}
 		d := ds[deciding]
-		d.wait, d.next = maxWaitUS, maxNext
+		d.Wait, d.Next = maxWaitUS, maxNext
 		return d, deciding, wrote
 	}
 	d := ds[deciding]
-	if penalty > 0 && !d.locked {
+	if penalty > 0 && !d.Locked {
 		// Judged again on the real bucket, with the penalty: the same
 		// denial, which now locks the key.
 		d, wrote[deciding] = stepBucket(bs[deciding], now, levels[deciding], cost, maxWait, penalty)

@@ -124,16 +124,16 @@ func TestPathDifferential(t *testing.T) {
 				var each []any
 				for lv := range rv.path {
 					p := rule.plans[lv]
-					rkey := redisKeyFrom(prefix, p.fp, rv.path[0], pathKeyOf(rv.path, lv), nil)
-					keys = append(keys, rkey, markerKey(rkey, prefix, p.fp, rv.id))
+					rkey := redisKeyFrom(prefix, p.FP, rv.path[0], pathKeyOf(rv.path, lv), nil)
+					keys = append(keys, rkey, markerKey(rkey, prefix, p.FP, rv.id))
 					if len(rv.path) == 1 {
 						args = append(args, final-rv.n, 600000)
-						args = append(args, p.args...)
+						args = append(args, p.Args...)
 					} else {
-						args = append(args, p.args...)
+						args = append(args, p.Args...)
 						each = append(each, final-rv.n, 600000, lv+1)
 					}
-					settleBucket(modelOf(rkey), now, p.ticks, final-rv.n)
+					settleBucket(modelOf(rkey), now, p.Ticks, final-rv.n)
 				}
 				if len(rv.path) > 1 {
 					args[0] = len(rv.path)
@@ -174,9 +174,9 @@ func TestPathDifferential(t *testing.T) {
 					o.args = []any{o.depth}
 					for lv := range o.depth {
 						p := rule.plans[lv]
-						o.rkeys = append(o.rkeys, redisKeyFrom(prefix, p.fp, o.path[0], pathKeyOf(o.path, lv), nil))
+						o.rkeys = append(o.rkeys, redisKeyFrom(prefix, p.FP, o.path[0], pathKeyOf(o.path, lv), nil))
 						o.bs = append(o.bs, modelOf(o.rkeys[lv]))
-						o.levels = append(o.levels, p.ticks)
+						o.levels = append(o.levels, p.Ticks)
 						c := call{plan: p, cost: o.cost, penalty: o.penalty, now: now}
 						o.args = c.appendGroup(o.args)
 					}
@@ -213,13 +213,13 @@ func TestPathDifferential(t *testing.T) {
 					if len(batch) > 1 {
 						batched++
 					}
-					if !got.allowed {
+					if !got.Allowed {
 						denials++
 						if o.wantLv > 0 {
 							upperDenials++
 						}
 					}
-					if o.ri == 0 && got.allowed && r.IntN(2) == 0 {
+					if o.ri == 0 && got.Allowed && r.IntN(2) == 0 {
 						open = append(open, &pathRes{rule: o.ri, path: o.path, id: fmt.Sprintf("r%d-%d", step, i), n: o.cost})
 					}
 				}
@@ -284,7 +284,7 @@ func TestPathBatchKeyFault(t *testing.T) {
 	mk := func(at int64, path ...string) *batch.Member[*pathCall, pathAnswer] {
 		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
 		for lv, p := range c.plans {
-			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.FP, path[0], pathKeyOf(path, lv), nil))
 			cl := call{plan: p, cost: 1, now: at}
 			c.args = cl.appendGroup(c.args)
 		}
@@ -297,13 +297,13 @@ func TestPathBatchKeyFault(t *testing.T) {
 	if !errors.Is(bad.Err, errKeyFailed) {
 		t.Fatalf("the path whose calendar windows miss the server's clock: %v, want errKeyFailed", bad.Err)
 	}
-	if good.Err != nil || !good.Res.d.allowed {
+	if good.Err != nil || !good.Res.d.Allowed {
 		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
 	}
 	// The failed path charged nothing: the organisation holds one request.
 	org := mk(now, "acme")
 	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
-	if org.Err != nil || org.Res.d.remaining != 8 {
+	if org.Err != nil || org.Res.d.Remaining != 8 {
 		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
 	}
 	both := []*batch.Member[*pathCall, pathAnswer]{mk(skewed, "acme", "mallory"), mk(skewed, "acme", "mallory")}
@@ -329,7 +329,7 @@ func TestPathForeignLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(redisOf(lim).cfg.prefix, r.plans[lv].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
+			rkey := redisKeyFrom(redisOf(lim).cfg.Prefix, r.plans[lv].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
 			for round := range 2 {
 				if err := rdb.Del(ctx, rkey).Err(); err != nil {
 					t.Fatal(err)
@@ -366,7 +366,7 @@ func TestPathForeignLevel(t *testing.T) {
 	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
 		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
 		for lv, p := range c.plans {
-			c.rkeys = append(c.rkeys, redisKeyFrom(redisOf(lim).cfg.prefix, p.fp, path[0], pathKeyOf(path, lv), nil))
+			c.rkeys = append(c.rkeys, redisKeyFrom(redisOf(lim).cfg.Prefix, p.FP, path[0], pathKeyOf(path, lv), nil))
 			cl := call{plan: p, cost: 1, now: now}
 			c.args = cl.appendGroup(c.args)
 		}
@@ -378,10 +378,10 @@ func TestPathForeignLevel(t *testing.T) {
 	}
 	s := &redisStore{rdb: rdb}
 	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
-	if bad.Err != nil || !bad.Res.d.allowed || bad.Res.foreign != 2 {
+	if bad.Err != nil || !bad.Res.d.Allowed || bad.Res.foreign != 2 {
 		t.Fatalf("the path with a hash at its user level, in a batch: %+v, %v; want admitted, the user level reported", bad.Res, bad.Err)
 	}
-	if good.Err != nil || !good.Res.d.allowed || good.Res.foreign != 0 {
+	if good.Err != nil || !good.Res.d.Allowed || good.Res.foreign != 0 {
 		t.Fatalf("the other path: %+v, %v; want admitted, nothing reported", good.Res, good.Err)
 	}
 }
@@ -413,7 +413,7 @@ func TestPathPoisonedLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(redisOf(lim).cfg.prefix, r.plans[1].fp, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
+			rkey := redisKeyFrom(redisOf(lim).cfg.Prefix, r.plans[1].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}

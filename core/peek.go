@@ -38,7 +38,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 		return Result{}, err
 	}
 	now := l.now()
-	d, na := l.store.peek(ctx, key, p, now)
+	d, na := l.store.Peek(ctx, key, p, now)
 	if na != nil {
 		return Result{}, unanswered(na, "peek", key)
 	}
@@ -49,10 +49,10 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 // a request of cost 1: it passes if it need not wait.
 func peekResult(d decision, p *plan) Result {
 	res := d.result(p)
-	res.Allowed = d.allowed && d.next == 0
+	res.Allowed = d.Allowed && d.Next == 0
 	res.RetryAfter, res.Wait = 0, 0
 	if !res.Allowed {
-		res.RetryAfter = time.Duration(d.next) * time.Microsecond
+		res.RetryAfter = time.Duration(d.Next) * time.Microsecond
 	}
 	return res
 }

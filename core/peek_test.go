@@ -45,7 +45,7 @@ func TestPeekForetellsAllow(t *testing.T) {
 					rdb := redistest.NewClient(t, addr)
 					raw = func(key string) string {
 						p, _ := lim.plans.get(limits)
-						v, err := rdb.Get(context.Background(), redisKey(redisOf(lim).cfg.prefix, p.fp, key)).Result()
+						v, err := rdb.Get(context.Background(), redisKey(redisOf(lim).cfg.Prefix, p.FP, key)).Result()
 						if err != nil && !errors.Is(err, redis.Nil) {
 							t.Fatal(err)
 						}
@@ -62,7 +62,7 @@ func TestPeekForetellsAllow(t *testing.T) {
 				lim.now = func() int64 { return now.UnixMicro() }
 				raw = func(key string) string {
 					p, _ := lim.plans.get(limits)
-					d := lim.local.peek(p.id, key, now.UnixMicro(), p.ticks)
+					d := lim.local.peek(p.ID, key, now.UnixMicro(), p.Ticks)
 					return fmt.Sprint(d)
 				}
 				denials += runPeekAgreement(t, lim, limits, func(d time.Duration) { now = now.Add(d) }, raw)
@@ -146,7 +146,7 @@ func TestPeekWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := PerMinute(10)
 	p, _ := lim.plans.get([]Limit{limit})
-	rkey := redisKey(redisOf(lim).cfg.prefix, p.fp, "alice")
+	rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, "alice")
 	res, err := lim.Peek(ctx, "alice", limit)
 	if err != nil || !res.Allowed || res.Remaining != 10 {
 		t.Fatalf("Peek of a fresh key = %+v, %v; want allowed with 10 remaining", res, err)

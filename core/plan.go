@@ -16,16 +16,16 @@ import (
 // script arguments, computed once and reused by every decision.
 type plan struct {
 	limits     []Limit
-	ticks      []tickLimit
+	Ticks      []tickLimit
 	local      share                 // the local fallback's limits, fixed
 	fleetShare atomic.Pointer[share] // the local limits for a fleet's size (see Limiter.share)
 	minB       int64                 // the smallest Burst: no single request may cost more
-	fp         string                // fingerprint, part of the Redis key
-	id         uint64                // fingerprint for local maps
-	args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
+	FP         string                // fingerprint, part of the Redis key
+	ID         uint64                // fingerprint for local maps
+	Args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
 	maxW       int64                 // longest exact reservation in microseconds
-	stepped    bool                  // some limit refills in steps: the script's batch form, and no Reserve
-	cal        bool                  // some limit is a calendar's: args lacks its arguments, which each call adds (see call.appendGroup)
+	Stepped    bool                  // some limit refills in steps: the script's batch form, and no Reserve
+	Cal        bool                  // some limit is a calendar's: args lacks its arguments, which each call adds (see call.appendGroup)
 
 	coarse []coarseFallback // fallback limits that could not be used as given
 
@@ -52,8 +52,8 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 	if len(limits) > maxLimits {
 		return nil, fmt.Errorf("%w: %d limits on one key, at most %d", ErrInvalidLimit, len(limits), maxLimits)
 	}
-	p := &plan{limits: append([]Limit(nil), limits...), ticks: make([]tickLimit, len(limits))}
-	p.args = append(p.args, strconv.Itoa(len(limits)))
+	p := &plan{limits: append([]Limit(nil), limits...), Ticks: make([]tickLimit, len(limits))}
+	p.Args = append(p.Args, strconv.Itoa(len(limits)))
 	p.maxW = maxExact
 	h := sha256.New()
 	if scope != "" {
@@ -64,19 +64,19 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 		if err != nil {
 			return nil, err
 		}
-		p.ticks[i] = t
-		if i == 0 || t.b < p.minB {
-			p.minB = t.b
+		p.Ticks[i] = t
+		if i == 0 || t.B < p.minB {
+			p.minB = t.B
 		}
-		p.maxW = min(p.maxW, t.maxWaitMicros())
+		p.maxW = min(p.maxW, t.MaxWaitMicros())
 		switch {
-		case t.calendar() != nil:
-			p.stepped, p.cal = true, true
-		case t.stepped():
-			p.stepped = true
-			p.args = append(p.args, "0", strconv.FormatInt(t.st.k, 10), strconv.FormatInt(t.b, 10), strconv.FormatInt(t.st.every, 10))
+		case t.Calendar() != nil:
+			p.Stepped, p.Cal = true, true
+		case t.Stepped():
+			p.Stepped = true
+			p.Args = append(p.Args, "0", strconv.FormatInt(t.St.K, 10), strconv.FormatInt(t.B, 10), strconv.FormatInt(t.St.Every, 10))
 		default:
-			p.args = append(p.args, strconv.FormatInt(t.r, 10), strconv.FormatInt(t.p, 10), strconv.FormatInt(t.b, 10))
+			p.Args = append(p.Args, strconv.FormatInt(t.R, 10), strconv.FormatInt(t.P, 10), strconv.FormatInt(t.B, 10))
 		}
 		// The fingerprint covers what decides the bucket: the exact rate
 		// (not its reduced form, so 1/s and 60/min stay apart as users
@@ -88,9 +88,9 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 		}
 	}
 	sum := h.Sum(nil)
-	p.fp = hex.EncodeToString(sum[:6])
-	p.id = binary.LittleEndian.Uint64(sum[8:16])
-	local, coarse, err := newShare(p.limits, p.ticks, fallback)
+	p.FP = hex.EncodeToString(sum[:6])
+	p.ID = binary.LittleEndian.Uint64(sum[8:16])
+	local, coarse, err := newShare(p.limits, p.Ticks, fallback)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,8 @@ type share struct {
 func newShare(limits []Limit, ticks []tickLimit, fallback func(Limit) Limit) (*share, []coarseFallback, error) {
 	s := &share{ticks: ticks, limits: limits}
 	for i, t := range ticks {
-		if i == 0 || t.b < s.minB {
-			s.minB = t.b
+		if i == 0 || t.B < s.minB {
+			s.minB = t.B
 		}
 	}
 	if fallback == nil {
@@ -144,8 +144,8 @@ func newShare(limits []Limit, ticks []tickLimit, fallback func(Limit) Limit) (*s
 			}
 		}
 		s.ticks[i], s.limits[i] = t, fl
-		if i == 0 || t.b < s.minB {
-			s.minB = t.b
+		if i == 0 || t.B < s.minB {
+			s.minB = t.B
 		}
 	}
 	return s, coarse, nil

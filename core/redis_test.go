@@ -261,14 +261,14 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 				maxWait: s.maxWait,
 				penalty: s.penalty,
 			}
-			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.fp, c.key)
+			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.key)
 			c.keys[0] = c.rkey
 			b := model[c.rkey]
 			if b == nil {
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, wrote := stepBucket(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
+			want, wrote := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
 			got, err := run(ctx, &c, now)
 			if err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)
@@ -277,7 +277,7 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 				t.Fatalf("seed %d step %d (%+v, limits %v): store = %+v, model = %+v", seed, i, s, p.limits, got, want)
 			}
 			if wrote {
-				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.ticks), 1000)) * time.Millisecond
+				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.Ticks), 1000)) * time.Millisecond
 				if err := checkTTL(ctx, c.rkey, wantTTL); err != nil {
 					t.Fatalf("seed %d step %d (%+v, limits %v): %v", seed, i, s, p.limits, err)
 				}

@@ -46,13 +46,13 @@ type Result struct {
 
 func (d decision) result(p *plan) Result {
 	return Result{
-		Allowed:    d.allowed,
-		Remaining:  int(d.remaining),
-		RetryAfter: time.Duration(d.retry) * time.Microsecond,
-		Wait:       time.Duration(d.wait) * time.Microsecond,
-		ResetAfter: time.Duration(d.reset) * time.Microsecond,
-		Limit:      p.limits[d.index],
-		Locked:     d.locked,
+		Allowed:    d.Allowed,
+		Remaining:  int(d.Remaining),
+		RetryAfter: time.Duration(d.Retry) * time.Microsecond,
+		Wait:       time.Duration(d.Wait) * time.Microsecond,
+		ResetAfter: time.Duration(d.Reset) * time.Microsecond,
+		Limit:      p.limits[d.Index],
+		Locked:     d.Locked,
 	}
 }
 

@@ -332,7 +332,7 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.LPush(ctx, redisKey(redisOf(lim).cfg.prefix, p.fp, "poisoned"), "x").Err(); err != nil {
+			if err := rdb.LPush(ctx, redisKey(redisOf(lim).cfg.Prefix, p.FP, "poisoned"), "x").Err(); err != nil {
 				t.Fatal(err)
 			}
 			return "poisoned", limits

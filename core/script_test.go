@@ -22,7 +22,7 @@ func scriptClient(t *testing.T) *redis.Client {
 
 // testKey returns a stored name private to the test.
 func testKey(t *testing.T, p *plan, key string) string {
-	return redisKey(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()), p.fp, key)
+	return redisKey(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()), p.FP, key)
 }
 
 func mustPlan(t *testing.T, limits ...Limit) *plan {
@@ -112,7 +112,7 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 					continue
 				}
 				// A fresh bucket decides the same at any instant.
-				want, _ := stepBucket(&bucket{}, 0, c.plan.ticks, c.cost, 0, 0)
+				want, _ := stepBucket(&bucket{}, 0, c.plan.Ticks, c.cost, 0, 0)
 				if err != nil || d != want || typ != "string" {
 					t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
 				}
@@ -236,7 +236,7 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 					c.maxWait = min(r.Int64N(1_000_000), p.maxW)
 				}
 			}
-			c.rkey = redisKey(prefix, p.fp, c.key)
+			c.rkey = redisKey(prefix, p.FP, c.key)
 			calls[i] = c
 		}
 		keys, args := scriptArgs(calls)
@@ -254,7 +254,7 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, _ := stepBucket(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
 			if got != want {
 				t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
 			}
@@ -324,7 +324,7 @@ func TestScriptReadsStoredState(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := format(&b)
-				want, wrote := stepBucket(&b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+				want, wrote := stepBucket(&b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
 				if got != want {
 					t.Fatalf("from %q: script %+v, model %+v", before, got, want)
 				}

@@ -78,7 +78,7 @@ const (
 // A rule with an interval or calendar refill (see [Refill]) cannot be
 // reserved: Reserve returns an error wrapping [ErrInvalidLimit].
 func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	if r.p.stepped {
+	if r.p.Stepped {
 		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
 	}
 	l := r.lim
@@ -93,7 +93,7 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now()}
 	switch {
 	case !res.Allowed:
-	case res.Degraded && d.remaining < 0: // FailOpen: nothing was counted
+	case res.Degraded && d.Remaining < 0: // FailOpen: nothing was counted
 	case res.Degraded:
 		sh := l.share(r.p)
 		rv.via, rv.ticks, rv.held = settleLocal, sh.ticks, min(int64(n), sh.minB)
@@ -188,11 +188,11 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		rv.settleIn(l.local, l.now(), final)
 	} else {
 		// The store charged the whole cost it reserved (held is n).
-		a := settleAsk{plans: []*plan{rv.p}, keys: []string{rv.key}, id: rv.id, delta: final - rv.n, marker: marker, now: l.now()}
+		a := settleAsk{Plans: []*plan{rv.p}, Keys: []string{rv.key}, ID: rv.id, Delta: final - rv.n, Marker: marker, Now: l.now()}
 		if ps := rv.path; ps != nil {
-			a.plans, a.keys, a.path = ps.plans, ps.keys, true
+			a.Plans, a.Keys, a.Path = ps.plans, ps.keys, true
 		}
-		applied, err := l.store.settle(ctx, a)
+		applied, err := l.store.Settle(ctx, a)
 		if err != nil {
 			return false, unanswered(err, "settle", rv.key)
 		}
@@ -201,7 +201,7 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		}
 	}
 	if final < rv.held && l.denies != nil && rv.path == nil {
-		l.denies.delete(rv.p.id, rv.key)
+		l.denies.delete(rv.p.ID, rv.key)
 	}
 	return true, nil
 }
@@ -212,11 +212,11 @@ func (rv *Reservation) settleIn(local *localStore, now, final int64) {
 	delta := final - rv.held
 	if ps := rv.path; ps != nil {
 		for i, p := range ps.plans {
-			local.settle(p.id, ps.keys[i], now, ps.ticks[i], delta)
+			local.settle(p.ID, ps.keys[i], now, ps.ticks[i], delta)
 		}
 		return
 	}
-	local.settle(rv.p.id, rv.key, now, rv.ticks, delta)
+	local.settle(rv.p.ID, rv.key, now, rv.ticks, delta)
 }
 
 // settle moves key's local bucket by delta events (see settleBucket). A

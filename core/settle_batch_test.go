@@ -30,7 +30,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := redistest.NewClient(t, redistest.Addr(t))
-		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
+		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
 		settleBatchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), s.sendSettles(false, nil), rdb, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
@@ -41,7 +41,7 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{inflight: 4}, storeUp{})
+		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
 		settleBatchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), s.sendSettles(true, pipeline), ring, &now)
 	})
@@ -55,7 +55,7 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 	ctx := context.Background()
 	var plans []*plan
 	for _, ls := range diffPlans {
-		if p, _ := newPlan(ls, nil); !p.stepped {
+		if p, _ := newPlan(ls, nil); !p.Stepped {
 			plans = append(plans, p)
 		}
 	}
@@ -73,7 +73,7 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			rkey := redisKey(prefix, p.fp, key)
+			rkey := redisKey(prefix, p.FP, key)
 			members[i] = &batch.Member[*call, decision]{Req: &call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, cost: 1 + r.Int64N(p.minB)}}
 		}
 		decide(ctx, members)
@@ -87,13 +87,13 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, _ := stepBucket(b, now.UnixMicro(), c.plan.ticks, c.cost, 0, 0)
+			want, _ := stepBucket(b, now.UnixMicro(), c.plan.Ticks, c.cost, 0, 0)
 			if m.Res != want {
 				t.Fatalf("round %d reservation %d: script %+v, model %+v", round, i, m.Res, want)
 			}
-			if want.allowed {
+			if want.Allowed {
 				open = append(open, &settleCall{
-					keys:  [2]string{c.rkey, markerKey(c.rkey, prefix, c.plan.fp, fmt.Sprintf("r%d-%d", round, i))},
+					keys:  [2]string{c.rkey, markerKey(c.rkey, prefix, c.plan.FP, fmt.Sprintf("r%d-%d", round, i))},
 					delta: r.Int64N(c.cost+c.plan.minB+1) - c.cost, marker: 60_000, plan: c.plan,
 				})
 			}
@@ -121,11 +121,11 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			// settlement fails alone and leaves no marker.
 			bad = r.IntN(len(sends) + 1)
 			p := plans[0]
-			rkey := redisKey(prefix, p.fp, fmt.Sprintf("list%d", round))
+			rkey := redisKey(prefix, p.FP, fmt.Sprintf("list%d", round))
 			if err := rdb.RPush(ctx, rkey, "x").Err(); err != nil {
 				t.Fatal(err)
 			}
-			bc := &settleCall{keys: [2]string{rkey, markerKey(rkey, prefix, p.fp, "bad")}, delta: -1, marker: 60_000, plan: p}
+			bc := &settleCall{keys: [2]string{rkey, markerKey(rkey, prefix, p.FP, "bad")}, delta: -1, marker: 60_000, plan: p}
 			sends = append(sends[:bad], append([]*settleCall{bc}, sends[bad:]...)...)
 		}
 		if len(sends) == 0 {
@@ -159,7 +159,7 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			want := !marked[sc.keys[1]]
 			if want {
 				marked[sc.keys[1]] = true
-				settleBucket(model[sc.keys[0]], now.UnixMicro(), sc.plan.ticks, sc.delta)
+				settleBucket(model[sc.keys[0]], now.UnixMicro(), sc.plan.Ticks, sc.delta)
 				applied++
 			}
 			if m.Res != want {
@@ -256,7 +256,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	rvs := settleLoad(t, rule, callers, per, keys, cost)
 	model := map[string]*bucket{}
 	for _, k := range keys {
-		rk := redisKey(redisOf(lim).cfg.prefix, rule.p.fp, k)
+		rk := redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, k)
 		v, err := admin.Get(ctx, rk).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -324,8 +324,8 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	nrv, ntwins := int64(callers*per), int64(0)
 	for g := range callers {
 		for i, rv := range rvs[g] {
-			rk := redisKey(redisOf(lim).cfg.prefix, rule.p.fp, rv.key)
-			settleBucket(model[rk], at.UnixMicro(), rule.p.ticks, int64(finals[g][i])-rv.n)
+			rk := redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, rv.key)
+			settleBucket(model[rk], at.UnixMicro(), rule.p.Ticks, int64(finals[g][i])-rv.n)
 			if twins[g][i] != nil {
 				ntwins++
 			}

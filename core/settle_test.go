@@ -83,7 +83,7 @@ func TestSettleDifferential(t *testing.T) {
 			now += s.dt
 			p := plans[s.plan]
 			key := fmt.Sprintf("k%d", s.key)
-			rkey := redisKey(pfx, p.fp, key)
+			rkey := redisKey(pfx, p.FP, key)
 			op := r.IntN(10)
 			switch {
 			case op < 4 || (op < 7 && len(open) == 0) || (op >= 7 && len(done) == 0 && len(open) == 0):
@@ -105,7 +105,7 @@ func TestSettleDifferential(t *testing.T) {
 					b = &bucket{}
 					model[rkey] = b
 				}
-				want, _ := stepBucket(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
+				want, _ := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
 				vals, err := injectedTimeScript.Run(ctx, rdb, []string{rkey}, append(c.appendArgs(nil), now)...).Int64Slice()
 				if err != nil {
 					t.Fatalf("seed %d step %d: %v", seed, i, err)
@@ -115,7 +115,7 @@ func TestSettleDifferential(t *testing.T) {
 					t.Fatalf("seed %d step %d: store = %+v, %v; model = %+v", seed, i, got, err, want)
 				}
 				decisions++
-				if op < 2 && want.allowed {
+				if op < 2 && want.Allowed {
 					open = append(open, &modelRes{key: key, rkey: rkey, id: fmt.Sprintf("r%d-%d", seq, i), plan: p, n: c.cost})
 				}
 			case op < 7 && len(open) > 0 || len(done) == 0:
@@ -133,19 +133,19 @@ func TestSettleDifferential(t *testing.T) {
 				}
 				delta := final - rv.n
 				b := model[rv.rkey]
-				for k, tl := range rv.plan.ticks {
-					if b.set && len(b.tats) == len(rv.plan.ticks) && (b.tats[k].us-now)*tl.r+b.tats[k].frac > 2*tl.capacity() {
+				for k, tl := range rv.plan.Ticks {
+					if b.set && len(b.tats) == len(rv.plan.Ticks) && (b.tats[k].us-now)*tl.R+b.tats[k].frac > 2*tl.Capacity() {
 						deep++
 						break
 					}
 				}
-				wrote := settleBucket(b, now, rv.plan.ticks, delta)
+				wrote := settleBucket(b, now, rv.plan.Ticks, delta)
 				applied := settleOnce(t, ctx, rdb, rv, delta, now)
 				if !applied {
 					t.Fatalf("seed %d step %d: first settle not applied", seed, i)
 				}
 				if wrote {
-					wantTTL := time.Duration(ceilDiv(b.ttl(now, rv.plan.ticks), 1000))*time.Millisecond + expiryStretch
+					wantTTL := time.Duration(ceilDiv(b.ttl(now, rv.plan.Ticks), 1000))*time.Millisecond + expiryStretch
 					if got := rdb.PTTL(ctx, rv.rkey).Val(); got > wantTTL || got < wantTTL-time.Second {
 						t.Fatalf("seed %d step %d: PTTL = %v, want within a second below %v", seed, i, got, wantTTL)
 					}
@@ -199,8 +199,8 @@ func TestSettleDifferential(t *testing.T) {
 func settleOnce(t *testing.T, ctx context.Context, rdb redis.Scripter, rv *modelRes, delta, now int64) bool {
 	t.Helper()
 	prefix := rv.rkey[:strings.IndexByte(rv.rkey, '{')]
-	keys := []string{rv.rkey, markerKey(rv.rkey, prefix, rv.plan.fp, rv.id)}
-	args := append([]any{delta, (SettleWindow + markerMargin).Milliseconds()}, rv.plan.args...)
+	keys := []string{rv.rkey, markerKey(rv.rkey, prefix, rv.plan.FP, rv.id)}
+	args := append([]any{delta, (SettleWindow + markerMargin).Milliseconds()}, rv.plan.Args...)
 	got, err := injectedSettleScript.Run(ctx, rdb, keys, append(args, now)...).Int64()
 	if err != nil {
 		t.Fatal(err)
@@ -472,9 +472,9 @@ func TestSettleOutage(t *testing.T) {
 	}
 	// The fallback's bucket got the refund: its shadow of Redis (6
 	// charged) is all it holds, so 4 are left there.
-	d := lim.local.take(rule.p.id, "k", clock(), rule.p.local.ticks, 1, 0, 0)
-	if d.remaining != 3 {
-		t.Fatalf("fallback remaining after taking 1 = %d, want 3", d.remaining)
+	d := lim.local.take(rule.p.ID, "k", clock(), rule.p.local.ticks, 1, 0, 0)
+	if d.Remaining != 3 {
+		t.Fatalf("fallback remaining after taking 1 = %d, want 3", d.Remaining)
 	}
 }
 
@@ -489,13 +489,13 @@ func TestSettleEndsCachedDenial(t *testing.T) {
 	if res, _ := rule.Allow(ctx, "k"); res.Allowed {
 		t.Fatal("Allow on an empty bucket admitted")
 	}
-	if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st != denyHit {
+	if _, st, _ := lim.denies.check(rule.p.ID, "k", now.UnixMicro()); st != denyHit {
 		t.Fatalf("deny cache state = %v, want a cached denial", st)
 	}
 	if err := rv.Settle(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, st, _ := lim.denies.check(rule.p.id, "k", now.UnixMicro()); st == denyHit {
+	if _, st, _ := lim.denies.check(rule.p.ID, "k", now.UnixMicro()); st == denyHit {
 		t.Fatal("a refund left the cached denial")
 	}
 	for i := range 3 {
@@ -590,31 +590,31 @@ func TestSettleCountedBound(t *testing.T) {
 					j := r.IntN(len(open))
 					n := open[j]
 					open = append(open[:j], open[j+1:]...)
-					final := r.Int64N(n + tl.b + 1)
+					final := r.Int64N(n + tl.B + 1)
 					debt := int64(0)
 					if b.set {
-						debt = max(0, (b.tats[0].us-now)*tl.r+b.tats[0].frac)
+						debt = max(0, (b.tats[0].us-now)*tl.R+b.tats[0].frac)
 					}
 					settleBucket(&b, now, ticks, final-n)
 					after := int64(0)
 					if b.set {
-						after = max(0, (b.tats[0].us-now)*tl.r+b.tats[0].frac)
+						after = max(0, (b.tats[0].us-now)*tl.R+b.tats[0].frac)
 					}
-					forgiven += max(0, debt+(final-n)*tl.p) - after // the cap's cut; 0 below it
-					admitted += (final - n) * tl.p
+					forgiven += max(0, debt+(final-n)*tl.P) - after // the cap's cut; 0 below it
+					admitted += (final - n) * tl.P
 				} else {
-					n := 1 + r.Int64N(tl.b)
-					if d, _ := stepBucket(&b, now, ticks, n, 0, 0); d.allowed {
-						admitted += n * tl.p
+					n := 1 + r.Int64N(tl.B)
+					if d, _ := stepBucket(&b, now, ticks, n, 0, 0); d.Allowed {
+						admitted += n * tl.P
 						open = append(open, n)
 					}
 				}
-				if bound := 2*tl.capacity() + (now-start)*tl.r; admitted-forgiven > bound {
+				if bound := 2*tl.Capacity() + (now-start)*tl.R; admitted-forgiven > bound {
 					t.Fatalf("%v seed %d step %d: counted %d ticks, bound %d", lt, seed, step, admitted-forgiven, bound)
 				}
 			}
-			forgivenAll += forgiven / tl.p
-			admittedAll += admitted / tl.p
+			forgivenAll += forgiven / tl.P
+			admittedAll += admitted / tl.P
 		}
 	}
 	t.Logf("3 limits × 20 seeds × 3000 steps: counted cost within 2·Burst + rate·t; %d of %d admitted events forgiven by the debt cap", forgivenAll, admittedAll)
@@ -668,10 +668,10 @@ func BenchmarkSettle(b *testing.B) {
 func TestMarkerKey(t *testing.T) {
 	p, _ := newPlan([]Limit{PerSecond(1)}, nil)
 	for _, key := range []string{"k", "a:b~c{x}", strings.Repeat("z", 200)} {
-		rkey := redisKey("pre:", p.fp, key)
-		m := markerKey(rkey, "pre:", p.fp, "0123")
+		rkey := redisKey("pre:", p.FP, key)
+		m := markerKey(rkey, "pre:", p.FP, "0123")
 		tag := rkey[strings.IndexByte(rkey, '{') : strings.IndexByte(rkey, '}')+1]
-		if want := "pre:" + tag + p.fp + "~0123"; m != want {
+		if want := "pre:" + tag + p.FP + "~0123"; m != want {
 			t.Errorf("markerKey(%q) = %q, want %q", rkey, m, want)
 		}
 	}
@@ -685,7 +685,7 @@ func TestMarkerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redistest.NewClient(t, addr)
-	m := markerKey(redisKey(redisOf(lim).cfg.prefix, rule.p.fp, "k"), redisOf(lim).cfg.prefix, rule.p.fp, rv.id)
+	m := markerKey(redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, "k"), redisOf(lim).cfg.Prefix, rule.p.FP, rv.id)
 	if got, hi := rdb.PTTL(ctx, m).Val(), SettleWindow+markerMargin; got > hi || got < hi-5*time.Second {
 		t.Fatalf("marker PTTL = %v, want about %v", got, hi)
 	}
@@ -698,22 +698,22 @@ func TestSettleBucketDeepDebt(t *testing.T) {
 	tl, _ := compileLimit(PerSecond(10))
 	ticks := []tickLimit{tl}
 	const now = 1_800_000_000_000_000
-	debt := func(b *bucket) int64 { return (b.tats[0].us-now)*tl.r + b.tats[0].frac }
+	debt := func(b *bucket) int64 { return (b.tats[0].us-now)*tl.R + b.tats[0].frac }
 	var b bucket
 	stepBucket(&b, now, ticks, 10, 0, 0)
-	if d, _ := stepBucket(&b, now, ticks, 10, 5_000_000, 0); !d.allowed {
+	if d, _ := stepBucket(&b, now, ticks, 10, 5_000_000, 0); !d.Allowed {
 		t.Fatal("a 5 s wait was refused")
 	}
 	stepBucket(&b, now, ticks, 10, 5_000_000, 0)
-	if got, want := debt(&b), 3*tl.capacity(); got != want {
+	if got, want := debt(&b), 3*tl.Capacity(); got != want {
 		t.Fatalf("debt = %d, want %d", got, want)
 	}
 	settleBucket(&b, now, ticks, -1)
-	if got, want := debt(&b), 3*tl.capacity()-tl.p; got != want {
+	if got, want := debt(&b), 3*tl.Capacity()-tl.P; got != want {
 		t.Fatalf("debt after refunding 1 = %d, want %d", got, want)
 	}
 	settleBucket(&b, now, ticks, 5)
-	if got, want := debt(&b), 3*tl.capacity()-tl.p; got != want {
+	if got, want := debt(&b), 3*tl.Capacity()-tl.P; got != want {
 		t.Fatalf("debt after charging 5 beyond the cap = %d, want %d (unchanged)", got, want)
 	}
 }

@@ -68,8 +68,8 @@ func TestCalendarBoundaries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := tl.window(at.UnixMicro())
-			start, end := tl.startOf(w, 0), tl.startOf(w, 1)
+			w := tl.Window(at.UnixMicro())
+			start, end := tl.StartOf(w, 0), tl.StartOf(w, 1)
 			if got := time.UnixMicro(start); !got.Equal(want) {
 				t.Errorf("window(%s) starts at %s, want %s", at, got.UTC(), want.UTC())
 			}
@@ -81,9 +81,9 @@ func TestCalendarBoundaries(t *testing.T) {
 			for _, c := range []struct {
 				us  int64
 				idx int64
-			}{{start - 1, w.idx - 1}, {start, w.idx}, {end - 1, w.idx}, {end, w.idx + 1}} {
+			}{{start - 1, w.Idx - 1}, {start, w.Idx}, {end - 1, w.Idx}, {end, w.Idx + 1}} {
 				fresh, _ := compileLimit(Limit{Rate: 1, Burst: 1, Refill: tt.unit, Zone: tt.zone})
-				if got := fresh.window(c.us).idx; got != c.idx {
+				if got := fresh.Window(c.us).Idx; got != c.idx {
 					t.Errorf("window(%s).idx = %d, want %d", time.UnixMicro(c.us).UTC(), got, c.idx)
 				}
 			}
@@ -104,17 +104,17 @@ func TestCalendarWindowsSpanYears(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := time.Date(2026, 1, 1, 12, 0, 0, 0, loc).UnixMicro()
-			w := tl.window(now)
-			prevEnd := tl.startOf(w, 0)
+			w := tl.Window(now)
+			prevEnd := tl.StartOf(w, 0)
 			for now < time.Date(2029, 1, 1, 0, 0, 0, 0, loc).UnixMicro() {
-				w = tl.window(now)
-				start, end := tl.startOf(w, 0), tl.startOf(w, 1)
+				w = tl.Window(now)
+				start, end := tl.StartOf(w, 0), tl.StartOf(w, 1)
 				if start != prevEnd {
-					t.Fatalf("%s %s: window %d starts at %s, the last ended at %s", zone, unit, w.idx, time.UnixMicro(start), time.UnixMicro(prevEnd))
+					t.Fatalf("%s %s: window %d starts at %s, the last ended at %s", zone, unit, w.Idx, time.UnixMicro(start), time.UnixMicro(prevEnd))
 				}
 				y1, m1, d1 := time.UnixMicro(start - 1).In(loc).Date()
 				if y2, m2, d2 := time.UnixMicro(start).In(loc).Date(); y1 == y2 && m1 == m2 && d1 == d2 {
-					t.Fatalf("%s %s: window %d starts at %s, no date change", zone, unit, w.idx, time.UnixMicro(start).In(loc))
+					t.Fatalf("%s %s: window %d starts at %s, no date change", zone, unit, w.Idx, time.UnixMicro(start).In(loc))
 				}
 				if unit == RefillDaily {
 					if l := time.Duration(end-start) * time.Microsecond; l < 23*time.Hour || l > 25*time.Hour {
@@ -168,27 +168,27 @@ func TestSteppedSteps(t *testing.T) {
 	// runSteps' t0 is a multiple of 2 s: windows of 2 s start at t0.
 	t.Run("interval", func(t *testing.T) {
 		runSteps(t, []Limit{PerInterval(2, 2*time.Second).WithBurst(3)}, []step{
-			{0, 3, 0, 0, decision{allowed: true, remaining: 0, reset: 4 * s}},
-			{s, 1, 0, 0, decision{remaining: 0, retry: s, reset: 3 * s}},
+			{0, 3, 0, 0, decision{Allowed: true, Remaining: 0, Reset: 4 * s}},
+			{s, 1, 0, 0, decision{Remaining: 0, Retry: s, Reset: 3 * s}},
 			// A reservation may wait for the next window only.
-			{s, 2, 2 * s, 0, decision{allowed: true, remaining: 0, wait: s, reset: 5 * s}},
-			{s, 1, 5 * s, 0, decision{remaining: 0, retry: 3 * s, reset: 5 * s}},
+			{s, 2, 2 * s, 0, decision{Allowed: true, Remaining: 0, Wait: s, Reset: 5 * s}},
+			{s, 1, 5 * s, 0, decision{Remaining: 0, Retry: 3 * s, Reset: 5 * s}},
 			// Offsets are from t0. At 2 s, one window has returned 2.
-			{2 * s, 1, 0, 0, decision{remaining: 0, retry: 2 * s, reset: 4 * s}},
-			{3 * s, 1, 0, 0, decision{remaining: 0, retry: s, reset: 3 * s}},
-			{4 * s, 1, 0, 0, decision{allowed: true, remaining: 1, reset: 2 * s}},
-			{4*s + 1, 2, 0, 0, decision{remaining: 1, retry: 2*s - 1, reset: 2*s - 1}},
+			{2 * s, 1, 0, 0, decision{Remaining: 0, Retry: 2 * s, Reset: 4 * s}},
+			{3 * s, 1, 0, 0, decision{Remaining: 0, Retry: s, Reset: 3 * s}},
+			{4 * s, 1, 0, 0, decision{Allowed: true, Remaining: 1, Reset: 2 * s}},
+			{4*s + 1, 2, 0, 0, decision{Remaining: 1, Retry: 2*s - 1, Reset: 2*s - 1}},
 			// Long idle: full, never beyond Burst.
-			{100 * s, 3, 0, 0, decision{allowed: true, remaining: 0, reset: 4 * s}},
+			{100 * s, 3, 0, 0, decision{Allowed: true, Remaining: 0, Reset: 4 * s}},
 		})
 	})
 	t.Run("interval beside continuous", func(t *testing.T) {
 		runSteps(t, []Limit{PerSecond(10), PerInterval(1, 2*time.Second).WithBurst(2)}, []step{
-			{0, 1, 0, 0, decision{allowed: true, remaining: 1, index: 1, reset: 2 * s}},
-			{0, 1, 0, 0, decision{allowed: true, remaining: 0, index: 1, reset: 4 * s}},
-			{0, 1, 0, 0, decision{remaining: 0, index: 1, retry: 2 * s, reset: 4 * s}},
-			{0, 1, 0, 1_500_000, decision{locked: true, remaining: 0, index: 1, retry: 2 * s, reset: 4 * s}},
-			{2 * s, 1, 0, 0, decision{allowed: true, remaining: 0, index: 1, reset: 4 * s}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 1, Index: 1, Reset: 2 * s}},
+			{0, 1, 0, 0, decision{Allowed: true, Remaining: 0, Index: 1, Reset: 4 * s}},
+			{0, 1, 0, 0, decision{Remaining: 0, Index: 1, Retry: 2 * s, Reset: 4 * s}},
+			{0, 1, 0, 1_500_000, decision{Locked: true, Remaining: 0, Index: 1, Retry: 2 * s, Reset: 4 * s}},
+			{2 * s, 1, 0, 0, decision{Allowed: true, Remaining: 0, Index: 1, Reset: 4 * s}},
 		})
 	})
 	t.Run("calendar day in New York across spring forward", func(t *testing.T) {
@@ -211,16 +211,16 @@ func TestSteppedSteps(t *testing.T) {
 		}
 		h := int64(3600 * s)
 		for i, x := range []st{
-			{"2026-03-07 23:00", 2, decision{allowed: true, remaining: 0, reset: h}},
-			{"2026-03-07 23:30", 1, decision{remaining: 0, retry: h / 2, reset: h / 2}},
+			{"2026-03-07 23:00", 2, decision{Allowed: true, Remaining: 0, Reset: h}},
+			{"2026-03-07 23:30", 1, decision{Remaining: 0, Retry: h / 2, Reset: h / 2}},
 			// 2026-03-08 lasts 23 hours: midnight to midnight.
-			{"2026-03-08 00:00", 1, decision{allowed: true, remaining: 1, reset: 23 * h}},
-			{"2026-03-08 03:00", 1, decision{allowed: true, remaining: 0, reset: 21 * h}},
-			{"2026-03-08 23:59", 1, decision{remaining: 0, retry: h / 60, reset: h / 60}},
-			{"2026-03-09 00:00", 2, decision{allowed: true, remaining: 0, reset: 24 * h}},
+			{"2026-03-08 00:00", 1, decision{Allowed: true, Remaining: 1, Reset: 23 * h}},
+			{"2026-03-08 03:00", 1, decision{Allowed: true, Remaining: 0, Reset: 21 * h}},
+			{"2026-03-08 23:59", 1, decision{Remaining: 0, Retry: h / 60, Reset: h / 60}},
+			{"2026-03-09 00:00", 2, decision{Allowed: true, Remaining: 0, Reset: 24 * h}},
 		} {
-			got, _ := stepBucket(&b, at(x.at), p.ticks, x.cost, 0, 0)
-			got.next = 0
+			got, _ := stepBucket(&b, at(x.at), p.Ticks, x.cost, 0, 0)
+			got.Next = 0
 			if got != x.want {
 				t.Fatalf("step %d at %s: %+v, want %+v", i, x.at, got, x.want)
 			}
@@ -305,14 +305,14 @@ func runSteppedDifferential(t *testing.T, run decideFunc, checkTTL func(ctx cont
 				s.maxWait = r.Int64N(30 * 3600_000_000) // long enough for a calendar's next day
 			}
 			c := call{key: fmt.Sprintf("k%d", s.key), plan: p, cost: min(s.cost, p.minB), maxWait: min(s.maxWait, p.maxW), penalty: s.penalty, now: now}
-			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.fp, c.key)
+			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.key)
 			b := model[c.rkey]
 			if b == nil {
 				b = &bucket{}
 				model[c.rkey] = b
 			}
 			before := b.tats
-			want, wrote := stepBucket(b, now, p.ticks, c.cost, c.maxWait, c.penalty)
+			want, wrote := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
 			got, err := run(ctx, &c, now)
 			if err != nil {
 				t.Fatalf("seq %d step %d: %v", seq, i, err)
@@ -322,12 +322,12 @@ func runSteppedDifferential(t *testing.T, run decideFunc, checkTTL func(ctx cont
 					seq, i, time.UnixMicro(now).UTC(), s, p.limits, before, got, want)
 			}
 			if wrote {
-				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.ticks), 1000)) * time.Millisecond
+				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.Ticks), 1000)) * time.Millisecond
 				if err := checkTTL(ctx, c.rkey, wantTTL); err != nil {
 					t.Fatalf("seq %d step %d (%+v, limits %v): %v", seq, i, s, p.limits, err)
 				}
 			}
-			if got.allowed {
+			if got.Allowed {
 				allowed++
 			}
 			total++
@@ -366,7 +366,7 @@ func TestSteppedBatchMatchesModel(t *testing.T) {
 			if r.IntN(6) == 0 {
 				c.maxWait = min(r.Int64N(20*3600_000_000), p.maxW)
 			}
-			c.rkey = redisKey(prefix, p.fp, c.key)
+			c.rkey = redisKey(prefix, p.FP, c.key)
 			calls[i] = c
 		}
 		keys, args := scriptArgs(calls)
@@ -384,7 +384,7 @@ func TestSteppedBatchMatchesModel(t *testing.T) {
 				b = &bucket{}
 				model[c.rkey] = b
 			}
-			want, _ := stepBucket(b, now, c.plan.ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
 			if got != want {
 				t.Fatalf("batch member %d (%s, %v): script %+v, model %+v", i, c.key, c.plan.limits, got, want)
 			}
@@ -454,7 +454,7 @@ func TestCalendarClockSkew(t *testing.T) {
 	if _, err := parseReply(vals[:replyWidth], p); !errors.Is(err, errKeyFailed) {
 		t.Errorf("the skewed key: %v, want errKeyFailed", err)
 	}
-	if d, err := parseReply(vals[replyWidth:], other); err != nil || !d.allowed {
+	if d, err := parseReply(vals[replyWidth:], other); err != nil || !d.Allowed {
 		t.Errorf("the other key: %+v, %v; want admitted", d, err)
 	}
 	// A period off either way is fine.
@@ -540,11 +540,11 @@ func TestSteppedLocalCharge(t *testing.T) {
 	p := mustPlan(t, PerCalendarDay(4, "UTC"))
 	s := newLocalStore(1000)
 	now := time.Date(2026, 2, 28, 23, 0, 0, 0, time.UTC).UnixMicro()
-	s.charge(p.id, "k", now, p.ticks, 3, true)
-	if d := s.take(p.id, "k", now, p.ticks, 2, 0, 0); d.allowed || d.retry != 3600_000_000 {
+	s.charge(p.ID, "k", now, p.Ticks, 3, true)
+	if d := s.take(p.ID, "k", now, p.Ticks, 2, 0, 0); d.Allowed || d.Retry != 3600_000_000 {
 		t.Fatalf("after charging 3 of 4: %+v, want denied until midnight", d)
 	}
-	if d := s.take(p.id, "k", now+3600_000_000, p.ticks, 4, 0, 0); !d.allowed {
+	if d := s.take(p.ID, "k", now+3600_000_000, p.Ticks, 4, 0, 0); !d.Allowed {
 		t.Fatalf("on March 1: %+v, want admitted", d)
 	}
 }
@@ -561,8 +561,8 @@ func TestStepMixedMatchesContinuous(t *testing.T) {
 		for i, s := range genSteps(r, 3000) {
 			now += s.dt
 			cost := min(s.cost, p.minB)
-			da, wa := stepContinuous(&a, now, p.ticks, cost, s.maxWait, s.penalty)
-			db, wb := stepMixed(&b, now, p.ticks, cost, s.maxWait, s.penalty)
+			da, wa := stepContinuous(&a, now, p.Ticks, cost, s.maxWait, s.penalty)
+			db, wb := stepMixed(&b, now, p.Ticks, cost, s.maxWait, s.penalty)
 			if da != db || wa != wb || fmt.Sprint(a.tats, a.lock) != fmt.Sprint(b.tats, b.lock) {
 				t.Fatalf("%v step %d: continuous %+v %v %v, mixed %+v %v %v", ls, i, da, wa, a, db, wb, b)
 			}

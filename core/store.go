@@ -59,12 +59,12 @@ type redisStore struct {
 
 // storeConfig is what the Redis store is given of the limiter's options.
 type storeConfig struct {
-	prefix   string        // WithPrefix: the start of every stored name
-	slotKey  []byte        // WithSlotKey; nil for the unkeyed hash tag
-	budget   time.Duration // WithTimeout: each call's I/O budget
-	inflight int           // WithBatching: batches in flight per node; 0: no batching
-	now      func() int64  // the limiter's clock, microseconds
-	ack      ackConfig     // WithReplicaAck
+	Prefix   string        // WithPrefix: the start of every stored name
+	SlotKey  []byte        // WithSlotKey; nil for the unkeyed hash tag
+	Budget   time.Duration // WithTimeout: each call's I/O budget
+	Inflight int           // WithBatching: batches in flight per node; 0: no batching
+	Now      func() int64  // the limiter's clock, microseconds
+	Ack      ackConfig     // WithReplicaAck
 }
 
 // storeObserver is the part of an [Observer] the store tells: its calls,
@@ -78,17 +78,17 @@ type storeObserver interface {
 // storeUp is all the Redis store tells the engine above it, handed down
 // when the limiter is built: calls go down, and only these come up.
 type storeUp struct {
-	obs  storeObserver       // nil: none
-	log  func() *slog.Logger // the limiter's logger
-	note func() []any        // the engine's words for an outage's log line (its failure policy, its fleet); may be nil
+	Obs  storeObserver       // nil: none
+	Log  func() *slog.Logger // the limiter's logger
+	Note func() []any        // the engine's words for an outage's log line (its failure policy, its fleet); may be nil
 }
 
 // callerGone is storeops.CallerGone: the caller's context error, also
 // when its deadline has passed but its timer has not fired yet.
 func callerGone(ctx context.Context) error { return storeops.CallerGone(ctx) }
 
-// close stops the store's background tasks and waits for them.
-func (s *redisStore) close() { s.bg.stop() }
+// Close stops the store's background tasks and waits for them.
+func (s *redisStore) Close() { s.bg.stop() }
 
 // ownerOf returns the master that owns rkey now, as the key of s.nodes,
 // and its address; ok is false when the client cannot say.
@@ -135,17 +135,17 @@ func (s *redisStore) failed() {
 // breakers (one per Cluster master), which the store keeps for its
 // whole or its one node.
 func newRedisStore(rdb redis.Scripter, brk *breaker, cfg storeConfig, up storeUp) *redisStore {
-	budget := cfg.budget
-	if cfg.now == nil {
+	budget := cfg.Budget
+	if cfg.Now == nil {
 		epoch := time.Now()
-		cfg.now = func() int64 { return epoch.UnixMicro() + int64(time.Since(epoch)/time.Microsecond) }
+		cfg.Now = func() int64 { return epoch.UnixMicro() + int64(time.Since(epoch)/time.Microsecond) }
 	}
-	if up.log == nil {
-		up.log = slog.Default
+	if up.Log == nil {
+		up.Log = slog.Default
 	}
 	s := &redisStore{rdb: rdb, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget), cfg: cfg, up: up}
 	s.whole.brk = brk
-	s.ack = newReplicaAck(cfg.ack, up.log)
+	s.ack = newReplicaAck(cfg.Ack, up.Log)
 	switch c := rdb.(type) {
 	case *redis.Client:
 		s.whole.client = c
@@ -176,12 +176,12 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, cfg storeConfig, up storeUp
 // Without batching (WithBatching(0), or a client that ignores deadlines)
 // it gives none: each call is sent alone.
 func (s *redisStore) equip(n *node, split bool, pipeline func() redis.Pipeliner) {
-	if s.cfg.inflight <= 0 || s.detached {
+	if s.cfg.Inflight <= 0 || s.detached {
 		return
 	}
 	// Every batch is timed: the road judges a call by its I/O time (see
 	// onNode).
-	cfg := batch.Config{Budget: s.cfg.budget, MaxInflight: s.cfg.inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
+	cfg := batch.Config{Budget: s.cfg.Budget, MaxInflight: s.cfg.Inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
 	n.batch = batch.New(s.sendDecisions(n, split, pipeline), cfg)
 	// Settlements have batchers of their own, with the same limits: they
 	// neither take the decisions' slots nor wait behind them. So have
@@ -572,13 +572,13 @@ func (s *redisStore) sendScriptSlice(ctx context.Context, kind string, sc *redis
 // breaker (see sendOp). The callers above decode its reply.
 func (s *redisStore) sendScript(ctx context.Context, kind string, sc *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	nd := s.node(ctx, keys[0])
-	budget := s.cfg.budget
+	budget := s.cfg.Budget
 	if dl, ok := ctx.Deadline(); ok {
 		budget = max(time.Until(dl), time.Millisecond)
 	}
 	cmd, took, err := s.runScript(ctx, sc, keys, args, budget)
-	if s.up.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	if s.up.Obs != nil && (err == nil || callerGone(ctx) == nil) {
+		s.up.Obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}
 	return cmd, err
 }

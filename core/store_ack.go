@@ -112,7 +112,7 @@ func newReplicaAck(c ackConfig, log func() *slog.Logger) *replicaAck {
 	return &replicaAck{replicas: c.replicas, timeout: c.timeout.Truncate(time.Millisecond), log: log}
 }
 
-func (s *redisStore) ackMisses() int64 {
+func (s *redisStore) AckMisses() int64 {
 	if s.ack == nil {
 		return 0
 	}

@@ -319,7 +319,7 @@ func TestReplicaAckSentinel(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					key := fmt.Sprintf("user:%d", g)
-					rkey := redisKey(redisOf(lim).cfg.prefix, p.fp, key)
+					rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, key)
 					for i := range 20 {
 						res, err := lim.Allow(ctx, key, limit)
 						if err != nil || res.Degraded {

@@ -24,7 +24,7 @@ import (
 // going.
 func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed bool, err error, degrades bool) *noAnswer {
 	if cerr := callerGone(ctx); routed && cerr != nil {
-		return &noAnswer{node: nd.brk.node, gone: cerr}
+		return &noAnswer{Node: nd.brk.node, Gone: cerr}
 	}
 	if degrades {
 		nd.brk.degraded.Add(1)
@@ -33,28 +33,28 @@ func (s *redisStore) unrouted(ctx context.Context, nd *node, now int64, routed b
 	if !routed {
 		err = nil
 	}
-	return &noAnswer{node: nd.brk.node, cause: err}
+	return &noAnswer{Node: nd.brk.node, Cause: err}
 }
 
-func (s *redisStore) decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
+func (s *redisStore) Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
 	return s.ask(ctx, OpDecide, call{key: key, plan: p, cost: cost, maxWait: maxWait, penalty: penalty, now: now})
 }
 
-func (s *redisStore) peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+func (s *redisStore) Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
 	return s.ask(ctx, OpPeek, call{key: key, plan: p, now: now})
 }
 
 // ask sends c, a decision of kind OpDecide or OpPeek, to the node of its
 // key.
 func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *noAnswer) {
-	c.rkey = s.rkey(c.plan.fp, c.key)
+	c.rkey = s.rkey(c.plan.FP, c.key)
 	c.keys[0] = c.rkey
 	nd := s.node(ctx, c.rkey)
 	var d decision
 	routed, err := s.onNode(ctx, nd, c.now, kind, c.rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		d, took, err = s.submit(ctx, nd, &c, s.cfg.budget)
+		d, took, err = s.submit(ctx, nd, &c, s.cfg.Budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -64,41 +64,41 @@ func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *n
 	return d, nil
 }
 
-func (s *redisStore) decidePath(ctx context.Context, q *pathAsk) (decision, int, error) {
-	rkeys := make([]string, len(q.plans))
-	root := q.keys[0]
-	args := make([]any, 1, 1+len(q.plans)*12)
-	args[0] = strconv.Itoa(len(q.plans))
-	for i, p := range q.plans {
-		rkeys[i] = redisKeyFrom(s.cfg.prefix, p.fp, root, q.keys[i], s.cfg.slotKey)
-		c := call{plan: p, cost: q.cost, penalty: q.penalty, now: q.now}
+func (s *redisStore) DecidePath(ctx context.Context, q *pathAsk) (decision, int, error) {
+	rkeys := make([]string, len(q.Plans))
+	root := q.Keys[0]
+	args := make([]any, 1, 1+len(q.Plans)*12)
+	args[0] = strconv.Itoa(len(q.Plans))
+	for i, p := range q.Plans {
+		rkeys[i] = redisKeyFrom(s.cfg.Prefix, p.FP, root, q.Keys[i], s.cfg.SlotKey)
+		c := call{plan: p, cost: q.Cost, penalty: q.Penalty, now: q.Now}
 		args = c.appendGroup(args)
 	}
-	pc := &pathCall{rkeys: rkeys, args: args, plans: q.plans}
+	pc := &pathCall{rkeys: rkeys, args: args, plans: q.Plans}
 	nd := s.node(ctx, rkeys[0])
 	var ans pathAnswer
-	routed, err := s.onNode(ctx, nd, q.now, OpPath, rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, q.Now, OpPath, rkeys[0], func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.budget)
+		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.Budget)
 		return took, err
 	})
 	if !routed || err != nil {
-		return decision{}, 0, s.unrouted(ctx, nd, q.now, routed, err, true)
+		return decision{}, 0, s.unrouted(ctx, nd, q.Now, routed, err, true)
 	}
 	if ans.foreign > 0 {
-		s.foreignLevel(nd, rkeys[ans.foreign-1], q.names[ans.foreign-1])
+		s.foreignLevel(nd, rkeys[ans.foreign-1], q.Names[ans.foreign-1])
 	}
-	s.maybeSweep(ctx, q.now)
+	s.maybeSweep(ctx, q.Now)
 	return ans.d, ans.lv, nil
 }
 
-func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
-	rkey := s.rkey(p.fp, key)
+func (s *redisStore) Reset(ctx context.Context, p *plan, key string) error {
+	rkey := s.rkey(p.FP, key)
 	nd := s.node(ctx, rkey)
-	now := s.cfg.now()
+	now := s.cfg.Now()
 	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
-		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, s.cfg.budget)
+		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, s.cfg.Budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -107,24 +107,24 @@ func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
 	return nil
 }
 
-func (s *redisStore) inProcess() bool { return false }
+func (s *redisStore) InProcess() bool { return false }
 
-// acquire takes a slot of key in Redis. A slot Redis may hold though
+// Acquire takes a slot of key in Redis. A slot Redis may hold though
 // nobody heard it was given (the answer was lost to a timeout, or the
 // caller gave up after the script was sent) comes back as lost, for the
 // engine's lease keeper to give back.
-func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, _ error) {
-	rkey := s.rkey(a.fp, a.key)
-	now := s.cfg.now()
+func (s *redisStore) Acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, _ error) {
+	rkey := s.rkey(a.FP, a.Key)
+	now := s.cfg.Now()
 	nd := s.node(ctx, rkey)
 	id := newID()
 	var vals []int64
-	ekey := epochKey(rkey, s.cfg.prefix)
+	ekey := epochKey(rkey, s.cfg.Prefix)
 	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: s.acquireArgs(nd, a, id, ekey)}
 	send := func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
 		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
@@ -144,50 +144,50 @@ func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *los
 		// given the slot: ask once more with the same id, which takes no
 		// second slot, rather than let the fallback add one beside it.
 		// (onNode itself asks again after a pause of this process.)
-		routed, err = s.onNode(ctx, nd, s.cfg.now(), OpAcquire, rkey, send)
+		routed, err = s.onNode(ctx, nd, s.cfg.Now(), OpAcquire, rkey, send)
 	}
 	if routed && err != nil && (ErrorReason(err) == ReasonTimeout || callerGone(ctx) != nil) {
 		// Redis may hold the slot though nobody heard it was given:
 		// the keeper gives it back, or it would keep one of Max for a
 		// whole lease after a blip.
-		lost = &lostSlot{rkey: rkey, id: id}
+		lost = &lostSlot{RKey: rkey, ID: id}
 	}
 	if !routed || err != nil {
 		return slot{}, lost, s.unrouted(ctx, nd, now, routed, err, true)
 	}
-	sl = slot{acquired: vals[0] == 1, inFlight: int(vals[1])}
-	if sl.acquired {
-		sl.rkey, sl.id = rkey, id
+	sl = slot{Acquired: vals[0] == 1, InFlight: int(vals[1])}
+	if sl.Acquired {
+		sl.RKey, sl.ID = rkey, id
 	}
 	return sl, nil, nil
 }
 
-// settle applies a, a settlement of a reservation Redis admitted, by one
-// call of settle.lua on the node of its key (a path's: of its root), and
+// Settle applies a, a settlement of a reservation Redis admitted, by one
+// call of Settle.lua on the node of its key (a path's: of its root), and
 // reports whether it was applied (false: its marker says it had been).
-func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
-	if a.path {
+func (s *redisStore) Settle(ctx context.Context, a settleAsk) (bool, error) {
+	if a.Path {
 		return s.settlePath(ctx, a)
 	}
-	p := a.plans[0]
-	rkey := s.rkey(p.fp, a.keys[0])
-	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}
+	p := a.Plans[0]
+	rkey := s.rkey(p.FP, a.Keys[0])
+	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, delta: a.Delta, marker: a.Marker.Milliseconds(), plan: p}
 	nd := s.node(ctx, rkey)
 	var applied bool
-	routed, err := s.onNode(ctx, nd, a.now, OpSettle, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, rkey, func() (time.Duration, error) {
 		start := time.Now()
 		var err error
 		switch {
 		case s.detached:
-			applied, err = runApart(ctx, s.cfg.budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
+			applied, err = runApart(ctx, s.cfg.Budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
 		case nd.settle != nil:
 			var took time.Duration
 			applied, took, err = nd.settle.Do(ctx, sc)
 			return took, err
 		default:
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
+			if s.cfg.Budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
 			}
 			applied, err = settleOne(rctx, s.rdb, sc)
 			cancel()
@@ -195,7 +195,7 @@ func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
 		return time.Since(start), err
 	})
 	if !routed || err != nil {
-		return false, s.unrouted(ctx, nd, s.cfg.now(), routed, err, false)
+		return false, s.unrouted(ctx, nd, s.cfg.Now(), routed, err, false)
 	}
 	return applied, nil
 }
@@ -203,24 +203,24 @@ func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
 // settlePath is settle for a path's reservation: every level's bucket in
 // one call, each with its own marker.
 func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) {
-	members := make([]*batch.Member[*settleCall, bool], len(a.plans))
+	members := make([]*batch.Member[*settleCall, bool], len(a.Plans))
 	var root string
-	for i, p := range a.plans {
-		rkey := redisKeyFrom(s.cfg.prefix, p.fp, a.keys[0], a.keys[i], s.cfg.slotKey)
+	for i, p := range a.Plans {
+		rkey := redisKeyFrom(s.cfg.Prefix, p.FP, a.Keys[0], a.Keys[i], s.cfg.SlotKey)
 		if i == 0 {
 			root = rkey
 		}
-		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}}
+		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, delta: a.Delta, marker: a.Marker.Milliseconds(), plan: p}}
 	}
 	nd := s.node(ctx, root)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, a.now, OpSettle, root, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, root, func() (time.Duration, error) {
 		if len(members) == 1 {
 			// settle.lua's lone form replies with one integer.
 			start := time.Now()
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
+			if s.cfg.Budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
 			}
 			defer cancel()
 			applied, err := settleOne(rctx, s.rdb, members[0].Req)
@@ -233,11 +233,11 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 		keys, args := settleArgs(members)
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, s.cfg.Budget)
 		return took, err
 	})
 	if !routed || err != nil {
-		return false, s.unrouted(ctx, nd, s.cfg.now(), routed, err, false)
+		return false, s.unrouted(ctx, nd, s.cfg.Now(), routed, err, false)
 	}
 	applied := false
 	for _, v := range vals {
@@ -246,33 +246,33 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 			applied = true
 		case 0:
 		default:
-			return applied, &noAnswer{node: nd.brk.node, cause: errKeyFailed}
+			return applied, &noAnswer{Node: nd.brk.node, Cause: errKeyFailed}
 		}
 	}
 	return applied, nil
 }
 
-// release gives ls's slot back in Redis. It returns ErrLeaseLost when the
+// Release gives ls's slot back in Redis. It returns ErrLeaseLost when the
 // slot had expired there before.
-func (s *redisStore) release(ctx context.Context, r slotRef) error {
-	nd := s.node(ctx, r.rkey)
+func (s *redisStore) Release(ctx context.Context, r slotRef) error {
+	nd := s.node(ctx, r.RKey)
 	var vals []int64
-	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, r.rkey, func() (time.Duration, error) {
-		o := op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
+	routed, cerr := s.onNode(ctx, nd, s.cfg.Now(), OpRelease, r.RKey, func() (time.Duration, error) {
+		o := op{script: releaseScript, keys: []string{r.RKey}, args: []any{r.Lease.Milliseconds(), r.ID}}
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
 		if err == nil && len(vals) != 2 {
 			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
 		}
 		if err == nil {
-			s.foreignLease(r.rkey, vals[1])
+			s.foreignLease(r.RKey, vals[1])
 		}
 		return took, err
 	})
 	switch {
 	case !routed || cerr != nil:
-		return s.unrouted(ctx, nd, s.cfg.now(), routed, cerr, false)
+		return s.unrouted(ctx, nd, s.cfg.Now(), routed, cerr, false)
 	case vals[0] == 0:
 		return ErrLeaseLost
 	}
@@ -284,7 +284,7 @@ func (s *redisStore) release(ctx context.Context, r slotRef) error {
 // key's tag (epoch key ekey).
 func (s *redisStore) acquireArgs(nd *node, a slotAsk, id, ekey string) []any {
 	seen := s.seen.server(nd)
-	args := []any{a.max, a.lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
+	args := []any{a.Max, a.Lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
 	if s.reload != nil { // a Cluster (see acquire.lua)
 		args[6] = seen.myid
 	}
@@ -299,24 +299,24 @@ func (s *redisStore) acquireArgs(nd *node, a slotAsk, id, ekey string) []any {
 // The store sets its outcome: the reply, or the error, and whether it was
 // sent at all.
 type renewal struct {
-	rkey, id string
-	max      int           // the cap's Max
-	lease    time.Duration // the cap's lease
-	give     bool          // give the slot back (release.lua), not renew it
-	vals     []int64       // the reply: renew.lua's or release.lua's
-	err      error
-	sent     bool
+	RKey, ID string
+	Max      int           // the cap's Max
+	Lease    time.Duration // the cap's lease
+	Give     bool          // give the slot back (release.lua), not renew it
+	Vals     []int64       // the reply: renew.lua's or release.lua's
+	Err      error
+	Sent     bool
 }
 
-// renew sends a round of the lease keeper's calls: one pipeline per node,
+// Renew sends a round of the lease keeper's calls: one pipeline per node,
 // on the road even while the node's breaker is open (see aside), so that
 // a restarted node hears from its holders within its grace period. A
 // node's failure is charged once for its round.
-func (s *redisStore) renew(ctx context.Context, round []*renewal) {
+func (s *redisStore) Renew(ctx context.Context, round []*renewal) {
 	byNode := map[*node][]*renewal{}
 	var order []*node
 	for _, r := range round {
-		nd := s.node(ctx, r.rkey)
+		nd := s.node(ctx, r.RKey)
 		if _, ok := byNode[nd]; !ok {
 			order = append(order, nd)
 		}
@@ -326,18 +326,18 @@ func (s *redisStore) renew(ctx context.Context, round []*renewal) {
 		rs := byNode[nd]
 		ops := make([]*op, len(rs))
 		for i, r := range rs {
-			if r.give {
-				ops[i] = &op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
+			if r.Give {
+				ops[i] = &op{script: releaseScript, keys: []string{r.RKey}, args: []any{r.Lease.Milliseconds(), r.ID}}
 			} else {
-				ops[i] = &op{script: renewScript, keys: []string{r.rkey, epochKey(r.rkey, s.cfg.prefix)}, args: []any{r.max, r.lease.Milliseconds(), r.id, newID()}}
+				ops[i] = &op{script: renewScript, keys: []string{r.RKey, epochKey(r.RKey, s.cfg.Prefix)}, args: []any{r.Max, r.Lease.Milliseconds(), r.ID, newID()}}
 			}
 		}
-		_, _ = s.onNode(ctx, nd, s.cfg.now(), OpRenew, rs[0].rkey, func() (time.Duration, error) {
+		_, _ = s.onNode(ctx, nd, s.cfg.Now(), OpRenew, rs[0].RKey, func() (time.Duration, error) {
 			start := time.Now()
 			replies := s.runOps(ctx, nd, ops)
 			var err error
 			for i, m := range replies {
-				rs[i].vals, rs[i].err, rs[i].sent = m.Res, m.Err, true
+				rs[i].Vals, rs[i].Err, rs[i].Sent = m.Res, m.Err, true
 				if m.Err != nil && !keyFault(m.Err) && err == nil {
 					err = m.Err // the node's failure, charged once
 				}
@@ -345,8 +345,8 @@ func (s *redisStore) renew(ctx context.Context, round []*renewal) {
 			return time.Since(start), err
 		})
 		for _, r := range rs {
-			if r.err == nil && len(r.vals) == 2 {
-				s.foreignLease(r.rkey, r.vals[1])
+			if r.Err == nil && len(r.Vals) == 2 {
+				s.foreignLease(r.RKey, r.Vals[1])
 			}
 		}
 	}
@@ -358,7 +358,7 @@ func (s *redisStore) foreignLease(rkey string, flag int64) {
 	if flag != 1 || !s.seen.foreignLogged.CompareAndSwap(false, true) {
 		return
 	}
-	s.up.log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
+	s.up.Log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
 		"key", rkey)
 }
 
@@ -366,62 +366,62 @@ func (s *redisStore) foreignLease(rkey string, flag int64) {
 // (with the request of cost that asked, 0 for none), or with back a give
 // back of carry tokens.
 type leaseCall struct {
-	plan    *plan
-	key     string
-	id      string // the lease's id in the key's holds
-	back    bool
-	cost    int64
-	want    int64
-	carry   int64 // tokens in hand carried into the take; negative: given back first
-	penalty int64 // microseconds
-	now     int64
+	Plan    *plan
+	Key     string
+	ID      string // the lease's id in the key's holds
+	Back    bool
+	Cost    int64
+	Want    int64
+	Carry   int64 // tokens in hand carried into the take; negative: given back first
+	Penalty int64 // microseconds
+	Now     int64
 }
 
 // leaseAnswer is a token lease call's answer: the request's decision, the
 // tokens granted, the lease's life and the tokens given back.
 type leaseAnswer struct {
-	d                      decision
-	granted, life, refunds int64
+	Decision                      decision
+	Granted, Life, Refunds int64
 }
 
-// lease sends lc on the road as one call of lease.lua (kind OpLease, or
+// Lease sends lc on the road as one call of Lease.lua (kind OpLease, or
 // OpLeaseReturn for a give back) to the node of its key. A take that
 // carries a request counts as decided without the store when it is not
 // answered, as a decision does.
-func (s *redisStore) lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer) {
-	p := lc.plan
-	rkey := s.rkey(p.fp, lc.key)
+func (s *redisStore) Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer) {
+	p := lc.Plan
+	rkey := s.rkey(p.FP, lc.Key)
 	mode, kind := "1", OpLease
-	if lc.back {
+	if lc.Back {
 		mode, kind = "2", OpLeaseReturn
 	}
-	args := make([]any, 0, 8+len(p.args))
-	args = append(args, mode, lc.id, strconv.FormatInt(lc.cost, 10), strconv.FormatInt(lc.want, 10), strconv.FormatInt(lc.carry, 10),
-		strconv.FormatInt(p.lease.life, 10), strconv.FormatInt(p.lease.bound, 10), strconv.FormatInt(max(0, lc.penalty), 10))
-	args = append(args, p.args...)
-	o := &op{script: leaseScript, keys: []string{rkey, holdsKey(rkey, s.cfg.prefix, p.fp)}, args: args}
+	args := make([]any, 0, 8+len(p.Args))
+	args = append(args, mode, lc.ID, strconv.FormatInt(lc.Cost, 10), strconv.FormatInt(lc.Want, 10), strconv.FormatInt(lc.Carry, 10),
+		strconv.FormatInt(p.lease.life, 10), strconv.FormatInt(p.lease.bound, 10), strconv.FormatInt(max(0, lc.Penalty), 10))
+	args = append(args, p.Args...)
+	o := &op{script: leaseScript, keys: []string{rkey, holdsKey(rkey, s.cfg.Prefix, p.FP)}, args: args}
 	nd := s.node(ctx, rkey)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, lc.now, kind, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, lc.Now, kind, rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, o, s.cfg.Budget)
 		return took, err
 	})
 	var a leaseAnswer
 	if routed && err == nil {
-		if !lc.back {
+		if !lc.Back {
 			a, err = parseLease(vals, p)
-		} else if len(vals) != 1 || vals[0] < 0 || vals[0] > lc.carry {
-			err = fmt.Errorf("%w %v to a give back of %d tokens", errBadReply, vals, lc.carry)
+		} else if len(vals) != 1 || vals[0] < 0 || vals[0] > lc.Carry {
+			err = fmt.Errorf("%w %v to a give back of %d tokens", errBadReply, vals, lc.Carry)
 		} else {
-			a.refunds = vals[0]
+			a.Refunds = vals[0]
 		}
 		if err == nil {
 			return a, nil
 		}
 	}
-	return leaseAnswer{}, s.unrouted(ctx, nd, lc.now, routed, err, !lc.back && lc.cost > 0)
+	return leaseAnswer{}, s.unrouted(ctx, nd, lc.Now, routed, err, !lc.Back && lc.Cost > 0)
 }
 
 // parseLease decodes a take's reply: the request's decision, the tokens
@@ -435,17 +435,17 @@ func parseLease(vals []int64, p *plan) (leaseAnswer, error) {
 	if err != nil {
 		return a, err
 	}
-	a.d, a.granted, a.life, a.refunds = d, vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
-	if a.granted < 0 || a.life < 0 || a.life > maxLeaseLife || a.refunds < 0 {
-		return leaseAnswer{}, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, a.granted, a.life)
+	a.Decision, a.Granted, a.Life, a.Refunds = d, vals[replyWidth], vals[replyWidth+1], vals[replyWidth+2]
+	if a.Granted < 0 || a.Life < 0 || a.Life > maxLeaseLife || a.Refunds < 0 {
+		return leaseAnswer{}, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, a.Granted, a.Life)
 	}
 	return a, nil
 }
 
-// heartbeat announces member id in the fleet called name (see WithFleet), drops members
+// Heartbeat announces member id in the fleet called name (see WithFleet), drops members
 // silent for ttl, and returns how many remain. No failure policy governs
 // it (see sendOp).
-func (s *redisStore) heartbeat(ctx context.Context, name, id string, ttl time.Duration) (int64, error) {
+func (s *redisStore) Heartbeat(ctx context.Context, name, id string, ttl time.Duration) (int64, error) {
 	v, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{s.fleetKey(name)}, args: []any{id, ttl.Milliseconds()}})
 	if err != nil {
 		return 0, err
@@ -456,8 +456,8 @@ func (s *redisStore) heartbeat(ctx context.Context, name, id string, ttl time.Du
 	return v[0], nil
 }
 
-// leaveFleet removes member id from the fleet called name at once.
-func (s *redisStore) leaveFleet(ctx context.Context, name, id string) error {
+// LeaveFleet removes member id from the fleet called name at once.
+func (s *redisStore) LeaveFleet(ctx context.Context, name, id string) error {
 	_, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{s.fleetKey(name)}, args: []any{id}})
 	if err != nil {
 		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(name), err)

@@ -46,22 +46,22 @@ type call struct {
 // (see the layout table at the top of core/bucket.lua).
 func (c *call) appendGroup(args []any) []any {
 	args = append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
-	if !c.plan.cal {
-		return append(args, c.plan.args...)
+	if !c.plan.Cal {
+		return append(args, c.plan.Args...)
 	}
 	// A calendar limit's arguments are its windows around the call's
 	// clock; the others' are the plan's, in order.
-	args = append(args, c.plan.args[0])
+	args = append(args, c.plan.Args[0])
 	at := 1
-	for _, t := range c.plan.ticks {
+	for _, t := range c.plan.Ticks {
 		switch {
-		case t.calendar() != nil:
-			args = append(args, t.st.cal.windows(c.now, t.st.k, t.b).args...)
-		case t.stepped():
-			args = append(args, c.plan.args[at:at+4]...)
+		case t.Calendar() != nil:
+			args = append(args, t.St.Cal.Windows(c.now, t.St.K, t.B).Args...)
+		case t.Stepped():
+			args = append(args, c.plan.Args[at:at+4]...)
 			at += 4
 		default:
-			args = append(args, c.plan.args[at:at+3]...)
+			args = append(args, c.plan.Args[at:at+3]...)
 			at += 3
 		}
 	}
@@ -71,8 +71,8 @@ func (c *call) appendGroup(args []any) []any {
 // sameWindows reports whether c and o pass a calendar limit the same
 // windows.
 func (c *call) sameWindows(o *call) bool {
-	for _, t := range c.plan.ticks {
-		if cal := t.calendar(); cal != nil && cal.windows(c.now, t.st.k, t.b).first != cal.windows(o.now, t.st.k, t.b).first {
+	for _, t := range c.plan.Ticks {
+		if cal := t.Calendar(); cal != nil && cal.Windows(c.now, t.St.K, t.B).First != cal.Windows(o.now, t.St.K, t.B).First {
 			return false
 		}
 	}
@@ -83,17 +83,17 @@ func (c *call) sameWindows(o *call) bool {
 // that one group in a batch's arguments serves both.
 func (c *call) sameGroup(o *call) bool {
 	return c.cost == o.cost && c.maxWait == o.maxWait && c.penalty == o.penalty &&
-		(c.plan == o.plan || c.plan.fp == o.plan.fp) && (!c.plan.cal || c.sameWindows(o))
+		(c.plan == o.plan || c.plan.FP == o.plan.FP) && (!c.plan.Cal || c.sameWindows(o))
 }
 
 // appendArgs appends c's script arguments for a call that decides c alone:
 // under one continuous limit the lone form, otherwise the batch form of
 // one group (see the layout table at the top of core/bucket.lua).
 func (c *call) appendArgs(args []any) []any {
-	if len(c.plan.ticks) != 1 || c.plan.stepped {
+	if len(c.plan.Ticks) != 1 || c.plan.Stepped {
 		return c.appendGroup(append(args, "1"))
 	}
-	args = append(args, c.plan.args[1:4]...) // r, p, b
+	args = append(args, c.plan.Args[1:4]...) // r, p, b
 	switch {
 	case c.penalty != 0:
 		return append(args, strconv.FormatInt(c.cost, 10), strconv.FormatInt(c.maxWait, 10), strconv.FormatInt(c.penalty, 10))
@@ -110,10 +110,10 @@ func (c *call) appendArgs(args []any) []any {
 // argument at its default) they are part of the plan's own arguments,
 // shared and not to be modified; otherwise a new slice (see appendArgs).
 func (c *call) loneArgs() []any {
-	if len(c.plan.ticks) == 1 && !c.plan.stepped && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
-		return c.plan.args[1:4:4]
+	if len(c.plan.Ticks) == 1 && !c.plan.Stepped && c.cost == 1 && c.maxWait == 0 && c.penalty == 0 {
+		return c.plan.Args[1:4:4]
 	}
-	return c.appendArgs(make([]any, 0, 4+len(c.plan.args)))
+	return c.appendArgs(make([]any, 0, 4+len(c.plan.Args)))
 }
 
 // scriptArgs returns the keys and script arguments (the batch form) that
@@ -164,20 +164,20 @@ func parseReply(v []int64, p *plan) (decision, error) {
 		return decision{}, errKeyFailed
 	}
 	d := decision{
-		allowed:   flags&1 == 1,
-		locked:    flags&2 == 2,
-		index:     int(flags >> 2),
-		remaining: v[1],
-		reset:     v[3],
-		next:      v[4],
+		Allowed:   flags&1 == 1,
+		Locked:    flags&2 == 2,
+		Index:     int(flags >> 2),
+		Remaining: v[1],
+		Reset:     v[3],
+		Next:      v[4],
 	}
-	if d.allowed {
-		d.wait = v[2]
+	if d.Allowed {
+		d.Wait = v[2]
 	} else {
-		d.retry = v[2]
+		d.Retry = v[2]
 	}
-	if flags < 0 || d.index >= len(p.limits) || d.remaining < 0 || v[2] < 0 || d.reset < 0 || d.next < 0 ||
-		(d.allowed && d.locked) || (!d.allowed && d.retry == 0) {
+	if flags < 0 || d.Index >= len(p.limits) || d.Remaining < 0 || v[2] < 0 || d.Reset < 0 || d.Next < 0 ||
+		(d.Allowed && d.Locked) || (!d.Allowed && d.Retry == 0) {
 		return decision{}, fmt.Errorf("%w %v", errBadReply, v)
 	}
 	return d, nil

@@ -21,7 +21,7 @@ func (s *redisStore) readPolicy(nd *node) {
 		return
 	}
 	s.bg.run(func(bg context.Context) {
-		ctx, cancel := context.WithTimeout(bg, max(s.cfg.budget, time.Second))
+		ctx, cancel := context.WithTimeout(bg, max(s.cfg.Budget, time.Second))
 		defer cancel()
 		// Like the fleet heartbeat (see sendOp), the read is governed by
 		// no failure policy and feeds no breaker: a slow answer must not
@@ -32,9 +32,9 @@ func (s *redisStore) readPolicy(nd *node) {
 		// slot.
 		start := time.Now()
 		info, err := nd.info(ctx)
-		if s.up.obs != nil && (err == nil || bg.Err() == nil) {
+		if s.up.Obs != nil && (err == nil || bg.Err() == nil) {
 			// A read that Close cut short is not the node's failure.
-			s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
+			s.up.Obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: opPolicy, Latency: time.Since(start), Err: err})
 		}
 		if ErrorReason(err) == ReasonNoPerm {
 			return // cannot be read; the ACL in docs/production.md allows INFO
@@ -47,10 +47,10 @@ func (s *redisStore) readPolicy(nd *node) {
 		policy := infoField(info, "maxmemory_policy")
 		switch {
 		case evicts(policy):
-			s.up.log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",
+			s.up.Log().Warn("sluice: the Redis node's maxmemory-policy can evict what the limiter must keep; set maxmemory-policy volatile-lfu (docs/production.md)",
 				"node", nd.brk.node, "maxmemory_policy", policy, "risk", evictionRisk(policy))
 		case policy == "volatile-lru":
-			s.up.log().Warn("sluice: the Redis node's maxmemory-policy can evict busy buckets; set maxmemory-policy volatile-lfu (docs/production.md)",
+			s.up.Log().Warn("sluice: the Redis node's maxmemory-policy can evict busy buckets; set maxmemory-policy volatile-lfu (docs/production.md)",
 				"node", nd.brk.node, "maxmemory_policy", policy, "risk", lruAdvice)
 		}
 	})

@@ -25,11 +25,11 @@ func (s *redisStore) replaceForeign(ctx context.Context, nd *node, rkey, kind st
 		return false
 	}
 	var vals []int64
-	_, rerr := s.onNode(ctx, nd, s.cfg.now(), OpReset, rkey, func() (time.Duration, error) {
+	_, rerr := s.onNode(ctx, nd, s.cfg.Now(), OpReset, rkey, func() (time.Duration, error) {
 		var took time.Duration
 		var err error
 		o := op{script: foreignScript, keys: []string{rkey}}
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
 		return took, err
 	})
 	if rerr != nil || len(vals) != 1 || vals[0] != 1 {
@@ -46,7 +46,7 @@ func (s *redisStore) replaceForeign(ctx context.Context, nd *node, rkey, kind st
 	if s.keyLogCount.Load() < keyLogs {
 		if _, said := s.keyLogSaid.LoadOrStore(rkey, struct{}{}); !said {
 			s.keyLogCount.Add(1)
-			s.up.log().Warn("sluice: a bucket's key held a value of another type; it was deleted, and the key's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+			s.up.Log().Warn("sluice: a bucket's key held a value of another type; it was deleted, and the key's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
 				"node", nd.brk.node, "key", rkey, "error", err)
 		}
 	}
@@ -65,7 +65,7 @@ func (s *redisStore) foreignLevel(nd *node, rkey, level string) {
 		return
 	}
 	s.keyLogCount.Add(1)
-	s.up.log().Warn("sluice: a path level's key held a value of another type; it was deleted, and the level's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
+	s.up.Log().Warn("sluice: a path level's key held a value of another type; it was deleted, and the level's bucket starts full. Another program writes under the limiter's prefix (core.WithPrefix)",
 		"node", nd.brk.node, "key", rkey, "level", level)
 }
 

@@ -77,7 +77,7 @@ func testScriptCallOnTheWire(t *testing.T, batching int) {
 	defer lim.Close()
 	limit := Limit{Rate: 3, Period: 60e9, Burst: 3}
 	p := mustPlan(t, limit)
-	rkey := redisKey(redisOf(lim).cfg.prefix, p.fp, "k")
+	rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, "k")
 
 	for i, tc := range []struct {
 		flush bool     // SCRIPT FLUSH first
@@ -110,7 +110,7 @@ func testScriptCallOnTheWire(t *testing.T, batching int) {
 		}
 		// The command as redis.Script.Run would send it.
 		wantArgs := []string{"evalsha", bucketScript.Hash(), "1", rkey}
-		for _, a := range p.args[1:4] {
+		for _, a := range p.Args[1:4] {
 			wantArgs = append(wantArgs, fmt.Sprint(a))
 		}
 		if got := sent[0]; !slices.Equal(got, wantArgs) {

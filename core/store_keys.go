@@ -137,7 +137,7 @@ func newID() string {
 // and its last write's id (see overrides_load.lua). One hash tag: one
 // Cluster slot. No expiry: no volatile-* policy evicts them.
 func (s *redisStore) overridesKeys(set string) []string {
-	base := s.cfg.prefix + "{ovr:" + set + "}"
+	base := s.cfg.Prefix + "{ovr:" + set + "}"
 	return []string{base, base + "v", base + "e", base + "w"}
 }
 
@@ -146,13 +146,13 @@ func (s *redisStore) overridesKeys(set string) []string {
 // volatile-* policy evicts it; a member silent for three heartbeats is
 // dropped by the next.
 func (s *redisStore) fleetKey(name string) string {
-	return s.cfg.prefix + "{fleet:" + name + "}"
+	return s.cfg.Prefix + "{fleet:" + name + "}"
 }
 
 // rkey builds the stored name of key's bucket under plan fp, with the
 // store's tag (keyed, with WithSlotKey).
 func (s *redisStore) rkey(fp, key string) string {
-	return redisKeyTagged(s.cfg.prefix, fp, key, s.cfg.slotKey)
+	return redisKeyTagged(s.cfg.Prefix, fp, key, s.cfg.SlotKey)
 }
 
 // holdsKey builds the name of the hash of rkey's lease holds:

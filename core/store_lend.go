@@ -16,7 +16,7 @@ type lent struct {
 	budget time.Duration
 }
 
-func (s *redisStore) lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
+func (s *redisStore) Lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
 	return lent{rs: s, log: log, budget: budget}
 }
 

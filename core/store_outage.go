@@ -38,8 +38,8 @@ func (s *redisStore) degrade(brk *breaker, now int64, err error) {
 	}
 	s.openNodes.Add(1)
 	brk.degraded.Store(0)
-	if s.up.obs != nil {
-		s.up.obs.ObserveDegraded(StoreOutage{Node: brk.node, Start: time.UnixMicro(now), Err: err})
+	if s.up.Obs != nil {
+		s.up.Obs.ObserveDegraded(StoreOutage{Node: brk.node, Start: time.UnixMicro(now), Err: err})
 	}
 	g := &brk.log
 	g.mu.Lock()
@@ -61,7 +61,7 @@ func (s *redisStore) degrade(brk *breaker, now int64, err error) {
 
 // logFlapping logs a summary of the outages counted since the last one.
 func (s *redisStore) logFlapping(brk *breaker, outages int, degraded int64, err error) {
-	s.up.log().Warn("sluice: store flapping: outages within 10s of a recovery are counted here, at most once per 10s",
+	s.up.Log().Warn("sluice: store flapping: outages within 10s of a recovery are counted here, at most once per 10s",
 		"node", brk.node, "outages", outages, "degraded_decisions", degraded, "error", err, "reason", ErrorReason(err))
 }
 
@@ -105,10 +105,10 @@ func (s *redisStore) logOutage(brk *breaker, err error, late time.Duration) {
 	if late > 0 {
 		attrs = append(attrs, "down_for", late)
 	}
-	if s.up.note != nil {
-		attrs = append(attrs, s.up.note()...)
+	if s.up.Note != nil {
+		attrs = append(attrs, s.up.Note()...)
 	}
-	s.up.log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
+	s.up.Log().Warn("sluice: store unavailable, deciding under the failure policy", attrs...)
 }
 
 // recovered records the end of an outage of brk's node at now; movedTo,
@@ -121,8 +121,8 @@ func (s *redisStore) recovered(brk *breaker, now int64, movedTo string) {
 	s.openNodes.Add(-1)
 	outage := time.Duration(now-start) * time.Microsecond
 	degraded := brk.degraded.Load()
-	if s.up.obs != nil {
-		s.up.obs.ObserveRecovered(StoreOutage{Node: brk.node, Start: time.UnixMicro(start), Duration: outage, Degraded: degraded})
+	if s.up.Obs != nil {
+		s.up.Obs.ObserveRecovered(StoreOutage{Node: brk.node, Start: time.UnixMicro(start), Duration: outage, Degraded: degraded})
 	}
 	g := &brk.log
 	g.mu.Lock()
@@ -136,10 +136,10 @@ func (s *redisStore) recovered(brk *breaker, now int64, movedTo string) {
 	g.mu.Unlock()
 	switch {
 	case logged && movedTo != "":
-		s.up.log().Info("sluice: store recovered: the node's keys moved to another (a failover); the node is retired",
+		s.up.Log().Info("sluice: store recovered: the node's keys moved to another (a failover); the node is retired",
 			"node", brk.node, "moved_to", movedTo, "outage", outage, "degraded_decisions", degraded)
 	case logged:
-		s.up.log().Info("sluice: store recovered", "node", brk.node, "outage", outage, "degraded_decisions", degraded)
+		s.up.Log().Info("sluice: store recovered", "node", brk.node, "outage", outage, "degraded_decisions", degraded)
 	}
 	if due {
 		s.logFlapping(brk, n, flapDegraded, err)

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ready is Limiter.Ready on Redis.
-func (s *redisStore) ready(ctx context.Context) error {
+// Ready is Limiter.Ready on Redis.
+func (s *redisStore) Ready(ctx context.Context) error {
 	clients, err := s.nodeClients(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, readyCause(err), err)

@@ -148,8 +148,8 @@ func (s *redisStore) judged(ctx context.Context, brk *breaker, kind string, took
 		}
 		f = s.faultOf(err, took)
 	}
-	if s.up.obs != nil {
-		s.up.obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
+	if s.up.Obs != nil {
+		s.up.Obs.ObserveStore(StoreCall{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
 	}
 	return f
 }
@@ -164,8 +164,8 @@ func (s *redisStore) judged(ctx context.Context, brk *breaker, kind string, took
 // when the node is back.
 func (s *redisStore) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
 	took, err := run()
-	if s.up.obs != nil && (err == nil || callerGone(ctx) == nil) {
-		s.up.obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	if s.up.Obs != nil && (err == nil || callerGone(ctx) == nil) {
+		s.up.Obs.ObserveStore(StoreCall{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}
 	if err != nil && callerGone(ctx) == nil && keyFault(err) {
 		if !s.replaceForeign(ctx, nd, key, kind, err) {
@@ -184,7 +184,7 @@ func (s *redisStore) chargeNode(nd *node, r route, now int64, key string, err er
 		k := key
 		brk.failedKey.Store(&k)
 	}
-	if end := s.cfg.now(); brk.failure(r, now, end) {
+	if end := s.cfg.Now(); brk.failure(r, now, end) {
 		s.degrade(brk, end, err)
 	}
 	s.rewarm(nd)
@@ -200,7 +200,7 @@ func (s *redisStore) faultOf(err error, took time.Duration) fault {
 		return faultNode
 	}
 	end := pause.Now()
-	if pause.Overlaps(end-int64(took), end) || (s.cfg.budget > 0 && took-s.cfg.budget > pause.Late) {
+	if pause.Overlaps(end-int64(took), end) || (s.cfg.Budget > 0 && took-s.cfg.Budget > pause.Late) {
 		// A pause overlapped the call, or its deadline was noticed
 		// late: this process was not running when it fired.
 		return faultPause
@@ -227,9 +227,9 @@ func (s *redisStore) keyFailed(nd *node, rkey, kind string, err error) {
 		return
 	}
 	if s.keyLogCount.Add(1) == keyLogs {
-		s.up.log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
+		s.up.Log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
 	}
-	s.up.log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
+	s.up.Log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
 		"node", nd.brk.node, "key", rkey, "op", kind, "error", err, "reason", ErrorReason(err))
 }
 

@@ -64,7 +64,7 @@ func settleArgs(members []*batch.Member[*settleCall, bool]) ([]string, []any) {
 		keys = append(keys, c.keys[0], c.keys[1])
 		g := 0
 		for j, h := range heads {
-			if h == c.plan || h.fp == c.plan.fp {
+			if h == c.plan || h.FP == c.plan.FP {
 				g = j + 1
 				break
 			}
@@ -72,7 +72,7 @@ func settleArgs(members []*batch.Member[*settleCall, bool]) ([]string, []any) {
 		if g == 0 {
 			heads = append(heads, c.plan)
 			g = len(heads)
-			args = append(args, c.plan.args...)
+			args = append(args, c.plan.Args...)
 		}
 		each = append(each, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10), strconv.Itoa(g))
 	}
@@ -113,7 +113,7 @@ type settleCall struct {
 
 // loneArgs returns c's arguments in the lone form.
 func (c *settleCall) loneArgs() []any {
-	args := make([]any, 0, 2+len(c.plan.args))
+	args := make([]any, 0, 2+len(c.plan.Args))
 	args = append(args, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10))
-	return append(args, c.plan.args...)
+	return append(args, c.plan.Args...)
 }

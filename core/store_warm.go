@@ -55,10 +55,10 @@ const warmEvery = time.Second
 // found 6 connections and paid a handshake inside their budget: 69-70% of
 // their calls failed after Ready.
 func (s *redisStore) connsWanted() int {
-	if s.cfg.inflight <= 0 || s.detached {
+	if s.cfg.Inflight <= 0 || s.detached {
 		return math.MaxInt32
 	}
-	return max(1, 3*s.cfg.inflight+1)
+	return max(1, 3*s.cfg.Inflight+1)
 }
 
 // rewarm starts a background warm-up of nd's pools, unless one runs, one

@@ -22,7 +22,7 @@ import (
 // decides under the failure policy, or reports [ErrUnavailable]). A
 // memStore always answers.
 type store interface {
-	// decide decides a request of cost on key under p at now (the
+	// Decide decides a request of cost on key under p at now (the
 	// limiter's clock): a decision, or a reservation that may wait up to
 	// maxWait; a denial locks the key for penalty (microseconds).
 	//
@@ -30,47 +30,47 @@ type store interface {
 	// fits in registers: a call struct passed by value, or an error
 	// interface beside the decision, are copied through memory instead,
 	// which cost BenchmarkMemoryAllow 7% (20 ns).
-	decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer)
-	// peek decides a request of cost 0 on key at now, writing nothing.
-	peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer)
-	// decidePath decides a path of keys as one (see PathRule), and
+	Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer)
+	// Peek decides a request of cost 0 on key at now, writing nothing.
+	Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer)
+	// DecidePath decides a path of keys as one (see PathRule), and
 	// returns the level its decision is about.
-	decidePath(ctx context.Context, q *pathAsk) (decision, int, error)
-	// reset deletes key's state under p.
-	reset(ctx context.Context, p *plan, key string) error
-	// acquire takes a slot of key under c's cap, or reports it full. A
+	DecidePath(ctx context.Context, q *pathAsk) (decision, int, error)
+	// Reset deletes key's state under p.
+	Reset(ctx context.Context, p *plan, key string) error
+	// Acquire takes a slot of key under c's cap, or reports it full. A
 	// slot the store may hold though nobody heard it was given comes
 	// back as lost, for the lease keeper to give back.
-	acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, err error)
-	// renew sends a round of the lease keeper's renewals and give backs,
+	Acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, err error)
+	// Renew sends a round of the lease keeper's renewals and give backs,
 	// setting each one's outcome.
-	renew(ctx context.Context, round []*renewal)
-	// lease takes or gives back a token lease (see hotlease.go).
-	lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer)
-	// heartbeat announces member id of fleet and returns how many members
+	Renew(ctx context.Context, round []*renewal)
+	// Lease takes or gives back a token Lease (see hotlease.go).
+	Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer)
+	// Heartbeat announces member id of fleet and returns how many members
 	// are live (see WithFleet); leaveFleet removes it.
-	heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
-	leaveFleet(ctx context.Context, fleet, id string) error
-	// lend returns what the store lends package overrides (see
+	Heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
+	LeaveFleet(ctx context.Context, fleet, id string) error
+	// Lend returns what the store lends package overrides (see
 	// store_lend.go); budget is the limiter's.
-	lend(log func() *slog.Logger, budget time.Duration) storeops.Store
-	// close stops the store's background tasks and waits for them.
-	close()
-	// release gives back r, a slot this store gave; ErrLeaseLost if it
+	Lend(log func() *slog.Logger, budget time.Duration) storeops.Store
+	// Close stops the store's background tasks and waits for them.
+	Close()
+	// Release gives back r, a slot this store gave; ErrLeaseLost if it
 	// had expired.
-	release(ctx context.Context, r slotRef) error
-	// settle applies a settlement of a reservation this store admitted,
+	Release(ctx context.Context, r slotRef) error
+	// Settle applies a settlement of a reservation this store admitted,
 	// and reports whether it was applied (false: it had been already).
-	settle(ctx context.Context, a settleAsk) (bool, error)
-	// inProcess reports whether every decision is made in this
+	Settle(ctx context.Context, a settleAsk) (bool, error)
+	// InProcess reports whether every decision is made in this
 	// process's memory: there are no round trips to save (token leases
 	// change nothing) and nothing to fail.
-	inProcess() bool
-	// ready reports whether the store can answer (see Limiter.Ready).
-	ready(ctx context.Context) error
-	// ackMisses counts the calls whose writes replicas did not
+	InProcess() bool
+	// Ready reports whether the store can answer (see Limiter.Ready).
+	Ready(ctx context.Context) error
+	// AckMisses counts the calls whose writes replicas did not
 	// acknowledge (see Limiter.ReplicaAckMisses).
-	ackMisses() int64
+	AckMisses() int64
 }
 
 // noAnswer is a store's error for a call it did not answer: the caller
@@ -78,26 +78,26 @@ type store interface {
 // answer (the engine decides under the failure policy, or returns
 // ErrUnavailable).
 type noAnswer struct {
-	node  string // the node's name
-	cause error  // the store's failure; nil: its breaker kept the call from it
-	gone  error  // the caller's own context error
+	Node  string // the node's name
+	Cause error  // the store's failure; nil: its breaker kept the call from it
+	Gone  error  // the caller's own context error
 }
 
 func (e *noAnswer) Error() string {
 	switch {
-	case e.gone != nil:
-		return e.gone.Error()
-	case e.cause == nil:
-		return "the circuit breaker of node " + e.node + " is open"
+	case e.Gone != nil:
+		return e.Gone.Error()
+	case e.Cause == nil:
+		return "the circuit breaker of node " + e.Node + " is open"
 	}
-	return e.cause.Error()
+	return e.Cause.Error()
 }
 
 func (e *noAnswer) Unwrap() error {
-	if e.gone != nil {
-		return e.gone
+	if e.Gone != nil {
+		return e.Gone
 	}
-	return e.cause
+	return e.Cause
 }
 
 // split divides err, a store method's error, into the caller's own
@@ -108,10 +108,10 @@ func split(err error) (cause, gone error) {
 	switch {
 	case !ok:
 		return err, nil
-	case na.gone != nil:
-		return nil, na.gone
+	case na.Gone != nil:
+		return nil, na.Gone
 	}
-	return na.cause, nil
+	return na.Cause, nil
 }
 
 // unanswered turns err, a store method's error for an operation what on
@@ -122,12 +122,12 @@ func unanswered(err error, what, key string) error {
 	switch {
 	case !ok:
 		return err
-	case na.gone != nil:
-		return na.gone
-	case na.cause == nil:
+	case na.Gone != nil:
+		return na.Gone
+	case na.Cause == nil:
 		return fmt.Errorf("%w: %s %q: %s", ErrUnavailable, what, key, na)
 	}
-	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, key, na.cause)
+	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, key, na.Cause)
 }
 
 // memStore is the store of [NewMemory]: the limiter's own local store,
@@ -136,72 +136,72 @@ func unanswered(err error, what, key string) error {
 // share of each limit instead.
 type memStore struct{ local *localStore }
 
-func (m memStore) decide(_ context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	return m.local.take(p.id, key, now, p.ticks, cost, maxWait, penalty), nil
+func (m memStore) Decide(_ context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
+	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil
 }
 
-func (m memStore) peek(_ context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
-	return m.local.peek(p.id, key, now, p.ticks), nil
+func (m memStore) Peek(_ context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+	return m.local.peek(p.ID, key, now, p.Ticks), nil
 }
 
-func (m memStore) decidePath(_ context.Context, q *pathAsk) (decision, int, error) {
-	d, lv := m.local.takePath(q.ids, q.keys, q.now, q.levels, q.cost, 0, q.penalty)
+func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, error) {
+	d, lv := m.local.takePath(q.IDs, q.Keys, q.Now, q.Levels, q.Cost, 0, q.Penalty)
 	return d, lv, nil
 }
 
-func (m memStore) reset(_ context.Context, p *plan, key string) error {
-	m.local.delete(p.id, key)
+func (m memStore) Reset(_ context.Context, p *plan, key string) error {
+	m.local.delete(p.ID, key)
 	return nil
 }
 
-// acquire takes a slot in the local store's counts, as the fallback
+// Acquire takes a slot in the local store's counts, as the fallback
 // does, under the cap in full.
-func (m memStore) acquire(_ context.Context, a slotAsk) (slot, *lostSlot, error) {
-	n, ok := m.local.slots().take(makeLocalKey(a.capID, a.key), a.max)
-	return slot{acquired: ok, inFlight: n}, nil, nil
+func (m memStore) Acquire(_ context.Context, a slotAsk) (slot, *lostSlot, error) {
+	n, ok := m.local.slots().take(makeLocalKey(a.CapID, a.Key), a.Max)
+	return slot{Acquired: ok, InFlight: n}, nil, nil
 }
 
 // errInMemory answers the calls that exist for Redis alone, which the
 // engine never makes of a NewMemory limiter.
 var errInMemory = errors.New("core: not a Redis-backed limiter")
 
-func (memStore) renew(context.Context, []*renewal) {}
+func (memStore) Renew(context.Context, []*renewal) {}
 
-func (memStore) lease(context.Context, *leaseCall) (leaseAnswer, *noAnswer) {
-	return leaseAnswer{}, &noAnswer{node: "memory", cause: errInMemory}
+func (memStore) Lease(context.Context, *leaseCall) (leaseAnswer, *noAnswer) {
+	return leaseAnswer{}, &noAnswer{Node: "memory", Cause: errInMemory}
 }
 
-func (memStore) heartbeat(context.Context, string, string, time.Duration) (int64, error) {
+func (memStore) Heartbeat(context.Context, string, string, time.Duration) (int64, error) {
 	return 0, errInMemory
 }
 
-func (memStore) leaveFleet(context.Context, string, string) error { return errInMemory }
+func (memStore) LeaveFleet(context.Context, string, string) error { return errInMemory }
 
-func (memStore) lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
+func (memStore) Lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
 	return lent{log: log, budget: budget}
 }
 
-func (memStore) close() {}
+func (memStore) Close() {}
 
-func (m memStore) release(_ context.Context, r slotRef) error {
-	m.local.slots().give(makeLocalKey(r.capID, r.key))
+func (m memStore) Release(_ context.Context, r slotRef) error {
+	m.local.slots().give(makeLocalKey(r.CapID, r.Key))
 	return nil
 }
 
-// settle applies a settlement to the buckets in memory that decided it,
+// Settle applies a settlement to the buckets in memory that decided it,
 // with their limits in full, as the local fallback settles its own (see
 // Reservation.settleIn). A reservation is settled once, so it is always
 // applied.
-func (m memStore) settle(_ context.Context, a settleAsk) (bool, error) {
-	for i, p := range a.plans {
-		m.local.settle(p.id, a.keys[i], a.now, p.ticks, a.delta)
+func (m memStore) Settle(_ context.Context, a settleAsk) (bool, error) {
+	for i, p := range a.Plans {
+		m.local.settle(p.ID, a.Keys[i], a.Now, p.Ticks, a.Delta)
 	}
 	return true, nil
 }
 
-func (memStore) inProcess() bool             { return true }
-func (memStore) ready(context.Context) error { return nil }
-func (memStore) ackMisses() int64            { return 0 }
+func (memStore) InProcess() bool             { return true }
+func (memStore) Ready(context.Context) error { return nil }
+func (memStore) AckMisses() int64            { return 0 }
 
 // Ready reports whether the store can decide, for a Kubernetes readiness
 // or start-up probe: nil when every node answered, let the limiter run
@@ -221,7 +221,7 @@ func (memStore) ackMisses() int64            { return 0 }
 //
 // Ready is safe for concurrent use; probes may call it as often as they
 // like (it costs a few round trips per node).
-func (l *Limiter) Ready(ctx context.Context) error { return l.store.ready(ctx) }
+func (l *Limiter) Ready(ctx context.Context) error { return l.store.Ready(ctx) }
 
 // ReplicaAckMisses returns how many decisions, since the limiter was made,
 // Redis made in calls that did not get the acknowledgement [WithReplicaAck]
@@ -233,7 +233,7 @@ func (l *Limiter) Ready(ctx context.Context) error { return l.store.ready(ctx) }
 // wrote nothing (without a penalty lock). It returns 0 without
 // WithReplicaAck, and for a limiter made by [NewMemory]. It is safe for
 // concurrent use.
-func (l *Limiter) ReplicaAckMisses() int64 { return l.store.ackMisses() }
+func (l *Limiter) ReplicaAckMisses() int64 { return l.store.AckMisses() }
 
 // The limiter lends package overrides its store's road to Redis through
 // internal/storeops: the set's scripts stay with the store's others, and
@@ -241,7 +241,7 @@ func (l *Limiter) ReplicaAckMisses() int64 { return l.store.ackMisses() }
 func init() {
 	storeops.Of = func(lim any) storeops.Store {
 		if l, ok := lim.(*Limiter); ok && l != nil {
-			return l.store.lend(l.log, l.timeout)
+			return l.store.Lend(l.log, l.timeout)
 		}
 		return nil
 	}
@@ -254,33 +254,33 @@ func init() {
 // cap of max slots named fp in Redis and capID in local memory, each held
 // for lease unless renewed.
 type slotAsk struct {
-	fp    string
-	capID uint64
-	key   string
-	max   int
-	lease time.Duration
+	FP    string
+	CapID uint64
+	Key   string
+	Max   int
+	Lease time.Duration
 }
 
 // slot is a store's answer to a slotAsk: whether the slot was taken, how
 // many of the key's are held after it, and, in Redis, the slot's names.
 type slot struct {
-	acquired bool
-	inFlight int
-	rkey, id string // the key's lease set and the slot's member; "" in memory
+	Acquired bool
+	InFlight int
+	RKey, ID string // the key's lease set and the slot's member; "" in memory
 }
 
 // slotRef names a slot a store gave, to give it back: in memory by its
 // cap and key, in Redis by its lease set and member.
 type slotRef struct {
-	capID    uint64
-	key      string
-	rkey, id string
-	lease    time.Duration
+	CapID    uint64
+	Key      string
+	RKey, ID string
+	Lease    time.Duration
 }
 
 // lostSlot is a slot Redis may hold though nobody heard it was given (see
 // store.acquire): the lease keeper gives it back.
-type lostSlot struct{ rkey, id string }
+type lostSlot struct{ RKey, ID string }
 
 // settleAsk is a reservation's settlement asked of a store: the buckets
 // that decided it (a key's one, or a path's levels, root first, whose
@@ -288,23 +288,23 @@ type lostSlot struct{ rkey, id string }
 // in Redis, the difference to apply (final less reserved, in events),
 // how long Redis keeps the markers, and the limiter's clock.
 type settleAsk struct {
-	plans  []*plan
-	keys   []string
-	path   bool
-	id     string
-	delta  int64
-	marker time.Duration
-	now    int64
+	Plans  []*plan
+	Keys   []string
+	Path   bool
+	ID     string
+	Delta  int64
+	Marker time.Duration
+	Now    int64
 }
 
 // pathAsk is a path's decision as the engine asks it of the store.
 type pathAsk struct {
-	names   []string      // each level's name, for the log
-	plans   []*plan       // each level's, root first
-	keys    []string      // each level's key (see pathKeyOf)
-	ids     []uint64      // each level's plan id
-	levels  [][]tickLimit // each level's limits
-	cost    int64
-	penalty int64 // microseconds
-	now     int64
+	Names   []string      // each level's name, for the log
+	Plans   []*plan       // each level's, root first
+	Keys    []string      // each level's key (see pathKeyOf)
+	IDs     []uint64      // each level's plan id
+	Levels  [][]tickLimit // each level's limits
+	Cost    int64
+	Penalty int64 // microseconds
+	Now     int64
 }

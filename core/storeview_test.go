@@ -5,4 +5,4 @@ package core
 func redisOf(l *Limiter) *redisStore { return l.store.(*redisStore) }
 
 // lentOf returns what l lends package overrides.
-func lentOf(l *Limiter) lent { return l.store.lend(l.log, l.timeout).(lent) }
+func lentOf(l *Limiter) lent { return l.store.Lend(l.log, l.timeout).(lent) }

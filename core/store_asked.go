@@ -380,7 +380,7 @@ type leaseCall struct {
 // leaseAnswer is a token lease call's answer: the request's decision, the
 // tokens granted, the lease's life and the tokens given back.
 type leaseAnswer struct {
-	Decision                      decision
+	Decision               decision
 	Granted, Life, Refunds int64
 }
 

@@ -246,7 +246,7 @@ func TestScriptCommandsDocumented(t *testing.T) {
 	for _, c := range aclCommands {
 		granted[strings.ReplaceAll(c, "|", " ")] = true
 	}
-	scripts, err := filepath.Glob("*.lua")
+	scripts, err := filepath.Glob("internal/redisstore/*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -25,8 +26,9 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := clockScripter{Scripter: redistest.NewClient(t, redistest.Addr(t)), now: clock}
-		s := newRedisStore(rdb, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
-		batchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), &now)
+		s := redisstore.New(rdb, redisstore.Config{Inflight: 4}, redisstore.Up{})
+		decide, _, _ := s.Senders(false, nil)
+		batchAgainstModel(t, decide, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
 		// Two private servers: the shards must be distinct.
@@ -37,15 +39,16 @@ func TestBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
+		s := redisstore.New(clockScripter{Scripter: ring, now: clock}, redisstore.Config{Inflight: 4}, redisstore.Up{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
-		batchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), &now)
+		decide, _, _ := s.Senders(true, pipeline)
+		batchAgainstModel(t, decide, &now)
 	})
 }
 
 // batchAgainstModel runs random batches through send, moving the clock
 // *now that send decides on, and checks every answer against the model.
-func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *time.Time) {
+func batchAgainstModel(t *testing.T, send batch.Sender[*redisstore.Query, decision], now *time.Time) {
 	t.Helper()
 	plans := make([]*plan, len(diffPlans))
 	for i, ls := range diffPlans {
@@ -59,19 +62,19 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 	for range 300 {
 		*now = now.Add(time.Duration(r.Int64N(400_000)) * time.Microsecond)
 		n := 1 + r.IntN(20)
-		members := make([]*batch.Member[*call, decision], n)
+		members := make([]*batch.Member[*redisstore.Query, decision], n)
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			c := &call{key: key, rkey: redisKey(prefix, p.FP, key), plan: p, cost: 1 + r.Int64N(min(2, p.minB))}
-			c.keys[0] = c.rkey
+			c := &redisstore.Query{Key: key, RKey: redisstore.RedisKey(prefix, p.FP, key), Plan: &p.Plan, Cost: 1 + r.Int64N(min(2, p.minB))}
+			c.SetRKey(c.RKey)
 			if r.IntN(8) == 0 {
-				c.penalty = 500_000
+				c.Penalty = 500_000
 			}
 			if r.IntN(6) == 0 {
-				c.maxWait = min(r.Int64N(1_000_000), p.maxW)
+				c.MaxWait = min(r.Int64N(1_000_000), p.maxW)
 			}
-			members[i] = &batch.Member[*call, decision]{Req: c}
+			members[i] = &batch.Member[*redisstore.Query, decision]{Req: c}
 		}
 		send(context.Background(), members)
 		for i, m := range members {
@@ -79,14 +82,14 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 				t.Fatal(m.Err)
 			}
 			c := m.Req
-			b := model[c.rkey]
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
-			want, _ := stepBucket(b, now.UnixMicro(), c.plan.Ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now.UnixMicro(), c.Plan.Ticks, c.Cost, c.MaxWait, c.Penalty)
 			if m.Res != want {
-				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.key, m.Res, want)
+				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.Key, m.Res, want)
 			}
 			decisions++
 		}
@@ -100,24 +103,26 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*call, decision], now *ti
 func TestScriptArgsGroups(t *testing.T) {
 	a, _ := newPlan([]Limit{PerSecond(5)}, nil)
 	b, _ := newPlan([]Limit{PerSecond(10).WithBurst(3), PerMinute(40)}, nil)
-	c := func(key string, p *plan, cost int64) *call {
-		return &call{rkey: key, keys: [1]string{key}, plan: p, cost: cost}
+	c := func(key string, p *plan, cost int64) *redisstore.Query {
+		q := &redisstore.Query{Plan: &p.Plan, Cost: cost}
+		q.SetRKey(key)
+		return q
 	}
 	tests := []struct {
 		name  string
-		calls []*call
+		calls []*redisstore.Query
 		want  []any
 	}{
-		{"one", []*call{c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
-		{"shared", []*call{c("x", a, 1), c("y", a, 1), c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
-		{"two", []*call{c("x", a, 1), c("y", a, 2), c("z", a, 1)},
+		{"one", []*redisstore.Query{c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
+		{"shared", []*redisstore.Query{c("x", a, 1), c("y", a, 1), c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
+		{"two", []*redisstore.Query{c("x", a, 1), c("y", a, 2), c("z", a, 1)},
 			[]any{"2", "1", "0", "0", "1", "1", "200000", "5", "2", "0", "0", "1", "1", "200000", "5", "1", "2", "1"}},
-		{"plans", []*call{c("x", b, 1), c("y", a, 1)},
+		{"plans", []*redisstore.Query{c("x", b, 1), c("y", a, 1)},
 			[]any{"2", "1", "0", "0", "2", "1", "100000", "3", "1", "1500000", "40", "1", "0", "0", "1", "1", "200000", "5", "1", "2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			keys, args := scriptArgs(tt.calls)
+			keys, args := redisstore.ScriptArgs(tt.calls)
 			if len(keys) != len(tt.calls) {
 				t.Fatalf("%d keys for %d calls", len(keys), len(tt.calls))
 			}

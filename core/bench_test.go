@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -42,7 +43,7 @@ func BenchmarkDegradedAllow(b *testing.B) {
 	for range 10 { // open the breaker
 		lim.Allow(ctx, "known", limit)
 	}
-	if !redisOf(lim).whole.brk.isOpen() {
+	if !redisOf(lim).WholeOpen() {
 		b.Fatal("breaker did not open")
 	}
 	b.ReportAllocs()
@@ -119,9 +120,9 @@ func BenchmarkLoneDecision(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			i++
-			c := call{key: keys[i&1023], rkey: redisKey("bare:", p.FP, keys[i&1023]), plan: p, cost: 1}
-			c.keys[0] = c.rkey
-			if _, err := evalOne(ctx, rdb, &c); err != nil {
+			c := redisstore.Query{Key: keys[i&1023], RKey: redisstore.RedisKey("bare:", p.FP, keys[i&1023]), Plan: &p.Plan, Cost: 1}
+			c.SetRKey(c.RKey)
+			if _, err := redisstore.EvalOne(ctx, rdb, &c); err != nil {
 				b.Fatal(err)
 			}
 		}

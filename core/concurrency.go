@@ -28,14 +28,6 @@ type ConcurrencyLimit struct {
 	Lease time.Duration
 }
 
-// ErrLeaseLost is returned by [Lease.Release] when the lease's slot was
-// gone before it was released: its renewals failed for longer than the
-// lease (Redis was unreachable), or Redis forgot it (a restart, a failover
-// that lost writes) and other requests had taken its slot by the time a
-// renewal re-asserted it. Another request may have held the slot meanwhile,
-// so the cap may have been exceeded.
-var ErrLeaseLost = errors.New("core: the slot's lease expired before it was released")
-
 const defaultLease = 10 * time.Second
 
 func (c ConcurrencyLimit) validate() error {
@@ -377,7 +369,7 @@ func (k *leaseKeeper) renew(leases []*Lease, lost []orphan) {
 	defer k.mu.Unlock()
 	for i, r := range round {
 		if r.Give {
-			if !r.Sent || r.Err != nil && !keyFault(r.Err) {
+			if !r.Sent || r.Err != nil && !r.KeyFault {
 				retry = append(retry, gives[i-len(due)])
 			}
 			continue

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -351,7 +352,7 @@ func TestAcquireLostAnswerGivesSlotBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rkey := redisOf(lim).rkey(c.fp, "k")
+	rkey := redisOf(lim).RKey(c.fp, "k")
 	direct := redistest.NewClient(t, srv.Addr())
 	held := func() int64 {
 		n, err := direct.ZCard(ctx, rkey).Result()
@@ -424,7 +425,7 @@ func TestConcurrencyLeaseLost(t *testing.T) {
 	if err != nil || !ls.Acquired {
 		t.Fatalf("%+v, %v", ls, err)
 	}
-	if err := resetScript.Run(ctx, redistest.NewClient(t, addr), []string{ls.rkey}).Err(); err != nil {
+	if err := redisstore.ResetScript.Run(ctx, redistest.NewClient(t, addr), []string{ls.rkey}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := ls.Release(ctx); !errors.Is(err, ErrLeaseLost) {

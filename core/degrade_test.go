@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/testkit"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/pause"
@@ -431,8 +432,8 @@ func TestCallerCancelDoesNotTrip(t *testing.T) {
 			t.Fatalf("Allow with a 10ms caller deadline = %v, want the caller's error", err)
 		}
 	}
-	if s := redisOf(lim).whole.brk.state.Load(); s&3 != modeClosed {
-		t.Fatalf("breaker mode %d after caller cancellations, want closed", s&3)
+	if !redisOf(lim).WholeClosed() {
+		t.Fatal("the breaker is not closed after caller cancellations")
 	}
 	if len(rec.degraded) != 0 || rec.storeErrs != 0 {
 		t.Fatalf("observer saw %d outages and %d store errors, want none", len(rec.degraded), rec.storeErrs)

@@ -51,4 +51,14 @@
 // bad input ([ErrInvalidLimit], an empty key) and for store failures
 // ([ErrUnavailable]); a caller's own cancelled context is returned as is and
 // is never counted as a store failure.
+//
+// # Where things live
+//
+// The package is the engine: it decides, and asks a store. Below it, in
+// packages users cannot import, are the Redis store
+// (core/internal/redisstore: the only code that talks to Redis, with its
+// Lua scripts) and what the two share (core/internal/model: the integer
+// limits, calendars, a decision and the records a store is asked). The
+// store cannot import the engine, so calls go down and answers come back.
+// docs/architecture.md follows one request through them.
 package core

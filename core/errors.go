@@ -1,6 +1,10 @@
 package core
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sluicehq/sluice/core/internal/model"
+)
 
 // ErrInvalidLimit is returned (wrapped, with the field at fault named) for a
 // limit that cannot be enforced: a non-positive Rate, Burst or Period, values
@@ -12,4 +16,12 @@ var ErrInvalidLimit = errors.New("core: invalid limit")
 // could not decide and the failure policy is [FailClosed]. A denial is never
 // reported as ErrUnavailable, and a store failure is never reported as a
 // denial.
-var ErrUnavailable = errors.New("core: store unavailable")
+var ErrUnavailable = model.ErrUnavailable
+
+// ErrLeaseLost is returned by [Lease.Release] when the lease's slot was
+// gone before it was released: its renewals failed for longer than the
+// lease (Redis was unreachable), or Redis forgot it (a restart, a failover
+// that lost writes) and other requests had taken its slot by the time a
+// renewal re-asserted it. Another request may have held the slot meanwhile,
+// so the cap may have been exceeded.
+var ErrLeaseLost = model.ErrLeaseLost

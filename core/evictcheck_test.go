@@ -34,7 +34,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			redisOf(lim).bg.wg.Wait() // the read runs beside the decisions
+			redisOf(lim).WaitBackground() // the read runs beside the decisions
 			if err := lim.Close(); err != nil {
 				t.Fatal(err)
 			}

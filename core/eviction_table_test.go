@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -99,7 +100,7 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 		if err != nil {
 			return -1
 		}
-		n, _ := strconv.ParseInt(infoField(info, "evicted_keys"), 10, 64)
+		n, _ := strconv.ParseInt(redisstore.InfoField(info, "evicted_keys"), 10, 64)
 		return n
 	}
 	full := func() bool {
@@ -107,7 +108,7 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 		if err != nil {
 			return false
 		}
-		used, _ := strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+		used, _ := strconv.ParseInt(redisstore.InfoField(info, "used_memory"), 10, 64)
 		return used >= 4<<20-64<<10
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -172,7 +173,7 @@ func runEviction(t *testing.T, policy string, others bool, window time.Duration)
 func TestEvictionKeepsHotKey(t *testing.T) {
 	for _, policy := range []string{"volatile-lfu"} {
 		t.Run(policy, func(t *testing.T) {
-			if evicts(policy) {
+			if redisstore.Evicts(policy) {
 				t.Fatalf("the limiter warns about %s", policy)
 			}
 			r := runEviction(t, policy, true, 1500*time.Millisecond)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -161,43 +162,6 @@ func logged(lines []string, parts ...string) bool {
 	return false
 }
 
-// TestBreakerHysteresis: the breaker closes after Successes good probes in
-// a row, not on the first; a failed probe starts the count again.
-func TestBreakerHysteresis(t *testing.T) {
-	b := &breaker{threshold: 2, closeAfter: 3, cooldown: 100, stale: 10_000}
-	now := int64(1_000)
-	probe := func(ok bool) bool {
-		t.Helper()
-		now += 100
-		r := b.route(now)
-		if r != viaProbe {
-			t.Fatalf("at %d: route = %v, want a probe", now, r)
-		}
-		if ok {
-			return b.success(r, now)
-		}
-		b.failure(r, now, now)
-		return false
-	}
-	b.failure(viaStore, now, now)
-	if b.failure(viaStore, now, now) != true || !b.isOpen() {
-		t.Fatal("two failures in a row did not open a breaker with threshold 2")
-	}
-	if r := b.route(now + 50); r != viaLocal {
-		t.Fatalf("within the cooldown: route = %v, want local", r)
-	}
-	for i, step := range []struct {
-		ok, closes bool
-	}{{true, false}, {true, false}, {false, false}, {true, false}, {true, false}, {true, true}} {
-		if got := probe(step.ok); got != step.closes {
-			t.Fatalf("probe %d (ok %v): closed = %v, want %v", i, step.ok, got, step.closes)
-		}
-		if b.isOpen() == step.closes {
-			t.Fatalf("probe %d: isOpen = %v after closed = %v", i, b.isOpen(), step.closes)
-		}
-	}
-}
-
 // TestBreakerOptions: WithBreaker's settings reach the breakers, zero
 // fields keep their defaults, and bad ones are refused by name.
 func TestBreakerOptions(t *testing.T) {
@@ -207,9 +171,8 @@ func TestBreakerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := redisOf(lim).whole.brk; b.threshold != 3 || b.closeAfter != 5 || b.cooldown != 100_000 || b.node != "127.0.0.1:1" {
-		t.Fatalf("breaker = threshold %d, closeAfter %d, cooldown %dµs, node %q; want 3, 5, 100000, 127.0.0.1:1",
-			b.threshold, b.closeAfter, b.cooldown, b.node)
+	if got, want := redisOf(lim).WholeBreaker(), `threshold 3, closeAfter 5, cooldown 100000µs, node "127.0.0.1:1"`; got != want {
+		t.Fatalf("breaker = %s; want %s", got, want)
 	}
 	for _, tc := range []struct {
 		b    Breaker
@@ -243,7 +206,7 @@ func TestErrorReason(t *testing.T) {
 		{proto("OOM command not allowed when used memory > 'maxmemory'."), ReasonOOM},
 		{proto("ERR user_script:1: attempt to compare nil with number"), ReasonScript},
 		{proto("ERR unknown command"), ReasonOther},
-		{errKeyFailed, ReasonScript},
+		{redisstore.ErrKeyFailed, ReasonScript},
 		{redis.ErrClosed, ReasonConnection},
 	} {
 		if got := ErrorReason(tc.err); got != tc.want {

@@ -279,7 +279,7 @@ func (l *Limiter) FleetSize() int {
 // caller's to close, after Close.
 func (l *Limiter) Close() error {
 	l.keeper().close()
-	l.bg.stop()
+	l.bg.Stop()
 	l.hotLeases().close()
 	l.store.Close()
 	if l.fleet == nil {

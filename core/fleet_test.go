@@ -154,7 +154,7 @@ func TestFleetFallbackAfterScaleOut(t *testing.T) {
 			}
 			for _, l := range lims {
 				l.Close()
-				redisOf(l).rdb.(*redis.Client).Close()
+				redisOf(l).Client().(*redis.Client).Close()
 			}
 			redistest.Drain()
 			bound := limit.Burst + limit.Rate*seconds

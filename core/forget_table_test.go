@@ -153,7 +153,7 @@ func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rkey := redisOf(lim).rkey(p.FP, "k")
+	rkey := redisOf(lim).RKey(p.FP, "k")
 	forget := l.before(t, env, func() []string { return []string{rkey} })
 	before := 0
 	for range 3 * limit.Burst {
@@ -205,7 +205,7 @@ var forgetRows = []forgetRow{
 		} else {
 			_ = ls.Release(ctx)
 		}
-		forget := l.before(t, env, func() []string { return []string{redisOf(a).rkey(ca.fp, "k")} })
+		forget := l.before(t, env, func() []string { return []string{redisOf(a).RKey(ca.fp, "k")} })
 		var held []*Lease
 		for range 10 {
 			ls, err := ca.Acquire(ctx, "k")

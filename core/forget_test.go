@@ -310,12 +310,9 @@ func TestCapAcrossClusterFailover(t *testing.T) {
 		}
 	}
 	if first.Acquired {
-		k := &redisOf(b.lim).seen
-		k.mu.Lock()
-		for nd, sv := range k.servers {
-			t.Logf("b knows %s: %+v", nd.brk.node, sv)
+		for _, sv := range redisOf(b.lim).Seen() {
+			t.Logf("b knows %s", sv)
 		}
-		k.mu.Unlock()
 		t.Fatalf("b right after the failover took a slot (%d in flight): want refused for the grace period", first.InFlight)
 	}
 	// After a lease (and the grace's slack), b is admitted.
@@ -429,7 +426,7 @@ func TestPoisonedLeases(t *testing.T) {
 	}
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
-	rkey := redisOf(lim).rkey(c.fp, "k")
+	rkey := redisOf(lim).RKey(c.fp, "k")
 	if err := rdb.ZAdd(ctx, rkey, redis.Z{Score: math.Inf(1), Member: "forever"}, redis.Z{Score: 9e15, Member: "year-285000"}).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +468,7 @@ func TestForeignLeaseSet(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.NewClient(t, addr)
 	for _, key := range []string{"a", "b"} {
-		if err := rdb.Set(ctx, redisOf(lim).rkey(c.fp, key), "not a lease set", 0).Err(); err != nil {
+		if err := rdb.Set(ctx, redisOf(lim).RKey(c.fp, key), "not a lease set", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		ls, err := c.Acquire(ctx, key)
@@ -483,7 +480,7 @@ func TestForeignLeaseSet(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, redisOf(lim).rkey(c.fp, "a")) {
+	if n := strings.Count(out, "another type"); n != 1 || !strings.Contains(out, redisOf(lim).RKey(c.fp, "a")) {
 		t.Errorf("log = %q; want one line naming the key", out)
 	}
 }
@@ -590,7 +587,7 @@ func TestPoisonedBucketLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.FP, "k")
+			rkey := redisOf(lim).RKey(p.FP, "k")
 			far := time.Now().Add(50 * 365 * 24 * time.Hour).UnixMicro()
 			fields := []string{strconv.FormatInt(far, 10)}
 			for range tc.limits {
@@ -644,7 +641,7 @@ func TestForeignBucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.FP, "k")
+			rkey := redisOf(lim).RKey(p.FP, "k")
 			if err := rdb.HSet(ctx, rkey, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -691,7 +688,7 @@ func TestHugeBucketValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.FP, "huge")
+			rkey := redisOf(lim).RKey(p.FP, "huge")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -740,14 +737,14 @@ func TestCapAcrossRestartDecisionsFirst(t *testing.T) {
 	// The replica learns which server the node is from the INFO its
 	// first answer starts in the background; a read that failed (a busy
 	// machine) is made again at a later answer.
-	for deadline := time.Now().Add(10 * time.Second); redisOf(blim).seen.server(&redisOf(blim).whole).run == 0; {
+	for deadline := time.Now().Add(10 * time.Second); redisOf(blim).WholeSeenRun() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the replica never learnt which server the node is")
 		}
 		if _, err := blim.Allow(ctx, "x", PerSecond(1000)); err != nil {
 			t.Fatal(err)
 		}
-		redisOf(blim).bg.wg.Wait()
+		redisOf(blim).WaitBackground()
 	}
 	for range 3 {
 		if ls, err := a.Acquire(ctx, "k"); err != nil || !ls.Acquired {
@@ -789,7 +786,7 @@ func TestPoisonedBucketArrival(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisOf(lim).rkey(p.FP, "k")
+			rkey := redisOf(lim).RKey(p.FP, "k")
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -833,7 +830,7 @@ func TestRenewWhileOpen(t *testing.T) {
 		ls, err := c.Acquire(ctx, "stream")
 		if err == nil && ls.Degraded {
 			_ = ls.Release(ctx)
-			if redisOf(lim).whole.brk.isOpen() {
+			if redisOf(lim).WholeOpen() {
 				break
 			}
 		}
@@ -852,7 +849,7 @@ func TestRenewWhileOpen(t *testing.T) {
 	if n < 3 {
 		t.Fatalf("the restarted node holds %d of the 3 leases; the holder's renewals did not re-assert them", n)
 	}
-	if !redisOf(lim).whole.brk.isOpen() {
+	if !redisOf(lim).WholeOpen() {
 		t.Fatal("the breaker closed: the test no longer shows renewals passing an open breaker")
 	}
 	for _, ls := range held {

@@ -4,25 +4,13 @@ package core
 // Lua script is tested against, step by step, and it is what the in-memory
 // store and the local fallback run, so a key decided locally follows exactly
 // the rules Redis applies. The script's arguments, reply and stored value:
-// see the layout table at the top of core/bucket.lua.
+// see the layout table at the top of core/internal/redisstore/bucket.lua.
 //
 // A bucket is a generic cell rate algorithm (GCRA) per limit: the state is the
 // theoretical arrival time (TAT), the moment the bucket would be full again.
 // Time is counted in ticks, r to the microsecond, and one event costs p ticks
 // (see tickLimit), so a TAT is a whole number of microseconds plus a fraction
 // frac/r with 0 <= frac < r. Every quantity is an integer, so nothing drifts.
-
-// decision is the outcome of one call, durations in microseconds.
-type decision struct {
-	Allowed   bool
-	Locked    bool
-	Remaining int64 // unit requests the deciding limit could still take
-	Retry     int64 // until the same request could be admitted (denied only)
-	Reset     int64 // until the deciding limit's bucket is full again
-	Wait      int64 // how long an admitted reservation must wait
-	Next      int64 // until a unit request could be admitted, after this decision
-	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
-}
 
 // A stepped limit (see tickLimit) keeps its debt in events with the window
 // it was counted in: its tat is {us: debt, frac: window index}, and its
@@ -345,7 +333,7 @@ func (b *bucket) ttl(now int64, ticks []tickLimit) int64 {
 // reservation's) as it is. A missing bucket
 // (or one of another shape) is full: a refund leaves it so. A lock is
 // kept. It reports whether b must be written back. The script
-// core/settle.lua does the same in Redis.
+// core/internal/redisstore/settle.lua does the same in Redis.
 func settleBucket(b *bucket, now int64, ticks []tickLimit, delta int64) bool {
 	if delta == 0 {
 		return false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 )
 
 // step is one request applied to a bucket in a model test.
@@ -152,8 +153,8 @@ func TestRedisKeyLayout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := redisKey("sluice:", "abcdef012345", tt.key)
-			if len(k) > len("sluice:")+6+12+1+maxVerbatimKey {
+			k := redisstore.RedisKey("sluice:", "abcdef012345", tt.key)
+			if len(k) > len("sluice:")+6+12+1+redisstore.MaxVerbatimKey {
 				t.Fatalf("redisKey(%.20q) has %d bytes", tt.key, len(k))
 			}
 			// The first {...} must be our four-hex-digit tag.
@@ -162,14 +163,14 @@ func TestRedisKeyLayout(t *testing.T) {
 			}
 		})
 	}
-	if redisKey("p:", "f", "a") == redisKey("p:", "f", "b") {
+	if redisstore.RedisKey("p:", "f", "a") == redisstore.RedisKey("p:", "f", "b") {
 		t.Fatal("distinct keys share a name")
 	}
 	// A key shaped like another key's digest form is not stored as that
 	// form: it is digested itself.
-	stored := redisKey("p:", "f", long)
+	stored := redisstore.RedisKey("p:", "f", long)
 	digestForm := stored[strings.Index(stored, ":#")+1:]
-	if got := redisKey("p:", "f", digestForm); strings.HasSuffix(got, ":"+digestForm) {
+	if got := redisstore.RedisKey("p:", "f", digestForm); strings.HasSuffix(got, ":"+digestForm) {
 		t.Fatalf("the key %q is stored verbatim as %q, the name of a long key's digest", digestForm, got)
 	}
 }
@@ -194,7 +195,7 @@ func TestSlotKey(t *testing.T) {
 	differ := 0
 	for i := range 64 {
 		k := fmt.Sprintf("ip:203.0.113.%d", i)
-		ka, kb, ko, plain := redisOf(a).rkey("f", k), redisOf(b).rkey("f", k), redisOf(other).rkey("f", k), redisKey("sluice:", "f", k)
+		ka, kb, ko, plain := redisOf(a).RKey("f", k), redisOf(b).RKey("f", k), redisOf(other).RKey("f", k), redisstore.RedisKey("sluice:", "f", k)
 		if ka != kb {
 			t.Fatalf("one secret, two names: %q and %q", ka, kb)
 		}

@@ -56,9 +56,7 @@ type LeaseBound struct {
 	Fraction float64
 }
 
-// maxLeaseLife bounds a lease's life: a key that cools gives its tokens
-// back within about a quarter of it.
-const maxLeaseLife = 500_000 // microseconds
+// microseconds
 
 // minLeaseLife is the shortest useful lease: below it the bound is too
 // tight for leases to save round trips.
@@ -407,7 +405,7 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 		l.local.charge(p.ID, hk.key, now, l.share(p).ticks, spent, false)
 	}
 	start := time.Now()
-	a, na := l.store.Lease(ctx, &leaseCall{Plan: p, Key: hk.key, ID: hk.id, Cost: cost, Want: min(want+cost, lc.bound), Carry: carry, Penalty: l.penaltyOf(p), Now: now})
+	a, na := l.store.Lease(ctx, &leaseCall{Plan: &p.Plan, Life: p.lease.life, Bound: p.lease.bound, Key: hk.key, ID: hk.id, Cost: cost, Want: min(want+cost, lc.bound), Carry: carry, Penalty: l.penaltyOf(p), Now: now})
 	rtt := int64(time.Since(start) / time.Microsecond)
 	var lost int64
 	if carry < 0 {
@@ -464,7 +462,7 @@ func (l *Limiter) giveBack(ctx context.Context, hk *hotKey) {
 	u, spent := hk.hand, hk.spent
 	hk.hand, hk.spent, hk.inflight = 0, 0, true
 	hk.mu.Unlock()
-	a, _ := l.store.Lease(ctx, &leaseCall{Plan: p, Key: hk.key, ID: hk.id, Back: true, Carry: u, Now: now})
+	a, _ := l.store.Lease(ctx, &leaseCall{Plan: &p.Plan, Life: p.lease.life, Bound: p.lease.bound, Key: hk.key, ID: hk.id, Back: true, Carry: u, Now: now})
 	back := a.Refunds
 	if back > 0 && l.denies != nil {
 		l.denies.delete(p.ID, hk.key) // tokens came back: as a refund does

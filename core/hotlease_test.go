@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -382,13 +383,13 @@ func TestLeaseScript(t *testing.T) {
 		t.Fatalf("life = %d µs, want 30000", life)
 	}
 	ctx := context.Background()
-	rkey := redisOf(lim).rkey(p.FP, "k")
-	keys := []string{rkey, holdsKey(rkey, redisOf(lim).cfg.Prefix, p.FP)}
+	rkey := redisOf(lim).RKey(p.FP, "k")
+	keys := []string{rkey, redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), p.FP)}
 	call := func(op int, id string, cost, want, hand int64) []int64 {
 		t.Helper()
 		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
 		args = append(args, p.Args...)
-		v, err := leaseScript.Run(ctx, rdb, keys, args...).Int64Slice()
+		v, err := redisstore.LeaseScript.Run(ctx, rdb, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,8 +500,8 @@ func TestTokenLeasesCloseGivesBack(t *testing.T) {
 	if ev.Lost != 0 || ev.Taken != ev.Spent+ev.Returned || ev.Returned == 0 {
 		t.Errorf("after Close: %+v, want every token taken spent or returned, some returned", ev)
 	}
-	rkey := redisOf(lim).rkey(rule.p.FP, "k")
-	n, err := redistest.NewClient(t, addr).HLen(ctx, holdsKey(rkey, redisOf(lim).cfg.Prefix, rule.p.FP)).Result()
+	rkey := redisOf(lim).RKey(rule.p.FP, "k")
+	n, err := redistest.NewClient(t, addr).HLen(ctx, redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), rule.p.FP)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,8 +529,8 @@ func TestTokenLeaseHoldsOfAnotherType(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	rkey := redisOf(lim).rkey(rule.p.FP, "k")
-	hkey := holdsKey(rkey, redisOf(lim).cfg.Prefix, rule.p.FP)
+	rkey := redisOf(lim).RKey(rule.p.FP, "k")
+	hkey := redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), rule.p.FP)
 	if err := redistest.NewClient(t, addr).Set(ctx, hkey, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // Limit is a token bucket: Rate events per Period, with room for Burst
@@ -178,47 +180,11 @@ func (l Limit) String() string {
 	return s
 }
 
-// maxExact bounds the tick arithmetic so that every intermediate value of the
-// Lua script, where numbers are doubles, stays an exact integer (below 2^53)
-// with room for cost, reservations and the current time.
-const maxExact = 1 << 50
-
 // Validate reports whether l can be enforced exactly. The error wraps
 // [ErrInvalidLimit] and names the field at fault.
 func (l Limit) Validate() error {
 	_, err := compileLimit(l)
 	return err
-}
-
-// tickLimit is a validated limit in the integer units the bucket uses: one
-// microsecond is r ticks and one event costs p ticks, with r/p reduced to
-// lowest terms so the bucket's capacity in ticks (b*p) stays small.
-//
-// A stepped limit (k > 0) counts in events (r = p = 1): k events return at
-// the start of every window, never beyond b. Its windows are every
-// microseconds long and aligned to the epoch, or, with cal set, calendar
-// periods (see calendar.go).
-type tickLimit struct {
-	R, P, B int64
-	St      *stepper // nil: continuous (GCRA)
-}
-
-// stepper is a stepped limit's refill.
-type stepper struct {
-	K     int64     // events added per window
-	Every int64     // an interval's window in microseconds
-	Cal   *calendar // a calendar refill's windows; nil for an interval
-}
-
-// Stepped reports whether t refills in steps.
-func (t tickLimit) Stepped() bool { return t.St != nil }
-
-// Calendar returns t's Calendar, nil if it has none.
-func (t tickLimit) Calendar() *calendar {
-	if t.St == nil {
-		return nil
-	}
-	return t.St.Cal
 }
 
 func compileLimit(l Limit) (tickLimit, error) {
@@ -255,15 +221,6 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
-}
-
-// Capacity is the bucket's tolerance in ticks.
-func (t tickLimit) Capacity() int64 { return t.B * t.P }
-
-// maxWaitTicks is the longest reservation, in microseconds, whose tick count
-// stays exact for this limit.
-func (t tickLimit) MaxWaitMicros() int64 {
-	return (maxExact - t.Capacity()) / t.R
 }
 
 // micros converts a positive duration to whole microseconds, rounding up.
@@ -327,5 +284,8 @@ func compileCalendar(l Limit) (tickLimit, error) {
 		return tickLimit{}, fmt.Errorf("%w: Zone %q: %v (%s)", ErrInvalidLimit, l.Zone, err, l)
 	}
 	n := int64(l.Rate)
-	return tickLimit{R: 1, P: 1, B: n, St: &stepper{K: n, Cal: &calendar{Unit: l.Refill, Loc: loc}}}, nil
+	return tickLimit{R: 1, P: 1, B: n, St: &stepper{K: n, Cal: &calendar{Unit: periods[l.Refill], Loc: loc}}}, nil
 }
+
+// periods maps a calendar refill to its period.
+var periods = map[Refill]model.Period{RefillDaily: model.Daily, RefillWeekly: model.Weekly, RefillMonthly: model.Monthly}

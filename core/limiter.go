@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Limiter is the engine: it decides requests against token buckets kept in
@@ -66,82 +63,6 @@ type lazy[T any] struct {
 func (z *lazy[T]) get(mk func() *T) *T {
 	z.once.Do(func() { z.v = mk() })
 	return z.v
-}
-
-// New returns a Limiter that keeps its buckets in rdb, which may be any
-// go-redis v9 client: *redis.Client, *redis.ClusterClient, *redis.Ring, a
-// failover (Sentinel) client or a redis.UniversalClient.
-//
-// New does no network I/O. It returns an error, never a panic, for a nil
-// client or an invalid option.
-//
-// New takes the client as it is, and keeps the limiter's time budget (see
-// [WithTimeout]) whatever the client's options. Two go-redis options make
-// it better, and New logs once, at Warn level, which of them the client
-// lacks and why:
-//   - ContextTimeoutEnabled: true. go-redis otherwise ignores context
-//     deadlines, so each decision runs in a goroutine of its own, the
-//     caller stops waiting at the budget and the call ends by the client's
-//     own timeouts in the background, and decisions are not batched.
-//   - MaxRetries: -1. go-redis retries a command whose reply was lost, and
-//     a retried decision charges its bucket twice (the request may then be
-//     denied early; it is never admitted twice).
-//
-// On a *redis.ClusterClient, every store failure on a master makes the
-// limiter ask go-redis to reload its slot map (at most every 100 ms), so a
-// failed-over master's keys return to Redis soon after the failover with
-// go-redis's default ClusterStateReloadInterval. docs/topologies.md has
-// each topology's client settings.
-//
-// On a *redis.ClusterClient the limiter keeps a circuit breaker per master
-// (found from go-redis's slot map), so a failing master sends only its own
-// keys to the failure policy; other clients have one breaker.
-func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
-	if isNil(rdb) {
-		return nil, errors.New("core: nil Redis client")
-	}
-	l, o, err := newLimiter(opts)
-	if err != nil {
-		return nil, err
-	}
-	if o.clock != nil {
-		return nil, errors.New("core: WithClock applies to NewMemory only; a Redis-backed limiter reads Redis's clock")
-	}
-	brk := &breaker{
-		threshold:  int32(o.breaker.Failures),
-		closeAfter: int32(o.breaker.Successes),
-		cooldown:   micros(o.breaker.Probe),
-		stale:      micros(o.breaker.Probe) + 2*max(micros(o.timeout), 1000_000),
-		node:       nodeName(rdb),
-	}
-	// The store reads the engine's clock through l, so a clock replaced
-	// after New (tests do) is the store's too; the decisions' own calls
-	// carry their time.
-	now := func() int64 { return l.now() }
-	cfg := storeConfig{Prefix: o.prefix, SlotKey: o.slotKey, Budget: o.timeout, Inflight: o.inflight, Now: now, Ack: o.ack}
-	var obs storeObserver
-	if o.observer != nil {
-		obs = o.observer
-	}
-	l.store = newRedisStore(rdb, brk, cfg, storeUp{Obs: obs, Log: l.log, Note: l.outageNote})
-	l.remote = true
-	switch {
-	case o.fleet.Name != "":
-		unmet := UnmetFleet // WithFallbackReplicas, if given, is the count to assume
-		if o.replicasSet {
-			unmet = o.replicas
-		}
-		l.fleet = newFleet(l.store, o.fleet, o.replicas, unmet)
-	case !o.replicasSet && o.fallback == nil && o.policy == FallbackLocal:
-		// Nothing sizes the fallback: by default it follows the fleet
-		// of limiters on this Redis and prefix, counted by decisions.
-		l.fleet = newImplicitFleet(l.store)
-	}
-	if advice := clientAdvice(rdb, l.timeout); len(advice) > 0 {
-		l.log().Warn("sluice: the Redis client's options cost the limiter safety or speed; docs/production.md has the recommended client",
-			"node", brk.node, "advice", strings.Join(advice, "; "))
-	}
-	return l, nil
 }
 
 // NewMemory returns a Limiter that keeps its buckets in process memory, with
@@ -347,7 +268,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			defer l.denies.release(p.ID, key, ch)
 		}
 	}
-	d, na := l.store.Decide(ctx, key, p, cost, maxWait, l.penaltyOf(p), now)
+	d, na := l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
@@ -420,7 +341,7 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		l.local.charge(p.ID, key, now, l.share(p).ticks, cost, 2*d.Remaining < int64(p.limits[d.Index].Burst))
 	}
 	if l.fleet != nil && l.fleet.implicit {
-		l.fleet.maybeBeat(l.bg.run)
+		l.fleet.maybeBeat(l.bg.Run)
 	}
 }
 
@@ -468,7 +389,7 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 	if l.denies != nil {
 		l.denies.delete(p.ID, key)
 	}
-	return unanswered(l.store.Reset(ctx, p, key), "reset", key)
+	return unanswered(l.store.Reset(ctx, &p.Plan, key), "reset", key)
 }
 
 // fallback decides without the store, under the failure policy.
@@ -484,7 +405,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
-	res := d.result(p)
+	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, p.dryRun
 	if l.obs != nil {
@@ -533,7 +454,7 @@ func (l *Limiter) outageNote() []any {
 
 // done turns a decision into a Result and reports it.
 func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
-	res := d.result(p)
+	res := resultOf(d, p)
 	res.Degraded = degraded
 	res.DryRun = p.dryRun
 	if d.Remaining < 0 { // fail-open: nothing was counted

@@ -171,3 +171,17 @@ func (l *Limiter) ObserveDenyList(dryRun bool) {
 		l.obs.ObserveDecision(Result{DryRun: dryRun}, SourceDenyList)
 	}
 }
+
+// Operation kinds, as [StoreCall.Op] reports them.
+const (
+	OpDecide    = "decide"    // a decision or a reservation (Allow, Wait, Reserve)
+	OpPeek      = "peek"      // Peek: a decision of cost 0 that writes nothing
+	OpSettle    = "settle"    // a reservation's settlement
+	OpAcquire   = "acquire"   // a concurrency slot taken
+	OpRelease   = "release"   // a concurrency slot given back
+	OpRenew     = "renew"     // a concurrency lease renewed by the lease keeper
+	OpReset     = "reset"     // Reset: a key's state deleted
+	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
+	OpPath      = "path"      // a path of keys decided as one (PathRule)
+	OpOverrides = "overrides" // an overrides set read or changed (package overrides)
+)

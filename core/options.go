@@ -79,7 +79,7 @@ func (o *options) validate() error {
 	if o.slotKey != nil && len(o.slotKey) < 16 {
 		return fmt.Errorf("core: WithSlotKey: the key is %d bytes, want at least 16", len(o.slotKey))
 	}
-	if err := o.ack.validate(o.timeout); err != nil {
+	if err := o.ack.Validate(o.timeout); err != nil {
 		return err
 	}
 	switch {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // MaxLevels bounds the levels of a path (see [Limiter.PreparePath]).
@@ -58,10 +60,11 @@ type PathRule struct {
 	lim     *Limiter
 	scope   string
 	names   []string
-	plans   []*plan // one per level, in a scope of the path's scope and the level's name
-	minB    int64   // the smallest Burst of every level
-	stepped bool    // some level has a stepped limit: no Reserve
-	penalty int64   // microseconds; -1: the limiter's (see PathRule.WithPenalty)
+	plans   []*plan       // one per level, in a scope of the path's scope and the level's name
+	views   []*model.Plan // each plan's part a store reads
+	minB    int64         // the smallest Burst of every level
+	stepped bool          // some level has a stepped limit: no Reserve
+	penalty int64         // microseconds; -1: the limiter's (see PathRule.WithPenalty)
 	dryRun  bool
 }
 
@@ -92,6 +95,7 @@ func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) 
 		}
 		r.names = append(r.names, lv.Name)
 		r.plans = append(r.plans, p)
+		r.views = append(r.views, &p.Plan)
 		if i == 0 || p.minB < r.minB {
 			r.minB = p.minB
 		}
@@ -167,7 +171,7 @@ func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservat
 		return nil, err
 	}
 	rv := &Reservation{Result: res, lim: l, p: pd.minPlan, key: path[0], n: int64(n), made: time.Now()}
-	ps := &pathSettle{plans: r.plans[:len(path)], keys: pd.keys}
+	ps := &pathSettle{plans: r.plans[:len(path)], views: r.views[:len(path)], keys: pd.keys}
 	rv.path = ps
 	switch {
 	case !res.Allowed:
@@ -236,7 +240,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		penalty = r.penalty
 	}
 	pd.keys = make([]string, len(path))
-	q := &pathAsk{Names: r.names, Plans: plans, Keys: pd.keys, IDs: make([]uint64, len(path)), Levels: make([][]tickLimit, len(path)), Cost: cost, Penalty: penalty, Now: now}
+	q := &pathAsk{Names: r.names, Plans: r.views[:len(path)], Keys: pd.keys, IDs: make([]uint64, len(path)), Levels: make([][]tickLimit, len(path)), Cost: cost, Penalty: penalty, Now: now}
 	for i := range path {
 		pd.keys[i] = pathKeyOf(path, i)
 		q.IDs[i] = plans[i].ID
@@ -279,7 +283,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 
 // resultPath turns a path's decision, made by level lv, into a Result.
 func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Result {
-	res := d.result(r.plans[lv])
+	res := resultOf(d, r.plans[lv])
 	res.Level = r.names[lv]
 	res.Degraded = degraded
 	res.DryRun = r.dryRun
@@ -359,6 +363,7 @@ func (s *shardedMap[V]) shardIndex(k localKey) int {
 // pathSettle is what a path's reservation needs to be settled.
 type pathSettle struct {
 	plans []*plan       // each level's
+	views []*model.Plan // each level's part a store reads
 	keys  []string      // each level's key (see pathKeyOf)
 	ticks [][]tickLimit // in memory: each level's limits as charged
 }

@@ -1,6 +1,6 @@
 package core
 
-// This file is a path's arithmetic in Go: the model core/path.lua is
+// This file is a path's arithmetic in Go: the model core/internal/redisstore/path.lua is
 // tested against, and what the in-memory store and the local fallback run
 // for a path (see localStore.takePath).
 
@@ -14,7 +14,7 @@ package core
 //
 // The deciding level is, of the levels that deny, the one with the
 // longest retry (the first of equals), and when all admit, the one with
-// the fewest requests left (the first of equals), as core/path.lua's
+// the fewest requests left (the first of equals), as core/internal/redisstore/path.lua's
 // reply says.
 func stepPath(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, penalty int64) (decision, int, []bool) {
 	n := len(levels)

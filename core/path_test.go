@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -24,10 +25,10 @@ import (
 // argument, every expiry is stretched by expiryStretch, and each is
 // recorded under the key's name plus pxSuffix.
 var injectedPathScript = func() *redis.Script {
-	if !strings.Contains(pathLua, timeLines) {
+	if !strings.Contains(redisstore.PathLua, timeLines) {
 		panic("path.lua no longer reads TIME as the test expects")
 	}
-	src := strings.Replace(pathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
+	src := strings.Replace(redisstore.PathLua, timeLines, "local now = ARGV[#ARGV] + 0\nARGV[#ARGV] = nil\n", 1)
 	sets := regexp.MustCompile(`call\('SET', (keys\[\w+\]|key), (.+?), 'PX', (?:format\('%d', ceildiv\(([\w.]+), 1000\)\)|ceildiv\(([\w.]+), 1000\))\)`)
 	if n := len(sets.FindAllString(src, -1)); n != 3 {
 		panic(fmt.Sprintf("path.lua sets %d keys with an expiry, the test expects 3 (two of its own, one in limits.lua)", n))
@@ -124,8 +125,8 @@ func TestPathDifferential(t *testing.T) {
 				var each []any
 				for lv := range rv.path {
 					p := rule.plans[lv]
-					rkey := redisKeyFrom(prefix, p.FP, rv.path[0], pathKeyOf(rv.path, lv), nil)
-					keys = append(keys, rkey, markerKey(rkey, prefix, p.FP, rv.id))
+					rkey := redisstore.RedisKeyFrom(prefix, p.FP, rv.path[0], pathKeyOf(rv.path, lv), nil)
+					keys = append(keys, rkey, redisstore.MarkerKey(rkey, prefix, p.FP, rv.id))
 					if len(rv.path) == 1 {
 						args = append(args, final-rv.n, 600000)
 						args = append(args, p.Args...)
@@ -174,11 +175,11 @@ func TestPathDifferential(t *testing.T) {
 					o.args = []any{o.depth}
 					for lv := range o.depth {
 						p := rule.plans[lv]
-						o.rkeys = append(o.rkeys, redisKeyFrom(prefix, p.FP, o.path[0], pathKeyOf(o.path, lv), nil))
+						o.rkeys = append(o.rkeys, redisstore.RedisKeyFrom(prefix, p.FP, o.path[0], pathKeyOf(o.path, lv), nil))
 						o.bs = append(o.bs, modelOf(o.rkeys[lv]))
 						o.levels = append(o.levels, p.Ticks)
-						c := call{plan: p, cost: o.cost, penalty: o.penalty, now: now}
-						o.args = c.appendGroup(o.args)
+						c := redisstore.Query{Plan: &p.Plan, Cost: o.cost, Penalty: o.penalty, Now: now}
+						o.args = c.AppendGroup(o.args)
 					}
 					o.want, o.wantLv, o.wrote = stepPath(o.bs, now, o.levels, o.cost, 0, o.penalty)
 					batch = append(batch, o)
@@ -198,11 +199,11 @@ func TestPathDifferential(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seq %d step %d: %v", seq, step, err)
 				}
-				if len(vals) != pathReplyWidth*len(batch) {
+				if len(vals) != redisstore.PathReplyWidth*len(batch) {
 					t.Fatalf("seq %d step %d: %d values for %d paths", seq, step, len(vals), len(batch))
 				}
 				for i, o := range batch {
-					got, gotLv, err := parsePathReply(vals[i*pathReplyWidth:(i+1)*pathReplyWidth], rules[o.ri].plans[:o.depth])
+					got, gotLv, err := redisstore.ParsePathReply(vals[i*redisstore.PathReplyWidth:(i+1)*redisstore.PathReplyWidth], rules[o.ri].views[:o.depth])
 					if err != nil {
 						t.Fatalf("seq %d step %d: %v", seq, step, err)
 					}
@@ -281,34 +282,34 @@ func TestPathBatchKeyFault(t *testing.T) {
 	}
 	prefix := uniquePrefix()
 	now := time.Now().UnixMicro()
-	mk := func(at int64, path ...string) *batch.Member[*pathCall, pathAnswer] {
-		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
-		for lv, p := range c.plans {
-			c.rkeys = append(c.rkeys, redisKeyFrom(prefix, p.FP, path[0], pathKeyOf(path, lv), nil))
-			cl := call{plan: p, cost: 1, now: at}
-			c.args = cl.appendGroup(c.args)
+	mk := func(at int64, path ...string) *batch.Member[*redisstore.PathQuery, redisstore.PathAnswer] {
+		c := &redisstore.PathQuery{Args: []any{len(path)}, Plans: r.views[:len(path)]}
+		for lv, p := range c.Plans {
+			c.RKeys = append(c.RKeys, redisstore.RedisKeyFrom(prefix, p.FP, path[0], pathKeyOf(path, lv), nil))
+			cl := redisstore.Query{Plan: p, Cost: 1, Now: at}
+			c.Args = cl.AppendGroup(c.Args)
 		}
-		return &batch.Member[*pathCall, pathAnswer]{Req: c}
+		return &batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{Req: c}
 	}
 	skewed := now - 2*24*3600*1_000_000
 	bad, good := mk(skewed, "acme", "mallory"), mk(now, "acme", "alice")
-	s := &redisStore{rdb: rdb}
-	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
-	if !errors.Is(bad.Err, errKeyFailed) {
+	_, _, paths := redisstore.New(rdb, redisstore.Config{}, redisstore.Up{}).Senders(false, nil)
+	paths(ctx, []*batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{bad, good})
+	if !errors.Is(bad.Err, redisstore.ErrKeyFailed) {
 		t.Fatalf("the path whose calendar windows miss the server's clock: %v, want errKeyFailed", bad.Err)
 	}
-	if good.Err != nil || !good.Res.d.Allowed {
+	if good.Err != nil || !good.Res.D.Allowed {
 		t.Fatalf("the other path: %+v, %v; want admitted", good.Res, good.Err)
 	}
 	// The failed path charged nothing: the organisation holds one request.
 	org := mk(now, "acme")
-	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{org})
-	if org.Err != nil || org.Res.d.Remaining != 8 {
+	paths(ctx, []*batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{org})
+	if org.Err != nil || org.Res.D.Remaining != 8 {
 		t.Fatalf("the organisation after one admitted and one failed path: %+v, %v; want 8 left", org.Res, org.Err)
 	}
-	both := []*batch.Member[*pathCall, pathAnswer]{mk(skewed, "acme", "mallory"), mk(skewed, "acme", "mallory")}
-	s.sendPaths(false, nil)(ctx, both)
-	if both[0].Err == nil || !keyFault(both[0].Err) {
+	both := []*batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{mk(skewed, "acme", "mallory"), mk(skewed, "acme", "mallory")}
+	paths(ctx, both)
+	if both[0].Err == nil || !redisstore.KeyFault(both[0].Err) {
 		t.Fatalf("a batch whose every path fails: %v, want the script's error, a fault of the key", both[0].Err)
 	}
 }
@@ -329,7 +330,7 @@ func TestPathForeignLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(redisOf(lim).cfg.Prefix, r.plans[lv].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
+			rkey := redisstore.RedisKeyFrom(redisOf(lim).Prefix(), r.plans[lv].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, lv), nil)
 			for round := range 2 {
 				if err := rdb.Del(ctx, rkey).Err(); err != nil {
 					t.Fatal(err)
@@ -363,25 +364,25 @@ func TestPathForeignLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMicro()
-	mk := func(path ...string) *batch.Member[*pathCall, pathAnswer] {
-		c := &pathCall{args: []any{len(path)}, plans: r.plans[:len(path)]}
-		for lv, p := range c.plans {
-			c.rkeys = append(c.rkeys, redisKeyFrom(redisOf(lim).cfg.Prefix, p.FP, path[0], pathKeyOf(path, lv), nil))
-			cl := call{plan: p, cost: 1, now: now}
-			c.args = cl.appendGroup(c.args)
+	mk := func(path ...string) *batch.Member[*redisstore.PathQuery, redisstore.PathAnswer] {
+		c := &redisstore.PathQuery{Args: []any{len(path)}, Plans: r.views[:len(path)]}
+		for lv, p := range c.Plans {
+			c.RKeys = append(c.RKeys, redisstore.RedisKeyFrom(redisOf(lim).Prefix(), p.FP, path[0], pathKeyOf(path, lv), nil))
+			cl := redisstore.Query{Plan: p, Cost: 1, Now: now}
+			c.Args = cl.AppendGroup(c.Args)
 		}
-		return &batch.Member[*pathCall, pathAnswer]{Req: c}
+		return &batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{Req: c}
 	}
 	bad, good := mk("acme", "mallory"), mk("acme", "alice")
-	if err := rdb.HSet(ctx, bad.Req.rkeys[1], "x", "1").Err(); err != nil {
+	if err := rdb.HSet(ctx, bad.Req.RKeys[1], "x", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	s := &redisStore{rdb: rdb}
-	s.sendPaths(false, nil)(ctx, []*batch.Member[*pathCall, pathAnswer]{bad, good})
-	if bad.Err != nil || !bad.Res.d.Allowed || bad.Res.foreign != 2 {
+	_, _, paths := redisstore.New(rdb, redisstore.Config{}, redisstore.Up{}).Senders(false, nil)
+	paths(ctx, []*batch.Member[*redisstore.PathQuery, redisstore.PathAnswer]{bad, good})
+	if bad.Err != nil || !bad.Res.D.Allowed || bad.Res.Foreign != 2 {
 		t.Fatalf("the path with a hash at its user level, in a batch: %+v, %v; want admitted, the user level reported", bad.Res, bad.Err)
 	}
-	if good.Err != nil || !good.Res.d.Allowed || good.Res.foreign != 0 {
+	if good.Err != nil || !good.Res.D.Allowed || good.Res.Foreign != 0 {
 		t.Fatalf("the other path: %+v, %v; want admitted, nothing reported", good.Res, good.Err)
 	}
 }
@@ -413,7 +414,7 @@ func TestPathPoisonedLevel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rkey := redisKeyFrom(redisOf(lim).cfg.Prefix, r.plans[1].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
+			rkey := redisstore.RedisKeyFrom(redisOf(lim).Prefix(), r.plans[1].FP, "acme", pathKeyOf([]string{"acme", "mallory"}, 1), nil)
 			if err := rdb.Set(ctx, rkey, tc.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}

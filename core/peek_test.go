@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -45,7 +46,7 @@ func TestPeekForetellsAllow(t *testing.T) {
 					rdb := redistest.NewClient(t, addr)
 					raw = func(key string) string {
 						p, _ := lim.plans.get(limits)
-						v, err := rdb.Get(context.Background(), redisKey(redisOf(lim).cfg.Prefix, p.FP, key)).Result()
+						v, err := rdb.Get(context.Background(), redisstore.RedisKey(redisOf(lim).Prefix(), p.FP, key)).Result()
 						if err != nil && !errors.Is(err, redis.Nil) {
 							t.Fatal(err)
 						}
@@ -146,7 +147,7 @@ func TestPeekWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	limit := PerMinute(10)
 	p, _ := lim.plans.get([]Limit{limit})
-	rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, "alice")
+	rkey := redisstore.RedisKey(redisOf(lim).Prefix(), p.FP, "alice")
 	res, err := lim.Peek(ctx, "alice", limit)
 	if err != nil || !res.Allowed || res.Remaining != 10 {
 		t.Fatalf("Peek of a fresh key = %+v, %v; want allowed with 10 remaining", res, err)
@@ -187,7 +188,7 @@ func TestPeekStoreDown(t *testing.T) {
 			t.Fatalf("Peek %d with Redis down: %v, want ErrUnavailable", i, err)
 		}
 	}
-	if !redisOf(lim).whole.brk.isOpen() {
+	if !redisOf(lim).WholeOpen() {
 		t.Fatal("five failed peeks did not open the breaker")
 	}
 }

@@ -9,23 +9,21 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // plan is a validated set of limits decided together on one key: the tick
 // form of each limit, the fingerprint that names their shared bucket, and the
 // script arguments, computed once and reused by every decision.
 type plan struct {
+	model.Plan // what a store reads: the tick limits, fingerprints, script arguments
+
 	limits     []Limit
-	Ticks      []tickLimit
 	local      share                 // the local fallback's limits, fixed
 	fleetShare atomic.Pointer[share] // the local limits for a fleet's size (see Limiter.share)
 	minB       int64                 // the smallest Burst: no single request may cost more
-	FP         string                // fingerprint, part of the Redis key
-	ID         uint64                // fingerprint for local maps
-	Args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
 	maxW       int64                 // longest exact reservation in microseconds
-	Stepped    bool                  // some limit refills in steps: the script's batch form, and no Reserve
-	Cal        bool                  // some limit is a calendar's: args lacks its arguments, which each call adds (see call.appendGroup)
 
 	coarse []coarseFallback // fallback limits that could not be used as given
 
@@ -52,7 +50,8 @@ func newScopedPlan(scope string, limits []Limit, fallback func(Limit) Limit) (*p
 	if len(limits) > maxLimits {
 		return nil, fmt.Errorf("%w: %d limits on one key, at most %d", ErrInvalidLimit, len(limits), maxLimits)
 	}
-	p := &plan{limits: append([]Limit(nil), limits...), Ticks: make([]tickLimit, len(limits))}
+	p := &plan{limits: append([]Limit(nil), limits...)}
+	p.Ticks = make([]tickLimit, len(limits))
 	p.Args = append(p.Args, strconv.Itoa(len(limits)))
 	p.maxW = maxExact
 	h := sha256.New()

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/sluicehq/sluice/internal/testkit"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/internal/redisstore"
+	"github.com/sluicehq/sluice/internal/testkit"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/redistest"
@@ -42,10 +44,10 @@ const (
 )
 
 var injectedTimeScript = func() *redis.Script {
-	if !strings.Contains(bucketLua, timeLines) {
+	if !strings.Contains(redisstore.BucketLua, timeLines) {
 		panic("bucket.lua no longer reads TIME as the test expects")
 	}
-	src := strings.Replace(bucketLua, timeLines, "local now = argv[#argv] + 0\nargv[#argv] = nil\n", 1)
+	src := strings.Replace(redisstore.BucketLua, timeLines, "local now = argv[#argv] + 0\nargv[#argv] = nil\n", 1)
 	for _, e := range expiryExprs {
 		if !strings.Contains(src, e) {
 			panic("bucket.lua no longer sets PX as the test expects: " + e)
@@ -68,20 +70,20 @@ type clockScripter struct {
 }
 
 func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha == settleScript.Hash() {
+	if sha == redisstore.SettleScript.Hash() {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
-	if sha != bucketScript.Hash() {
+	if sha != redisstore.BucketScript.Hash() {
 		return c.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
 	return injectedTimeScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 }
 
 func (c clockScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	if script == settleLua {
+	if script == redisstore.SettleLua {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
-	if script != bucketLua {
+	if script != redisstore.BucketLua {
 		return c.Scripter.Eval(ctx, script, keys, args...)
 	}
 	return injectedTimeScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
@@ -96,20 +98,20 @@ type clockPipeliner struct {
 }
 
 func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha == settleScript.Hash() {
+	if sha == redisstore.SettleScript.Hash() {
 		return injectedSettleScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
-	if sha != bucketScript.Hash() {
+	if sha != redisstore.BucketScript.Hash() {
 		return p.Pipeliner.EvalSha(ctx, sha, keys, args...)
 	}
 	return injectedTimeScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 }
 
 func (p clockPipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	if script == settleLua {
+	if script == redisstore.SettleLua {
 		return injectedSettleScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
-	if script != bucketLua {
+	if script != redisstore.BucketLua {
 		return p.Pipeliner.Eval(ctx, script, keys, args...)
 	}
 	return injectedTimeScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
@@ -187,7 +189,7 @@ func genSteps(r *rand.Rand, n int) []diffStep {
 }
 
 // decideFunc decides one call at virtual time now (microseconds).
-type decideFunc func(ctx context.Context, c *call, now int64) (decision, error)
+type decideFunc func(ctx context.Context, c *redisstore.Query, now int64) (decision, error)
 
 // TestDifferential runs random sequences against the reference model and a
 // real Redis, through injectedTimeScript on a virtual clock, and requires
@@ -206,14 +208,14 @@ func TestDifferential(t *testing.T) {
 	}
 	const base = 1_800_000_000_000_000 // a 2027 instant, in microseconds
 	rdb := redistest.NewClient(t, redistest.Addr(t))
-	runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *call, now int64) (decision, error) {
-		args := c.appendArgs(nil)
+	runDifferential(t, plans, seqs, perSeq, base, func(ctx context.Context, c *redisstore.Query, now int64) (decision, error) {
+		args := c.AppendArgs(nil)
 		args = append(args, now)
-		vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.rkey}, args...).Int64Slice()
+		vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.RKey}, args...).Int64Slice()
 		if err != nil {
 			return decision{}, err
 		}
-		return parseReply(vals, c.plan)
+		return redisstore.ParseReply(vals, c.Plan)
 	}, func(ctx context.Context, rkey string, want time.Duration) error {
 		var px *redis.StringCmd
 		var pttl *redis.DurationCmd
@@ -254,21 +256,21 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 			now += s.dt
 			p := plans[s.plan]
 			cost := min(s.cost, p.minB)
-			c := call{
-				key:     fmt.Sprintf("k%d", s.key),
-				plan:    p,
-				cost:    cost,
-				maxWait: s.maxWait,
-				penalty: s.penalty,
+			c := redisstore.Query{
+				Key:     fmt.Sprintf("k%d", s.key),
+				Plan:    &p.Plan,
+				Cost:    cost,
+				MaxWait: s.maxWait,
+				Penalty: s.penalty,
 			}
-			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.key)
-			c.keys[0] = c.rkey
-			b := model[c.rkey]
+			c.RKey = redisstore.RedisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.Key)
+			c.SetRKey(c.RKey)
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
-			want, wrote := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
+			want, wrote := stepBucket(b, now, p.Ticks, c.Cost, c.MaxWait, c.Penalty)
 			got, err := run(ctx, &c, now)
 			if err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, i, err)
@@ -278,7 +280,7 @@ func runDifferential(t *testing.T, plans []*plan, seqs, perSeq int, base int64, 
 			}
 			if wrote {
 				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.Ticks), 1000)) * time.Millisecond
-				if err := checkTTL(ctx, c.rkey, wantTTL); err != nil {
+				if err := checkTTL(ctx, c.RKey, wantTTL); err != nil {
 					t.Fatalf("seed %d step %d (%+v, limits %v): %v", seed, i, s, p.limits, err)
 				}
 			}
@@ -509,7 +511,7 @@ func TestOneCommandPerDecision(t *testing.T) {
 	if _, err := lim.Allow(ctx, "warm", limit); err != nil {
 		t.Fatal(err)
 	}
-	redisOf(lim).bg.wg.Wait() // the eviction policy's one read (INFO, perhaps on a new connection)
+	redisOf(lim).WaitBackground() // the eviction policy's one read (INFO, perhaps on a new connection)
 	admin := redistest.NewClient(t, srv.Addr())
 	before, err := redistest.CommandCalls(ctx, admin)
 	if err != nil {
@@ -595,7 +597,7 @@ func TestStoredKeys(t *testing.T) {
 		t.Fatalf("stored %d keys, want %d", len(names), len(keys)-1)
 	}
 	for _, n := range names {
-		if len(n) > 2+6+12+1+maxVerbatimKey {
+		if len(n) > 2+6+12+1+redisstore.MaxVerbatimKey {
 			t.Fatalf("stored name of %d bytes", len(n))
 		}
 		ttl, err := rdb.PTTL(ctx, n).Result()

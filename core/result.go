@@ -44,7 +44,8 @@ type Result struct {
 	Level string
 }
 
-func (d decision) result(p *plan) Result {
+// resultOf is d, a decision under p, as the caller's Result.
+func resultOf(d decision, p *plan) Result {
 	return Result{
 		Allowed:    d.Allowed,
 		Remaining:  int(d.Remaining),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -131,7 +132,7 @@ func acquireBurst(t *testing.T, ready bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rkey = redisOf(lim).rkey(c.fp, "hot")
+		rkey = redisOf(lim).RKey(c.fp, "hot")
 		for range perInstance {
 			wg.Go(func() {
 				<-start
@@ -332,7 +333,7 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.LPush(ctx, redisKey(redisOf(lim).cfg.Prefix, p.FP, "poisoned"), "x").Err(); err != nil {
+			if err := rdb.LPush(ctx, redisstore.RedisKey(redisOf(lim).Prefix(), p.FP, "poisoned"), "x").Err(); err != nil {
 				t.Fatal(err)
 			}
 			return "poisoned", limits
@@ -375,7 +376,7 @@ func TestKeyFaultOpensNoBreaker(t *testing.T) {
 				if o := rec.outages(); len(o) != 0 {
 					t.Errorf("a key's own fault opened a breaker: %v", o)
 				}
-				if redisOf(lim).whole.brk.isOpen() {
+				if redisOf(lim).WholeOpen() {
 					t.Error("the breaker is open")
 				}
 			})

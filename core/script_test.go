@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -22,7 +23,7 @@ func scriptClient(t *testing.T) *redis.Client {
 
 // testKey returns a stored name private to the test.
 func testKey(t *testing.T, p *plan, key string) string {
-	return redisKey(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()), p.FP, key)
+	return redisstore.RedisKey(fmt.Sprintf("sluicetest:%s:%d:", t.Name(), time.Now().UnixNano()), p.FP, key)
 }
 
 func mustPlan(t *testing.T, limits ...Limit) *plan {
@@ -35,25 +36,25 @@ func mustPlan(t *testing.T, limits ...Limit) *plan {
 }
 
 // TestAppendArgsLoneForm checks the lone form's layout (see the layout
-// table at the top of core/bucket.lua).
+// table at the top of core/internal/redisstore/bucket.lua).
 func TestAppendArgsLoneForm(t *testing.T) {
 	one := mustPlan(t, PerSecond(5))
 	two := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
 	tests := []struct {
 		name string
-		c    call
+		c    redisstore.Query
 		want []any
 	}{
-		{"plain", call{plan: one, cost: 1}, []any{"1", "200000", "5"}},
-		{"cost", call{plan: one, cost: 3}, []any{"1", "200000", "5", "3"}},
-		{"wait", call{plan: one, cost: 1, maxWait: 700}, []any{"1", "200000", "5", "1", "700"}},
-		{"penalty", call{plan: one, cost: 1, penalty: 9000}, []any{"1", "200000", "5", "1", "0", "9000"}},
-		{"several limits: one group", call{plan: two, cost: 2},
+		{"plain", redisstore.Query{Plan: &one.Plan, Cost: 1}, []any{"1", "200000", "5"}},
+		{"cost", redisstore.Query{Plan: &one.Plan, Cost: 3}, []any{"1", "200000", "5", "3"}},
+		{"wait", redisstore.Query{Plan: &one.Plan, Cost: 1, MaxWait: 700}, []any{"1", "200000", "5", "1", "700"}},
+		{"penalty", redisstore.Query{Plan: &one.Plan, Cost: 1, Penalty: 9000}, []any{"1", "200000", "5", "1", "0", "9000"}},
+		{"several limits: one group", redisstore.Query{Plan: &two.Plan, Cost: 2},
 			[]any{"1", "2", "0", "0", "2", "1", "100000", "3", "1", "1500000", "40"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.c.appendArgs(nil); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			if got := tt.c.AppendArgs(nil); fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("appendArgs = %v, want %v", got, tt.want)
 			}
 		})
@@ -84,35 +85,35 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := make([]*call, len(tt.members))
+			calls := make([]*redisstore.Query, len(tt.members))
 			for i, m := range tt.members {
-				calls[i] = &call{key: fmt.Sprint("k", i), plan: m.p, cost: m.cost}
-				calls[i].rkey = testKey(t, m.p, calls[i].key)
+				calls[i] = &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &m.p.Plan, Cost: m.cost}
+				calls[i].SetRKey(testKey(t, m.p, calls[i].Key))
 				if m.wrong {
-					if err := rdb.HSet(ctx, calls[i].rkey, "f", "v").Err(); err != nil {
+					if err := rdb.HSet(ctx, calls[i].RKey, "f", "v").Err(); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			keys, args := scriptArgs(calls)
-			vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+			keys, args := redisstore.ScriptArgs(calls)
+			vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
 			if err != nil {
 				t.Fatalf("the call failed: %v", err)
 			}
-			if len(vals) != replyWidth*len(calls) {
+			if len(vals) != redisstore.ReplyWidth*len(calls) {
 				t.Fatalf("%d integers for %d keys", len(vals), len(calls))
 			}
 			for i, c := range calls {
-				d, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
-				typ, _ := rdb.Type(ctx, c.rkey).Result()
+				d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+				typ, _ := rdb.Type(ctx, c.RKey).Result()
 				if tt.members[i].wrong {
-					if !errors.Is(err, errKeyFailed) || typ != "hash" {
+					if !errors.Is(err, redisstore.ErrKeyFailed) || typ != "hash" {
 						t.Fatalf("key %d (a hash): %+v, %v; the key is a %s", i, d, err, typ)
 					}
 					continue
 				}
 				// A fresh bucket decides the same at any instant.
-				want, _ := stepBucket(&bucket{}, 0, c.plan.Ticks, c.cost, 0, 0)
+				want, _ := stepBucket(&bucket{}, 0, c.Plan.Ticks, c.Cost, 0, 0)
 				if err != nil || d != want || typ != "string" {
 					t.Fatalf("key %d: %+v, %v, want %+v; the key is a %s", i, d, err, want, typ)
 				}
@@ -128,24 +129,24 @@ func TestScriptEveryKeyFails(t *testing.T) {
 	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
 	rdb := scriptClient(t)
 	ctx := context.Background()
-	var calls []*call
+	var calls []*redisstore.Query
 	for i, p := range []*plan{a, a, b} {
-		c := &call{key: fmt.Sprint("k", i), plan: p, cost: 1}
-		c.rkey = testKey(t, p, c.key)
-		if err := rdb.HSet(ctx, c.rkey, "f", "v").Err(); err != nil {
+		c := &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &p.Plan, Cost: 1}
+		c.RKey = testKey(t, p, c.Key)
+		if err := rdb.HSet(ctx, c.RKey, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
 	for _, c := range calls {
-		err := bucketScript.Run(ctx, rdb, []string{c.rkey}, c.appendArgs(nil)...).Err()
+		err := redisstore.BucketScript.Run(ctx, rdb, []string{c.RKey}, c.AppendArgs(nil)...).Err()
 		if !isCode(err, "WRONGTYPE") {
-			t.Fatalf("lone call on a hash (%d limits): %v, want WRONGTYPE", len(c.plan.limits), err)
+			t.Fatalf("lone call on a hash (%d limits): %v, want WRONGTYPE", len(c.Plan.Ticks), err)
 		}
 	}
-	for _, batch := range [][]*call{calls[:1], calls[:2], calls} {
-		keys, args := scriptArgs(batch)
-		err := bucketScript.Run(ctx, rdb, keys, args...).Err()
+	for _, batch := range [][]*redisstore.Query{calls[:1], calls[:2], calls} {
+		keys, args := redisstore.ScriptArgs(batch)
+		err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Err()
 		if !isCode(err, "WRONGTYPE") {
 			t.Fatalf("batch of %d hashes: %v, want WRONGTYPE", len(batch), err)
 		}
@@ -167,27 +168,27 @@ func TestScriptServerErrorFailsCall(t *testing.T) {
 	rdb := redistest.NewClient(t, srv.Addr())
 	ctx := context.Background()
 	p := mustPlan(t, PerSecond(5))
-	calls := []*call{{key: "locked", plan: p, cost: 1}, {key: "fresh", plan: p, cost: 1}}
+	calls := []*redisstore.Query{{Key: "locked", Plan: &p.Plan, Cost: 1}, {Key: "fresh", Plan: &p.Plan, Cost: 1}}
 	for _, c := range calls {
-		c.rkey = testKey(t, p, c.key)
+		c.RKey = testKey(t, p, c.Key)
 	}
 	lock := time.Now().Add(time.Hour).UnixMicro()
-	if err := rdb.Set(ctx, calls[0].rkey, fmt.Sprintf("%d %d 0", lock, lock), time.Hour).Err(); err != nil {
+	if err := rdb.Set(ctx, calls[0].RKey, fmt.Sprintf("%d %d 0", lock, lock), time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	keys, args := scriptArgs(calls)
-	err := bucketScript.Run(ctx, rdb, keys, args...).Err()
+	keys, args := redisstore.ScriptArgs(calls)
+	err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Err()
 	if !isCode(err, "OOM") {
 		t.Fatalf("batch on a Redis out of memory: %v, want OOM", err)
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	vals, err := bucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-	if err != nil || len(vals) != 2*replyWidth || vals[0] != 2 || vals[replyWidth] != 1 {
+	vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil || len(vals) != 2*redisstore.ReplyWidth || vals[0] != 2 || vals[redisstore.ReplyWidth] != 1 {
 		t.Fatalf("with memory again: %v, %v; want the first key locked, the second admitted", vals, err)
 	}
 }
@@ -220,43 +221,43 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 		n := 1 + r.IntN(20)
 		shared := r.IntN(2) == 0 // one group for the whole batch
 		sp := plans[r.IntN(len(plans))]
-		calls := make([]*call, n)
+		calls := make([]*redisstore.Query, n)
 		for i := range calls {
 			p := sp
 			if !shared {
 				p = plans[r.IntN(len(plans))]
 			}
-			c := &call{key: fmt.Sprint("k", r.IntN(4)), plan: p, cost: 1}
+			c := &redisstore.Query{Key: fmt.Sprint("k", r.IntN(4)), Plan: &p.Plan, Cost: 1}
 			if !shared {
-				c.cost = 1 + r.Int64N(min(2, p.minB))
+				c.Cost = 1 + r.Int64N(min(2, p.minB))
 				if r.IntN(8) == 0 {
-					c.penalty = 500_000
+					c.Penalty = 500_000
 				}
 				if r.IntN(6) == 0 {
-					c.maxWait = min(r.Int64N(1_000_000), p.maxW)
+					c.MaxWait = min(r.Int64N(1_000_000), p.maxW)
 				}
 			}
-			c.rkey = redisKey(prefix, p.FP, c.key)
+			c.RKey = redisstore.RedisKey(prefix, p.FP, c.Key)
 			calls[i] = c
 		}
-		keys, args := scriptArgs(calls)
+		keys, args := redisstore.ScriptArgs(calls)
 		vals, err := runAt(ctx, rdb, keys, args, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range calls {
-			got, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+			got, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := model[c.rkey]
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
-			want, _ := stepBucket(b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now, c.Plan.Ticks, c.Cost, c.MaxWait, c.Penalty)
 			if got != want {
-				t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.key, c.plan.limits, shared, got, want)
+				t.Fatalf("batch member %d (%s, %v, shared %v): script %+v, model %+v", i, c.Key, c.Plan.Ticks, shared, got, want)
 			}
 			decisions++
 		}
@@ -278,17 +279,17 @@ func TestScriptReadsStoredState(t *testing.T) {
 		name string
 		p    *plan
 		b    bucket
-		c    call
+		c    redisstore.Query
 	}{
-		{"debt", one, bucket{tats: []tat{{now + 300_000, 0}}}, call{cost: 1}},
-		{"full after a while", one, bucket{tats: []tat{{now - 5_000_000, 0}}}, call{cost: 1}},
-		{"denied", one, bucket{tats: []tat{{now + 900_000, 0}}}, call{cost: 2}},
-		{"fraction", frac, bucket{tats: []tat{{now + 400_000, 5}}}, call{cost: 1}},
-		{"locked", one, bucket{lock: now + 2_000_000, tats: []tat{{now, 0}}}, call{cost: 1}},
-		{"lock ended", one, bucket{lock: now - 1, tats: []tat{{now + 100, 0}}}, call{cost: 1}},
-		{"penalty", one, bucket{tats: []tat{{now + 1_000_000, 0}}}, call{cost: 1, penalty: 3_000_000}},
-		{"wait", frac, bucket{tats: []tat{{now + 800_000, 3}}}, call{cost: 2, maxWait: 900_000}},
-		{"two limits", two, bucket{tats: []tat{{now + 50_000, 0}, {now + 7_000_000, 1}}}, call{cost: 1}},
+		{"debt", one, bucket{tats: []tat{{now + 300_000, 0}}}, redisstore.Query{Cost: 1}},
+		{"full after a while", one, bucket{tats: []tat{{now - 5_000_000, 0}}}, redisstore.Query{Cost: 1}},
+		{"denied", one, bucket{tats: []tat{{now + 900_000, 0}}}, redisstore.Query{Cost: 2}},
+		{"fraction", frac, bucket{tats: []tat{{now + 400_000, 5}}}, redisstore.Query{Cost: 1}},
+		{"locked", one, bucket{lock: now + 2_000_000, tats: []tat{{now, 0}}}, redisstore.Query{Cost: 1}},
+		{"lock ended", one, bucket{lock: now - 1, tats: []tat{{now + 100, 0}}}, redisstore.Query{Cost: 1}},
+		{"penalty", one, bucket{tats: []tat{{now + 1_000_000, 0}}}, redisstore.Query{Cost: 1, Penalty: 3_000_000}},
+		{"wait", frac, bucket{tats: []tat{{now + 800_000, 3}}}, redisstore.Query{Cost: 2, MaxWait: 900_000}},
+		{"two limits", two, bucket{tats: []tat{{now + 50_000, 0}, {now + 7_000_000, 1}}}, redisstore.Query{Cost: 1}},
 	}
 	format := func(b *bucket) string {
 		s := fmt.Sprint(b.lock)
@@ -303,32 +304,32 @@ func TestScriptReadsStoredState(t *testing.T) {
 		for _, form := range []string{"lone", "batch"} {
 			t.Run(tt.name+"/"+form, func(t *testing.T) {
 				c := tt.c
-				c.plan, c.key = tt.p, "k"
-				c.rkey = testKey(t, tt.p, c.key)
+				c.Plan, c.Key = &tt.p.Plan, "k"
+				c.RKey = testKey(t, tt.p, c.Key)
 				b := tt.b
 				b.tats = append([]tat(nil), b.tats...)
 				b.set = true
-				if err := rdb.Set(ctx, c.rkey, format(&b), time.Hour).Err(); err != nil {
+				if err := rdb.Set(ctx, c.RKey, format(&b), time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
-				keys, args := []string{c.rkey}, c.appendArgs(nil)
+				keys, args := []string{c.RKey}, c.AppendArgs(nil)
 				if form == "batch" {
-					keys, args = scriptArgs([]*call{&c})
+					keys, args = redisstore.ScriptArgs([]*redisstore.Query{&c})
 				}
 				vals, err := runAt(ctx, rdb, keys, args, now)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := parseReply(vals, c.plan)
+				got, err := redisstore.ParseReply(vals, c.Plan)
 				if err != nil {
 					t.Fatal(err)
 				}
 				before := format(&b)
-				want, wrote := stepBucket(&b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
+				want, wrote := stepBucket(&b, now, c.Plan.Ticks, c.Cost, c.MaxWait, c.Penalty)
 				if got != want {
 					t.Fatalf("from %q: script %+v, model %+v", before, got, want)
 				}
-				stored, err := rdb.Get(ctx, c.rkey).Result()
+				stored, err := rdb.Get(ctx, c.RKey).Result()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // SettleWindow is how long after [Rule.Reserve] a reservation may be
@@ -188,9 +190,9 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		rv.settleIn(l.local, l.now(), final)
 	} else {
 		// The store charged the whole cost it reserved (held is n).
-		a := settleAsk{Plans: []*plan{rv.p}, Keys: []string{rv.key}, ID: rv.id, Delta: final - rv.n, Marker: marker, Now: l.now()}
+		a := settleAsk{Plans: []*model.Plan{&rv.p.Plan}, Keys: []string{rv.key}, ID: rv.id, Delta: final - rv.n, Marker: marker, Now: l.now()}
 		if ps := rv.path; ps != nil {
-			a.Plans, a.Keys, a.Path = ps.plans, ps.keys, true
+			a.Plans, a.Keys, a.Path = ps.views, ps.keys, true
 		}
 		applied, err := l.store.Settle(ctx, a)
 		if err != nil {

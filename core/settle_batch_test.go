@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/core/internal/model"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -30,8 +32,9 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
 		rdb := redistest.NewClient(t, redistest.Addr(t))
-		s := newRedisStore(clockScripter{Scripter: rdb, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
-		settleBatchAgainstModel(t, s.sendDecisions(&s.whole, false, nil), s.sendSettles(false, nil), rdb, &now)
+		s := redisstore.New(clockScripter{Scripter: rdb, now: clock}, redisstore.Config{Inflight: 4}, redisstore.Up{})
+		decide, settle, _ := s.Senders(false, nil)
+		settleBatchAgainstModel(t, decide, settle, rdb, &now)
 	})
 	t.Run("ring", func(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{
@@ -41,16 +44,17 @@ func TestSettleBatchScriptMatchesModel(t *testing.T) {
 		t.Cleanup(func() { ring.Close() })
 		var now time.Time
 		clock := func() int64 { return now.UnixMicro() }
-		s := newRedisStore(clockScripter{Scripter: ring, now: clock}, &breaker{}, storeConfig{Inflight: 4}, storeUp{})
+		s := redisstore.New(clockScripter{Scripter: ring, now: clock}, redisstore.Config{Inflight: 4}, redisstore.Up{})
 		pipeline := func() redis.Pipeliner { return clockPipeliner{Pipeliner: ring.Pipeline(), now: clock} }
-		settleBatchAgainstModel(t, s.sendDecisions(&node{}, true, pipeline), s.sendSettles(true, pipeline), ring, &now)
+		decide, settle, _ := s.Senders(true, pipeline)
+		settleBatchAgainstModel(t, decide, settle, ring, &now)
 	})
 }
 
 // settleBatchAgainstModel reserves through decide and settles through
 // settle in random batches, moving the clock *now they decide on, and
 // checks every answer and stored value against the model.
-func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision], settle batch.Sender[*settleCall, bool], rdb redis.Cmdable, now *time.Time) {
+func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*redisstore.Query, decision], settle batch.Sender[*redisstore.SettleQuery, bool], rdb redis.Cmdable, now *time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	var plans []*plan
@@ -64,17 +68,19 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 	prefix := fmt.Sprintf("sb:%s:%d:", t.Name(), time.Now().UnixNano())
 	model := map[string]*bucket{}
 	marked := map[string]bool{}
-	var open, done []*settleCall
+	var open, done []*redisstore.SettleQuery
 	var applied, dups, again, failed, batched int
 	for round := range 300 {
 		*now = now.Add(time.Duration(r.Int64N(300_000)) * time.Microsecond)
 		// Reservations: decisions taking cost.
-		members := make([]*batch.Member[*call, decision], 1+r.IntN(6))
+		members := make([]*batch.Member[*redisstore.Query, decision], 1+r.IntN(6))
 		for i := range members {
 			p := plans[r.IntN(len(plans))]
 			key := fmt.Sprintf("k%d", r.IntN(4))
-			rkey := redisKey(prefix, p.FP, key)
-			members[i] = &batch.Member[*call, decision]{Req: &call{key: key, rkey: rkey, keys: [1]string{rkey}, plan: p, cost: 1 + r.Int64N(p.minB)}}
+			rkey := redisstore.RedisKey(prefix, p.FP, key)
+			q := &redisstore.Query{Key: key, Plan: &p.Plan, Cost: 1 + r.Int64N(p.minB)}
+			q.SetRKey(rkey)
+			members[i] = &batch.Member[*redisstore.Query, decision]{Req: q}
 		}
 		decide(ctx, members)
 		for i, m := range members {
@@ -82,24 +88,24 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			if m.Err != nil {
 				t.Fatal(m.Err)
 			}
-			b := model[c.rkey]
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
-			want, _ := stepBucket(b, now.UnixMicro(), c.plan.Ticks, c.cost, 0, 0)
+			want, _ := stepBucket(b, now.UnixMicro(), c.Plan.Ticks, c.Cost, 0, 0)
 			if m.Res != want {
 				t.Fatalf("round %d reservation %d: script %+v, model %+v", round, i, m.Res, want)
 			}
 			if want.Allowed {
-				open = append(open, &settleCall{
-					keys:  [2]string{c.rkey, markerKey(c.rkey, prefix, c.plan.FP, fmt.Sprintf("r%d-%d", round, i))},
-					delta: r.Int64N(c.cost+c.plan.minB+1) - c.cost, marker: 60_000, plan: c.plan,
+				open = append(open, &redisstore.SettleQuery{
+					Keys:  [2]string{c.RKey, redisstore.MarkerKey(c.RKey, prefix, c.Plan.FP, fmt.Sprintf("r%d-%d", round, i))},
+					Delta: r.Int64N(c.Cost+minBurst(c.Plan)+1) - c.Cost, Marker: 60_000, Plan: c.Plan,
 				})
 			}
 		}
 		// Settlements, in a batch of random size from the open ones.
-		var sends []*settleCall
+		var sends []*redisstore.SettleQuery
 		for n := r.IntN(min(len(open), 12) + 1); n > 0; n-- {
 			j := r.IntN(len(open))
 			sc := open[j]
@@ -121,19 +127,19 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			// settlement fails alone and leaves no marker.
 			bad = r.IntN(len(sends) + 1)
 			p := plans[0]
-			rkey := redisKey(prefix, p.FP, fmt.Sprintf("list%d", round))
+			rkey := redisstore.RedisKey(prefix, p.FP, fmt.Sprintf("list%d", round))
 			if err := rdb.RPush(ctx, rkey, "x").Err(); err != nil {
 				t.Fatal(err)
 			}
-			bc := &settleCall{keys: [2]string{rkey, markerKey(rkey, prefix, p.FP, "bad")}, delta: -1, marker: 60_000, plan: p}
-			sends = append(sends[:bad], append([]*settleCall{bc}, sends[bad:]...)...)
+			bc := &redisstore.SettleQuery{Keys: [2]string{rkey, redisstore.MarkerKey(rkey, prefix, p.FP, "bad")}, Delta: -1, Marker: 60_000, Plan: &p.Plan}
+			sends = append(sends[:bad], append([]*redisstore.SettleQuery{bc}, sends[bad:]...)...)
 		}
 		if len(sends) == 0 {
 			continue
 		}
-		sms := make([]*batch.Member[*settleCall, bool], len(sends))
+		sms := make([]*batch.Member[*redisstore.SettleQuery, bool], len(sends))
 		for i, sc := range sends {
-			sms[i] = &batch.Member[*settleCall, bool]{Req: sc}
+			sms[i] = &batch.Member[*redisstore.SettleQuery, bool]{Req: sc}
 		}
 		settle(ctx, sms)
 		if len(sms) > 1 {
@@ -144,10 +150,10 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			if i == bad {
 				// errKeyFailed in a batch; Redis's WRONGTYPE alone (a
 				// group of one on its Ring shard).
-				if m.Err == nil || !errors.Is(m.Err, errKeyFailed) && !strings.Contains(m.Err.Error(), "WRONGTYPE") {
+				if m.Err == nil || !errors.Is(m.Err, redisstore.ErrKeyFailed) && !strings.Contains(m.Err.Error(), "WRONGTYPE") {
 					t.Fatalf("round %d: settlement on a list = %v, %v; want it to fail alone", round, m.Res, m.Err)
 				}
-				if n := rdb.Exists(ctx, sc.keys[1]).Val(); n != 0 {
+				if n := rdb.Exists(ctx, sc.Keys[1]).Val(); n != 0 {
 					t.Fatalf("round %d: a failed settlement left its marker", round)
 				}
 				failed++
@@ -156,10 +162,10 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*call, decision],
 			if m.Err != nil {
 				t.Fatalf("round %d settlement %d: %v", round, i, m.Err)
 			}
-			want := !marked[sc.keys[1]]
+			want := !marked[sc.Keys[1]]
 			if want {
-				marked[sc.keys[1]] = true
-				settleBucket(model[sc.keys[0]], now.UnixMicro(), sc.plan.Ticks, sc.delta)
+				marked[sc.Keys[1]] = true
+				settleBucket(model[sc.Keys[0]], now.UnixMicro(), sc.Plan.Ticks, sc.Delta)
 				applied++
 			}
 			if m.Res != want {
@@ -212,7 +218,7 @@ func settleLoad(t *testing.T, rule *Rule, callers, per int, keys []string, cost 
 }
 
 // parseBucket reads a stored value (see the layout table at the top of
-// core/bucket.lua) into a bucket.
+// core/internal/redisstore/bucket.lua) into a bucket.
 func parseBucket(t *testing.T, s string) *bucket {
 	t.Helper()
 	f := strings.Fields(s)
@@ -256,7 +262,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	rvs := settleLoad(t, rule, callers, per, keys, cost)
 	model := map[string]*bucket{}
 	for _, k := range keys {
-		rk := redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, k)
+		rk := redisstore.RedisKey(redisOf(lim).Prefix(), rule.p.FP, k)
 		v, err := admin.Get(ctx, rk).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +330,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	nrv, ntwins := int64(callers*per), int64(0)
 	for g := range callers {
 		for i, rv := range rvs[g] {
-			rk := redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, rv.key)
+			rk := redisstore.RedisKey(redisOf(lim).Prefix(), rule.p.FP, rv.key)
 			settleBucket(model[rk], at.UnixMicro(), rule.p.Ticks, int64(finals[g][i])-rv.n)
 			if twins[g][i] != nil {
 				ntwins++
@@ -343,7 +349,7 @@ func TestSettleConcurrentMatchesModel(t *testing.T) {
 	if n := stores.Load() - observed; n != settled.Load()+refused.Load() {
 		t.Errorf("the observer saw %d store calls during the settlements, want one per settlement (%d)", n, settled.Load()+refused.Load())
 	}
-	if brk := redisOf(lim).whole.brk; brk.isOpen() {
+	if redisOf(lim).WholeOpen() {
 		t.Error("the breaker opened")
 	}
 	t.Logf("%d reservations on %d keys settled from %d goroutines, %d of them twice at once: every bucket as the model says", nrv, len(keys), callers, ntwins)
@@ -409,4 +415,13 @@ func TestSettleBatchingCoalesces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// minBurst is the smallest burst of p's limits: no request may cost more.
+func minBurst(p *model.Plan) int64 {
+	b := p.Ticks[0].B
+	for _, t := range p.Ticks[1:] {
+		b = min(b, t.B)
+	}
+	return b
 }

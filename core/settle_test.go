@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -23,16 +24,16 @@ const settleExpiry = "'PX', floordiv(ttl + 999, 1000))"
 // expiry is stretched by expiryStretch, so that Redis's own clock never
 // expires a key the virtual clock still holds.
 var injectedSettleScript = func() *redis.Script {
-	if !strings.Contains(settleLua, timeLines) || !strings.Contains(settleLua, settleExpiry) {
+	if !strings.Contains(redisstore.SettleLua, timeLines) || !strings.Contains(redisstore.SettleLua, settleExpiry) {
 		panic("settle.lua no longer reads TIME or sets PX as the test expects")
 	}
-	src := strings.Replace(settleLua, timeLines, "local now = ARGV[#ARGV] + 0\n", 1)
+	src := strings.Replace(redisstore.SettleLua, timeLines, "local now = ARGV[#ARGV] + 0\n", 1)
 	src = strings.Replace(src, settleExpiry, fmt.Sprintf("'PX', floordiv(ttl + 999, 1000) + %d)", expiryStretch.Milliseconds()), 1)
 	return redis.NewScript(src)
 }()
 
 // formatBucket is b as the scripts store it (see the layout table at the
-// top of core/bucket.lua).
+// top of core/internal/redisstore/bucket.lua).
 func formatBucket(b *bucket) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%d", b.lock)
@@ -83,21 +84,21 @@ func TestSettleDifferential(t *testing.T) {
 			now += s.dt
 			p := plans[s.plan]
 			key := fmt.Sprintf("k%d", s.key)
-			rkey := redisKey(pfx, p.FP, key)
+			rkey := redisstore.RedisKey(pfx, p.FP, key)
 			op := r.IntN(10)
 			switch {
 			case op < 4 || (op < 7 && len(open) == 0) || (op >= 7 && len(done) == 0 && len(open) == 0):
 				// A request, or a reservation (the same decision).
-				c := call{key: key, rkey: rkey, plan: p, cost: min(s.cost, p.minB), maxWait: s.maxWait, penalty: s.penalty}
+				c := redisstore.Query{Key: key, RKey: rkey, Plan: &p.Plan, Cost: min(s.cost, p.minB), MaxWait: s.maxWait, Penalty: s.penalty}
 				switch {
 				case op < 2:
-					c.maxWait = 0 // a reservation decides as AllowN
+					c.MaxWait = 0 // a reservation decides as AllowN
 				case op == 3 && len(open) > 0:
 					// A long wait on an open reservation's bucket: its
 					// debt may go beyond one Burst before it settles.
 					rv := open[r.IntN(len(open))]
 					p = rv.plan
-					c = call{key: rv.key, rkey: rv.rkey, plan: p, cost: p.minB, maxWait: r.Int64N(60_000_000)}
+					c = redisstore.Query{Key: rv.key, RKey: rv.rkey, Plan: &p.Plan, Cost: p.minB, MaxWait: r.Int64N(60_000_000)}
 					rkey = rv.rkey
 				}
 				b := model[rkey]
@@ -105,18 +106,18 @@ func TestSettleDifferential(t *testing.T) {
 					b = &bucket{}
 					model[rkey] = b
 				}
-				want, _ := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
-				vals, err := injectedTimeScript.Run(ctx, rdb, []string{rkey}, append(c.appendArgs(nil), now)...).Int64Slice()
+				want, _ := stepBucket(b, now, p.Ticks, c.Cost, c.MaxWait, c.Penalty)
+				vals, err := injectedTimeScript.Run(ctx, rdb, []string{rkey}, append(c.AppendArgs(nil), now)...).Int64Slice()
 				if err != nil {
 					t.Fatalf("seed %d step %d: %v", seed, i, err)
 				}
-				got, err := parseReply(vals, p)
+				got, err := redisstore.ParseReply(vals, &p.Plan)
 				if err != nil || got != want {
 					t.Fatalf("seed %d step %d: store = %+v, %v; model = %+v", seed, i, got, err, want)
 				}
 				decisions++
 				if op < 2 && want.Allowed {
-					open = append(open, &modelRes{key: key, rkey: rkey, id: fmt.Sprintf("r%d-%d", seq, i), plan: p, n: c.cost})
+					open = append(open, &modelRes{key: key, rkey: rkey, id: fmt.Sprintf("r%d-%d", seq, i), plan: p, n: c.Cost})
 				}
 			case op < 7 && len(open) > 0 || len(done) == 0:
 				// Settle an open reservation.
@@ -199,7 +200,7 @@ func TestSettleDifferential(t *testing.T) {
 func settleOnce(t *testing.T, ctx context.Context, rdb redis.Scripter, rv *modelRes, delta, now int64) bool {
 	t.Helper()
 	prefix := rv.rkey[:strings.IndexByte(rv.rkey, '{')]
-	keys := []string{rv.rkey, markerKey(rv.rkey, prefix, rv.plan.FP, rv.id)}
+	keys := []string{rv.rkey, redisstore.MarkerKey(rv.rkey, prefix, rv.plan.FP, rv.id)}
 	args := append([]any{delta, (SettleWindow + markerMargin).Milliseconds()}, rv.plan.Args...)
 	got, err := injectedSettleScript.Run(ctx, rdb, keys, append(args, now)...).Int64()
 	if err != nil {
@@ -405,7 +406,7 @@ type dupScripter struct {
 }
 
 func (d *dupScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if sha == settleScript.Hash() && d.dup.Load() {
+	if sha == redisstore.SettleScript.Hash() && d.dup.Load() {
 		d.calls.Add(2)
 		d.clockScripter.EvalSha(ctx, sha, keys, args...)
 	}
@@ -668,8 +669,8 @@ func BenchmarkSettle(b *testing.B) {
 func TestMarkerKey(t *testing.T) {
 	p, _ := newPlan([]Limit{PerSecond(1)}, nil)
 	for _, key := range []string{"k", "a:b~c{x}", strings.Repeat("z", 200)} {
-		rkey := redisKey("pre:", p.FP, key)
-		m := markerKey(rkey, "pre:", p.FP, "0123")
+		rkey := redisstore.RedisKey("pre:", p.FP, key)
+		m := redisstore.MarkerKey(rkey, "pre:", p.FP, "0123")
 		tag := rkey[strings.IndexByte(rkey, '{') : strings.IndexByte(rkey, '}')+1]
 		if want := "pre:" + tag + p.FP + "~0123"; m != want {
 			t.Errorf("markerKey(%q) = %q, want %q", rkey, m, want)
@@ -685,7 +686,7 @@ func TestMarkerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redistest.NewClient(t, addr)
-	m := markerKey(redisKey(redisOf(lim).cfg.Prefix, rule.p.FP, "k"), redisOf(lim).cfg.Prefix, rule.p.FP, rv.id)
+	m := redisstore.MarkerKey(redisstore.RedisKey(redisOf(lim).Prefix(), rule.p.FP, "k"), redisOf(lim).Prefix(), rule.p.FP, rv.id)
 	if got, hi := rdb.PTTL(ctx, m).Val(), SettleWindow+markerMargin; got > hi || got < hi-5*time.Second {
 		t.Fatalf("marker PTTL = %v, want about %v", got, hi)
 	}

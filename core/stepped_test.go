@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -257,12 +258,12 @@ var steppedBases = []string{
 // expiries must be identical.
 func TestSteppedDifferential(t *testing.T) {
 	rdb := redistest.NewClient(t, redistest.Addr(t))
-	run := func(ctx context.Context, c *call, now int64) (decision, error) {
-		vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.rkey}, append(c.appendArgs(nil), now)...).Int64Slice()
+	run := func(ctx context.Context, c *redisstore.Query, now int64) (decision, error) {
+		vals, err := injectedTimeScript.Run(ctx, rdb, []string{c.RKey}, append(c.AppendArgs(nil), now)...).Int64Slice()
 		if err != nil {
 			return decision{}, err
 		}
-		return parseReply(vals, c.plan)
+		return redisstore.ParseReply(vals, c.Plan)
 	}
 	checkTTL := func(ctx context.Context, rkey string, want time.Duration) error {
 		ms, err := rdb.Get(ctx, rkey+pxSuffix).Int64()
@@ -304,15 +305,15 @@ func runSteppedDifferential(t *testing.T, run decideFunc, checkTTL func(ctx cont
 			if s.maxWait > 0 && r.IntN(2) == 0 {
 				s.maxWait = r.Int64N(30 * 3600_000_000) // long enough for a calendar's next day
 			}
-			c := call{key: fmt.Sprintf("k%d", s.key), plan: p, cost: min(s.cost, p.minB), maxWait: min(s.maxWait, p.maxW), penalty: s.penalty, now: now}
-			c.rkey = redisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.key)
-			b := model[c.rkey]
+			c := redisstore.Query{Key: fmt.Sprintf("k%d", s.key), Plan: &p.Plan, Cost: min(s.cost, p.minB), MaxWait: min(s.maxWait, p.maxW), Penalty: s.penalty, Now: now}
+			c.RKey = redisstore.RedisKey(fmt.Sprintf("%s%d:", prefix, seq), p.FP, c.Key)
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
 			before := b.tats
-			want, wrote := stepBucket(b, now, p.Ticks, c.cost, c.maxWait, c.penalty)
+			want, wrote := stepBucket(b, now, p.Ticks, c.Cost, c.MaxWait, c.Penalty)
 			got, err := run(ctx, &c, now)
 			if err != nil {
 				t.Fatalf("seq %d step %d: %v", seq, i, err)
@@ -323,7 +324,7 @@ func runSteppedDifferential(t *testing.T, run decideFunc, checkTTL func(ctx cont
 			}
 			if wrote {
 				wantTTL := time.Duration(ceilDiv(b.ttl(now, p.Ticks), 1000)) * time.Millisecond
-				if err := checkTTL(ctx, c.rkey, wantTTL); err != nil {
+				if err := checkTTL(ctx, c.RKey, wantTTL); err != nil {
 					t.Fatalf("seq %d step %d (%+v, limits %v): %v", seq, i, s, p.limits, err)
 				}
 			}
@@ -356,37 +357,37 @@ func TestSteppedBatchMatchesModel(t *testing.T) {
 	for range 400 {
 		now += r.Int64N(600_000_000)
 		n := 1 + r.IntN(12)
-		calls := make([]*call, n)
+		calls := make([]*redisstore.Query, n)
 		for i := range calls {
 			p := plans[r.IntN(len(plans))]
-			c := &call{key: fmt.Sprint("k", r.IntN(3)), plan: p, cost: 1 + r.Int64N(min(2, p.minB)), now: now}
+			c := &redisstore.Query{Key: fmt.Sprint("k", r.IntN(3)), Plan: &p.Plan, Cost: 1 + r.Int64N(min(2, p.minB)), Now: now}
 			if r.IntN(8) == 0 {
-				c.penalty = 500_000
+				c.Penalty = 500_000
 			}
 			if r.IntN(6) == 0 {
-				c.maxWait = min(r.Int64N(20*3600_000_000), p.maxW)
+				c.MaxWait = min(r.Int64N(20*3600_000_000), p.maxW)
 			}
-			c.rkey = redisKey(prefix, p.FP, c.key)
+			c.RKey = redisstore.RedisKey(prefix, p.FP, c.Key)
 			calls[i] = c
 		}
-		keys, args := scriptArgs(calls)
+		keys, args := redisstore.ScriptArgs(calls)
 		vals, err := runAt(ctx, rdb, keys, args, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range calls {
-			got, err := parseReply(vals[i*replyWidth:(i+1)*replyWidth], c.plan)
+			got, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := model[c.rkey]
+			b := model[c.RKey]
 			if b == nil {
 				b = &bucket{}
-				model[c.rkey] = b
+				model[c.RKey] = b
 			}
-			want, _ := stepBucket(b, now, c.plan.Ticks, c.cost, c.maxWait, c.penalty)
+			want, _ := stepBucket(b, now, c.Plan.Ticks, c.Cost, c.MaxWait, c.Penalty)
 			if got != want {
-				t.Fatalf("batch member %d (%s, %v): script %+v, model %+v", i, c.key, c.plan.limits, got, want)
+				t.Fatalf("batch member %d (%s, %v): script %+v, model %+v", i, c.Key, c.Plan.Ticks, got, want)
 			}
 			decisions++
 		}
@@ -403,30 +404,30 @@ func TestSteppedArgs(t *testing.T) {
 	day := mustPlan(t, PerSecond(10), PerCalendarDay(7, "America/New_York"))
 	tests := []struct {
 		name string
-		c    call
+		c    redisstore.Query
 		want []any
 	}{
-		{"interval alone", call{plan: interval, cost: 1, now: now}, []any{"1", "1", "0", "0", "1", "0", "3", "5", "2000000"}},
-		{"calendar beside continuous", call{plan: day, cost: 1, now: now}, []any{"1", "1", "0", "0", "2", "1", "100000", "10",
+		{"interval alone", redisstore.Query{Plan: &interval.Plan, Cost: 1, Now: now}, []any{"1", "1", "0", "0", "1", "0", "3", "5", "2000000"}},
+		{"calendar beside continuous", redisstore.Query{Plan: &day.Plan, Cost: 1, Now: now}, []any{"1", "1", "0", "0", "2", "1", "100000", "10",
 			"-1", "7", "7", "20519",
 			"1772859600000000", // 2026-03-07 00:00 EST
 			"1772946000000000", // 2026-03-08 00:00 EST
 			"1773028800000000", // 2026-03-09 00:00 EDT: 23 hours later
 			"1773115200000000", "1773201600000000"}},
-		{"plain continuous", call{plan: mustPlan(t, PerSecond(5)), cost: 1, now: now}, []any{"1", "200000", "5"}},
+		{"plain continuous", redisstore.Query{Plan: &mustPlan(t, PerSecond(5)).Plan, Cost: 1, Now: now}, []any{"1", "200000", "5"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.c.appendArgs(nil); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			if got := tt.c.AppendArgs(nil); fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Fatalf("appendArgs = %v, want %v", got, tt.want)
 			}
 		})
 	}
 	// Calls in other windows are other groups in a batch.
-	a := &call{plan: day, cost: 1, now: now, rkey: "a"}
-	b := &call{plan: day, cost: 1, now: now + 1000, rkey: "b"}
-	c := &call{plan: day, cost: 1, now: now + 86400_000_000, rkey: "c"}
-	if _, args := scriptArgs([]*call{a, b, c}); args[0] != "2" {
+	a := &redisstore.Query{Plan: &day.Plan, Cost: 1, Now: now, RKey: "a"}
+	b := &redisstore.Query{Plan: &day.Plan, Cost: 1, Now: now + 1000, RKey: "b"}
+	c := &redisstore.Query{Plan: &day.Plan, Cost: 1, Now: now + 86400_000_000, RKey: "c"}
+	if _, args := redisstore.ScriptArgs([]*redisstore.Query{a, b, c}); args[0] != "2" {
 		t.Errorf("scriptArgs of two windows: %d groups (%v), want 2", len(args), args)
 	}
 }
@@ -437,30 +438,30 @@ func TestCalendarClockSkew(t *testing.T) {
 	rdb := scriptClient(t)
 	p := mustPlan(t, PerCalendarDay(5, "UTC"))
 	now := time.Date(2026, 3, 8, 12, 0, 0, 0, time.UTC).UnixMicro()
-	c := call{plan: p, cost: 1, now: now - 3*86400_000_000, key: "k"}
-	c.rkey = testKey(t, p, "k")
-	_, err := runAt(context.Background(), rdb, []string{c.rkey}, c.appendArgs(nil), now)
+	c := redisstore.Query{Plan: &p.Plan, Cost: 1, Now: now - 3*86400_000_000, Key: "k"}
+	c.RKey = testKey(t, p, "k")
+	_, err := runAt(context.Background(), rdb, []string{c.RKey}, c.AppendArgs(nil), now)
 	if err == nil || !strings.Contains(err.Error(), "do not hold the server clock") {
 		t.Fatalf("call with windows three days off: %v, want a clock error", err)
 	}
 	// In a batch, only the keys of the skewed group fail.
 	other := mustPlan(t, PerSecond(5))
-	o := &call{plan: other, cost: 1, key: "o", rkey: testKey(t, other, "o")}
-	keys, args := scriptArgs([]*call{&c, o})
+	o := &redisstore.Query{Plan: &other.Plan, Cost: 1, Key: "o", RKey: testKey(t, other, "o")}
+	keys, args := redisstore.ScriptArgs([]*redisstore.Query{&c, o})
 	vals, err := runAt(context.Background(), rdb, keys, args, now)
 	if err != nil {
 		t.Fatalf("a batch with one skewed group: %v", err)
 	}
-	if _, err := parseReply(vals[:replyWidth], p); !errors.Is(err, errKeyFailed) {
+	if _, err := redisstore.ParseReply(vals[:redisstore.ReplyWidth], &p.Plan); !errors.Is(err, redisstore.ErrKeyFailed) {
 		t.Errorf("the skewed key: %v, want errKeyFailed", err)
 	}
-	if d, err := parseReply(vals[replyWidth:], other); err != nil || !d.Allowed {
+	if d, err := redisstore.ParseReply(vals[redisstore.ReplyWidth:], &other.Plan); err != nil || !d.Allowed {
 		t.Errorf("the other key: %+v, %v; want admitted", d, err)
 	}
 	// A period off either way is fine.
 	for _, skew := range []int64{-86400_000_000, 86400_000_000} {
-		c.now = now + skew
-		if _, err := runAt(context.Background(), rdb, []string{c.rkey}, c.appendArgs(nil), now); err != nil {
+		c.Now = now + skew
+		if _, err := runAt(context.Background(), rdb, []string{c.RKey}, c.AppendArgs(nil), now); err != nil {
 			t.Errorf("skew %dµs: %v", skew, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -175,8 +176,8 @@ func TestReplicaAckShortfall(t *testing.T) {
 			}
 			// Each probe waits out the timeout (or more: Redis notices an
 			// expired WAIT when its event loop wakes).
-			if maxProbes := 2 + int64(r.took/ackProbeEvery); r.wait > maxProbes {
-				t.Errorf("%d WAIT in %v, want at most %d: one probe per %v", r.wait, r.took, maxProbes, ackProbeEvery)
+			if maxProbes := 2 + int64(r.took/redisstore.AckProbeEvery); r.wait > maxProbes {
+				t.Errorf("%d WAIT in %v, want at most %d: one probe per %v", r.wait, r.took, maxProbes, redisstore.AckProbeEvery)
 			}
 			if r.took > 5*time.Second {
 				t.Errorf("%d calls took %v: calls kept waiting out the timeout", r.evalsha, r.took)
@@ -319,7 +320,7 @@ func TestReplicaAckSentinel(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					key := fmt.Sprintf("user:%d", g)
-					rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, key)
+					rkey := redisstore.RedisKey(redisOf(lim).Prefix(), p.FP, key)
 					for i := range 20 {
 						res, err := lim.Allow(ctx, key, limit)
 						if err != nil || res.Degraded {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -46,7 +47,7 @@ func (h *recordHook) scripts() [][]string {
 	defer h.mu.Unlock()
 	var out [][]string
 	for _, c := range h.cmds {
-		if (c[0] == "evalsha" && c[1] == bucketScript.Hash()) || (c[0] == "eval" && c[1] == bucketLua) {
+		if (c[0] == "evalsha" && c[1] == redisstore.BucketScript.Hash()) || (c[0] == "eval" && c[1] == redisstore.BucketLua) {
 			out = append(out, c)
 		}
 	}
@@ -77,7 +78,7 @@ func testScriptCallOnTheWire(t *testing.T, batching int) {
 	defer lim.Close()
 	limit := Limit{Rate: 3, Period: 60e9, Burst: 3}
 	p := mustPlan(t, limit)
-	rkey := redisKey(redisOf(lim).cfg.Prefix, p.FP, "k")
+	rkey := redisstore.RedisKey(redisOf(lim).Prefix(), p.FP, "k")
 
 	for i, tc := range []struct {
 		flush bool     // SCRIPT FLUSH first
@@ -109,14 +110,14 @@ func testScriptCallOnTheWire(t *testing.T, batching int) {
 			t.Fatalf("decision %d sent %v, want %v", i, names, tc.want)
 		}
 		// The command as redis.Script.Run would send it.
-		wantArgs := []string{"evalsha", bucketScript.Hash(), "1", rkey}
+		wantArgs := []string{"evalsha", redisstore.BucketScript.Hash(), "1", rkey}
 		for _, a := range p.Args[1:4] {
 			wantArgs = append(wantArgs, fmt.Sprint(a))
 		}
 		if got := sent[0]; !slices.Equal(got, wantArgs) {
 			t.Fatalf("decision %d sent %q, want %q", i, got, wantArgs)
 		}
-		if len(sent) == 2 && (sent[1][1] != bucketLua || !slices.Equal(sent[1][2:], wantArgs[2:])) {
+		if len(sent) == 2 && (sent[1][1] != redisstore.BucketLua || !slices.Equal(sent[1][2:], wantArgs[2:])) {
 			t.Fatalf("decision %d: EVAL sent %q (source cut), want the bucket script's source and %q", i, sent[1][2:], wantArgs[2:])
 		}
 	}
@@ -158,7 +159,7 @@ func TestScriptCallBadReply(t *testing.T) {
 	}()
 	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, MaxRetries: -1})
 	defer rdb.Close()
-	_, err = runInts(context.Background(), rdb, bucketScript, []string{"k"}, []any{1, 2, 3}, false)
+	_, err = redisstore.RunInts(context.Background(), rdb, redisstore.BucketScript, []string{"k"}, []any{1, 2, 3}, false)
 	if err == nil {
 		t.Fatal("a reply holding a string that is not a number was decoded")
 	}

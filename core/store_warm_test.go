@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -26,8 +27,8 @@ func TestWarmUpHolds(t *testing.T) {
 		maxUsed uint32 // at most this many connections in use at once
 		minUsed uint32 // at least this many at some point
 	}{
-		{"Ready", func(ctx context.Context, c *redis.Client, n int) { _ = warmPool(ctx, c, n) }, poolSize, poolSize},
-		{"background", topUpPool, poolSize / 2, 2},
+		{"Ready", func(ctx context.Context, c *redis.Client, n int) { _ = redisstore.WarmPool(ctx, c, n) }, poolSize, poolSize},
+		{"background", redisstore.TopUpPool, poolSize / 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: poolSize, ContextTimeoutEnabled: true, MaxRetries: -1})

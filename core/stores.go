@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/model"
 	"github.com/sluicehq/sluice/internal/storeops"
 )
 
@@ -30,14 +31,14 @@ type store interface {
 	// fits in registers: a call struct passed by value, or an error
 	// interface beside the decision, are copied through memory instead,
 	// which cost BenchmarkMemoryAllow 7% (20 ns).
-	Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer)
+	Decide(ctx context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer)
 	// Peek decides a request of cost 0 on key at now, writing nothing.
-	Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer)
+	Peek(ctx context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer)
 	// DecidePath decides a path of keys as one (see PathRule), and
 	// returns the level its decision is about.
 	DecidePath(ctx context.Context, q *pathAsk) (decision, int, error)
 	// Reset deletes key's state under p.
-	Reset(ctx context.Context, p *plan, key string) error
+	Reset(ctx context.Context, p *model.Plan, key string) error
 	// Acquire takes a slot of key under c's cap, or reports it full. A
 	// slot the store may hold though nobody heard it was given comes
 	// back as lost, for the lease keeper to give back.
@@ -52,7 +53,7 @@ type store interface {
 	Heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
 	LeaveFleet(ctx context.Context, fleet, id string) error
 	// Lend returns what the store lends package overrides (see
-	// store_lend.go); budget is the limiter's.
+	// core/internal/redisstore/lend.go); budget is the limiter's.
 	Lend(log func() *slog.Logger, budget time.Duration) storeops.Store
 	// Close stops the store's background tasks and waits for them.
 	Close()
@@ -71,33 +72,6 @@ type store interface {
 	// AckMisses counts the calls whose writes replicas did not
 	// acknowledge (see Limiter.ReplicaAckMisses).
 	AckMisses() int64
-}
-
-// noAnswer is a store's error for a call it did not answer: the caller
-// gave up on it while it was in flight (gone), or the store could not
-// answer (the engine decides under the failure policy, or returns
-// ErrUnavailable).
-type noAnswer struct {
-	Node  string // the node's name
-	Cause error  // the store's failure; nil: its breaker kept the call from it
-	Gone  error  // the caller's own context error
-}
-
-func (e *noAnswer) Error() string {
-	switch {
-	case e.Gone != nil:
-		return e.Gone.Error()
-	case e.Cause == nil:
-		return "the circuit breaker of node " + e.Node + " is open"
-	}
-	return e.Cause.Error()
-}
-
-func (e *noAnswer) Unwrap() error {
-	if e.Gone != nil {
-		return e.Gone
-	}
-	return e.Cause
 }
 
 // split divides err, a store method's error, into the caller's own
@@ -136,11 +110,11 @@ func unanswered(err error, what, key string) error {
 // share of each limit instead.
 type memStore struct{ local *localStore }
 
-func (m memStore) Decide(_ context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
+func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
 	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil
 }
 
-func (m memStore) Peek(_ context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {
 	return m.local.peek(p.ID, key, now, p.Ticks), nil
 }
 
@@ -149,7 +123,7 @@ func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, erro
 	return d, lv, nil
 }
 
-func (m memStore) Reset(_ context.Context, p *plan, key string) error {
+func (m memStore) Reset(_ context.Context, p *model.Plan, key string) error {
 	m.local.delete(p.ID, key)
 	return nil
 }
@@ -160,10 +134,6 @@ func (m memStore) Acquire(_ context.Context, a slotAsk) (slot, *lostSlot, error)
 	n, ok := m.local.slots().take(makeLocalKey(a.CapID, a.Key), a.Max)
 	return slot{Acquired: ok, InFlight: n}, nil, nil
 }
-
-// errInMemory answers the calls that exist for Redis alone, which the
-// engine never makes of a NewMemory limiter.
-var errInMemory = errors.New("core: not a Redis-backed limiter")
 
 func (memStore) Renew(context.Context, []*renewal) {}
 
@@ -178,7 +148,30 @@ func (memStore) Heartbeat(context.Context, string, string, time.Duration) (int64
 func (memStore) LeaveFleet(context.Context, string, string) error { return errInMemory }
 
 func (memStore) Lend(log func() *slog.Logger, budget time.Duration) storeops.Store {
-	return lent{log: log, budget: budget}
+	return memLent{log: log, budget: budget}
+}
+
+// memLent is a NewMemory limiter as package overrides sees it: its sets
+// live in process memory, and no script is ever run.
+type memLent struct {
+	log    func() *slog.Logger
+	budget time.Duration
+}
+
+func (memLent) Memory() bool            { return true }
+func (s memLent) Logger() *slog.Logger  { return s.log() }
+func (s memLent) Budget() time.Duration { return s.budget }
+
+func (memLent) SetOverride(context.Context, string, string, string, int) (int64, error) {
+	return 0, errInMemory
+}
+
+func (memLent) RemoveOverride(context.Context, string, string) (int64, error) {
+	return 0, errInMemory
+}
+
+func (memLent) LoadOverrides(context.Context, string, string, int) ([]any, error) {
+	return nil, errInMemory
 }
 
 func (memStore) Close() {}
@@ -249,62 +242,3 @@ func init() {
 
 // The records the engine and the store exchange: plain values, never the
 // engine's own types (see docs/architecture.md, Layers).
-
-// slotAsk is a concurrency slot asked of a store: one of key's, under a
-// cap of max slots named fp in Redis and capID in local memory, each held
-// for lease unless renewed.
-type slotAsk struct {
-	FP    string
-	CapID uint64
-	Key   string
-	Max   int
-	Lease time.Duration
-}
-
-// slot is a store's answer to a slotAsk: whether the slot was taken, how
-// many of the key's are held after it, and, in Redis, the slot's names.
-type slot struct {
-	Acquired bool
-	InFlight int
-	RKey, ID string // the key's lease set and the slot's member; "" in memory
-}
-
-// slotRef names a slot a store gave, to give it back: in memory by its
-// cap and key, in Redis by its lease set and member.
-type slotRef struct {
-	CapID    uint64
-	Key      string
-	RKey, ID string
-	Lease    time.Duration
-}
-
-// lostSlot is a slot Redis may hold though nobody heard it was given (see
-// store.acquire): the lease keeper gives it back.
-type lostSlot struct{ RKey, ID string }
-
-// settleAsk is a reservation's settlement asked of a store: the buckets
-// that decided it (a key's one, or a path's levels, root first, whose
-// stored names take the root's hash tag), the id that names its markers
-// in Redis, the difference to apply (final less reserved, in events),
-// how long Redis keeps the markers, and the limiter's clock.
-type settleAsk struct {
-	Plans  []*plan
-	Keys   []string
-	Path   bool
-	ID     string
-	Delta  int64
-	Marker time.Duration
-	Now    int64
-}
-
-// pathAsk is a path's decision as the engine asks it of the store.
-type pathAsk struct {
-	Names   []string      // each level's name, for the log
-	Plans   []*plan       // each level's, root first
-	Keys    []string      // each level's key (see pathKeyOf)
-	IDs     []uint64      // each level's plan id
-	Levels  [][]tickLimit // each level's limits
-	Cost    int64
-	Penalty int64 // microseconds
-	Now     int64
-}

@@ -20,7 +20,7 @@ import (
 // windows around its own clock (the process's), and the script refuses
 // windows that do not hold Redis's; with miniredis on a virtual clock
 // (SetTime), this rewrites each calendar limit's arguments (see the
-// layout table at the top of core/bucket.lua) to the windows around the
+// layout table at the top of core/internal/redisstore/bucket.lua) to the windows around the
 // virtual instant, computed here from the limits (found by their quota,
 // unique in the test) with Limit.Window and the documented window
 // indexes.

@@ -18,7 +18,7 @@
 // are the ones the libraries send: each library is run once against a
 // recording client that captures its EVALSHA. A lone sluice call (1 key
 // per call) sends the lone form of the arguments, a batch the batch form
-// of one group, as described at the top of core/bucket.lua.
+// of one group, as described at the top of core/internal/redisstore/bucket.lua.
 //
 // Each measurement gets its own redis-server (bench.StartRedis). With
 // -callgrind it runs under `valgrind --tool=callgrind`; the counters are
@@ -97,7 +97,7 @@ type variant struct {
 var keep *string
 
 func main() {
-	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
+	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/internal/redisstore/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
 	calls := flag.Int("calls", 2000, "measured script calls per cell")
 	nkeys := flag.Int("keys", 1000, "distinct keys the calls cycle over")

@@ -11,8 +11,8 @@ import (
 )
 
 // The -paths table: what one decision costs Redis for a path of 1 to 4
-// levels (core/path.lua, one key per level, one limit each, all decided
-// in one call) against one key with as many limits (core/bucket.lua's
+// levels (core/internal/redisstore/path.lua, one key per level, one limit each, all decided
+// in one call) against one key with as many limits (core/internal/redisstore/bucket.lua's
 // batch form, one group). Both decide the limit every script here
 // decides, at every level or limit, on buckets that exist; the arguments
 // are those the library sends, captured as for the lone call.

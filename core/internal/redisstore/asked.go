@@ -1,0 +1,431 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/core/internal/batch"
+)
+
+// This file is what the engine asks of the Redis store (see store): each
+// question is named and routed to the node that owns its key, sent on the
+// road (see Store.onNode), and its outcome turned into the store's
+// answer, or a *noAnswer. What an answer entails on Redis alone (nodes
+// retired after a failover) is done here; what it entails for the engine
+// (the fallback kept warm, the deny cache, the fleet's heartbeat) is the
+// engine's, once it has the answer.
+
+// unrouted returns the store's error for a call on nd that the road
+// routed (routed) and that ended with err, which is not nil unless routed
+// is false. A question that would have decided a request (degrades)
+// counts on nd's breaker as decided without it, and keeps the outage log
+// going.
+func (s *Store) unrouted(ctx context.Context, nd *node, now int64, routed bool, err error, degrades bool) *noAnswer {
+	if cerr := callerGone(ctx); routed && cerr != nil {
+		return &noAnswer{Node: nd.brk.node, Gone: cerr}
+	}
+	if degrades {
+		nd.brk.degraded.Add(1)
+		s.stillDown(nd.brk, now)
+	}
+	if !routed {
+		err = nil
+	}
+	return &noAnswer{Node: nd.brk.node, Cause: err}
+}
+
+func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
+	return s.ask(ctx, OpDecide, Query{Key: key, Plan: p, Cost: cost, MaxWait: maxWait, Penalty: penalty, Now: now})
+}
+
+func (s *Store) Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+	return s.ask(ctx, OpPeek, Query{Key: key, Plan: p, Now: now})
+}
+
+// ask sends c, a decision of kind OpDecide or OpPeek, to the node of its
+// key.
+func (s *Store) ask(ctx context.Context, kind string, c Query) (decision, *noAnswer) {
+	c.RKey = s.RKey(c.Plan.FP, c.Key)
+	c.keys[0] = c.RKey
+	nd := s.node(ctx, c.RKey)
+	var d decision
+	routed, err := s.onNode(ctx, nd, c.Now, kind, c.RKey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		d, took, err = s.submit(ctx, nd, &c, s.cfg.Budget)
+		return took, err
+	})
+	if !routed || err != nil {
+		return decision{}, s.unrouted(ctx, nd, c.Now, routed, err, kind == OpDecide)
+	}
+	s.maybeSweep(ctx, c.Now)
+	return d, nil
+}
+
+func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, error) {
+	rkeys := make([]string, len(q.Plans))
+	root := q.Keys[0]
+	args := make([]any, 1, 1+len(q.Plans)*12)
+	args[0] = strconv.Itoa(len(q.Plans))
+	for i, p := range q.Plans {
+		rkeys[i] = RedisKeyFrom(s.cfg.Prefix, p.FP, root, q.Keys[i], s.cfg.SlotKey)
+		c := Query{Plan: p, Cost: q.Cost, Penalty: q.Penalty, Now: q.Now}
+		args = c.AppendGroup(args)
+	}
+	pc := &PathQuery{RKeys: rkeys, Args: args, Plans: q.Plans}
+	nd := s.node(ctx, rkeys[0])
+	var ans PathAnswer
+	routed, err := s.onNode(ctx, nd, q.Now, OpPath, rkeys[0], func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.Budget)
+		return took, err
+	})
+	if !routed || err != nil {
+		return decision{}, 0, s.unrouted(ctx, nd, q.Now, routed, err, true)
+	}
+	if ans.Foreign > 0 {
+		s.foreignLevel(nd, rkeys[ans.Foreign-1], q.Names[ans.Foreign-1])
+	}
+	s.maybeSweep(ctx, q.Now)
+	return ans.D, ans.Level, nil
+}
+
+func (s *Store) Reset(ctx context.Context, p *plan, key string) error {
+	rkey := s.RKey(p.FP, key)
+	nd := s.node(ctx, rkey)
+	now := s.cfg.Now()
+	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
+		_, took, err := s.runOp(ctx, nd, &op{script: ResetScript, keys: []string{rkey}}, s.cfg.Budget)
+		return took, err
+	})
+	if !routed || err != nil {
+		return s.unrouted(ctx, nd, now, routed, err, false)
+	}
+	return nil
+}
+
+func (s *Store) InProcess() bool { return false }
+
+// Acquire takes a slot of key in Redis. A slot Redis may hold though
+// nobody heard it was given (the answer was lost to a timeout, or the
+// caller gave up after the script was sent) comes back as lost, for the
+// engine's lease keeper to give back.
+func (s *Store) Acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot, _ error) {
+	rkey := s.RKey(a.FP, a.Key)
+	now := s.cfg.Now()
+	nd := s.node(ctx, rkey)
+	id := newID()
+	var vals []int64
+	ekey := epochKey(rkey, s.cfg.Prefix)
+	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: s.acquireArgs(nd, a, id, ekey)}
+	send := func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
+		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
+			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
+		}
+		if err == nil {
+			s.foreignLease(rkey, vals[2])
+			if vals[3] == -1 { // blind: the tag's epoch (see acquire.lua)
+				s.seen.sawEpoch(ekey, vals[4])
+			} else {
+				s.seen.saw(nd, serverSeen{lastsave: vals[3], run: vals[4], restart: vals[5], replid: vals[7], myid: vals[8]}, vals[6] == 1)
+			}
+		}
+		return took, err
+	}
+	routed, err := s.onNode(ctx, nd, now, OpAcquire, rkey, send)
+	if routed && err != nil && Reason(err) == ReasonTimeout && callerGone(ctx) == nil {
+		// The answer was lost to a stall of Redis, and Redis may have
+		// given the slot: ask once more with the same id, which takes no
+		// second slot, rather than let the fallback add one beside it.
+		// (onNode itself asks again after a pause of this process.)
+		routed, err = s.onNode(ctx, nd, s.cfg.Now(), OpAcquire, rkey, send)
+	}
+	if routed && err != nil && (Reason(err) == ReasonTimeout || callerGone(ctx) != nil) {
+		// Redis may hold the slot though nobody heard it was given:
+		// the keeper gives it back, or it would keep one of Max for a
+		// whole lease after a blip.
+		lost = &lostSlot{RKey: rkey, ID: id}
+	}
+	if !routed || err != nil {
+		return slot{}, lost, s.unrouted(ctx, nd, now, routed, err, true)
+	}
+	sl = slot{Acquired: vals[0] == 1, InFlight: int(vals[1])}
+	if sl.Acquired {
+		sl.RKey, sl.ID = rkey, id
+	}
+	return sl, nil, nil
+}
+
+// Settle applies a, a settlement of a reservation Redis admitted, by one
+// call of Settle.lua on the node of its key (a path's: of its root), and
+// reports whether it was applied (false: its marker says it had been).
+func (s *Store) Settle(ctx context.Context, a settleAsk) (bool, error) {
+	if a.Path {
+		return s.settlePath(ctx, a)
+	}
+	p := a.Plans[0]
+	rkey := s.RKey(p.FP, a.Keys[0])
+	sc := &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p}
+	nd := s.node(ctx, rkey)
+	var applied bool
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, rkey, func() (time.Duration, error) {
+		start := time.Now()
+		var err error
+		switch {
+		case s.detached:
+			applied, err = runApart(ctx, s.cfg.Budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
+		case nd.settle != nil:
+			var took time.Duration
+			applied, took, err = nd.settle.Do(ctx, sc)
+			return took, err
+		default:
+			rctx, cancel := ctx, context.CancelFunc(func() {})
+			if s.cfg.Budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
+			}
+			applied, err = settleOne(rctx, s.rdb, sc)
+			cancel()
+		}
+		return time.Since(start), err
+	})
+	if !routed || err != nil {
+		return false, s.unrouted(ctx, nd, s.cfg.Now(), routed, err, false)
+	}
+	return applied, nil
+}
+
+// settlePath is settle for a path's reservation: every level's bucket in
+// one call, each with its own marker.
+func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
+	members := make([]*batch.Member[*SettleQuery, bool], len(a.Plans))
+	var root string
+	for i, p := range a.Plans {
+		rkey := RedisKeyFrom(s.cfg.Prefix, p.FP, a.Keys[0], a.Keys[i], s.cfg.SlotKey)
+		if i == 0 {
+			root = rkey
+		}
+		members[i] = &batch.Member[*SettleQuery, bool]{Req: &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p}}
+	}
+	nd := s.node(ctx, root)
+	var vals []int64
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, root, func() (time.Duration, error) {
+		if len(members) == 1 {
+			// settle.lua's lone form replies with one integer.
+			start := time.Now()
+			rctx, cancel := ctx, context.CancelFunc(func() {})
+			if s.cfg.Budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
+			}
+			defer cancel()
+			applied, err := settleOne(rctx, s.rdb, members[0].Req)
+			vals = []int64{0}
+			if applied {
+				vals[0] = 1
+			}
+			return time.Since(start), err
+		}
+		keys, args := settleArgs(members)
+		var took time.Duration
+		var err error
+		vals, took, err = s.runOp(ctx, nd, &op{script: SettleScript, keys: keys, args: args}, s.cfg.Budget)
+		return took, err
+	})
+	if !routed || err != nil {
+		return false, s.unrouted(ctx, nd, s.cfg.Now(), routed, err, false)
+	}
+	applied := false
+	for _, v := range vals {
+		switch v {
+		case 1:
+			applied = true
+		case 0:
+		default:
+			return applied, &noAnswer{Node: nd.brk.node, Cause: ErrKeyFailed}
+		}
+	}
+	return applied, nil
+}
+
+// Release gives ls's slot back in Redis. It returns errLeaseLost when the
+// slot had expired there before.
+func (s *Store) Release(ctx context.Context, r slotRef) error {
+	nd := s.node(ctx, r.RKey)
+	var vals []int64
+	routed, cerr := s.onNode(ctx, nd, s.cfg.Now(), OpRelease, r.RKey, func() (time.Duration, error) {
+		o := op{script: releaseScript, keys: []string{r.RKey}, args: []any{r.Lease.Milliseconds(), r.ID}}
+		var took time.Duration
+		var err error
+		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
+		}
+		if err == nil {
+			s.foreignLease(r.RKey, vals[1])
+		}
+		return took, err
+	})
+	switch {
+	case !routed || cerr != nil:
+		return s.unrouted(ctx, nd, s.cfg.Now(), routed, cerr, false)
+	case vals[0] == 0:
+		return errLeaseLost
+	}
+	return nil
+}
+
+// acquireArgs returns acquire.lua's arguments for a, under lease id, on
+// node nd: what the store knows of nd's server, and of the epoch of the
+// key's tag (epoch key ekey).
+func (s *Store) acquireArgs(nd *node, a slotAsk, id, ekey string) []any {
+	seen := s.seen.server(nd)
+	args := []any{a.Max, a.Lease.Milliseconds(), id, seen.lastsave, seen.run, seen.restart, int64(-1), s.seen.epoch(ekey), newID()}
+	if s.reload != nil { // a Cluster (see acquire.lua)
+		args[6] = seen.myid
+	}
+	if seen.run == 0 { // first contact: the script compares histories
+		args = s.seen.histories(nd, args)
+	}
+	return args
+}
+
+// Renew sends a round of the lease keeper's calls: one pipeline per node,
+// on the road even while the node's breaker is open (see aside), so that
+// a restarted node hears from its holders within its grace period. A
+// node's failure is charged once for its round.
+func (s *Store) Renew(ctx context.Context, round []*renewal) {
+	byNode := map[*node][]*renewal{}
+	var order []*node
+	for _, r := range round {
+		nd := s.node(ctx, r.RKey)
+		if _, ok := byNode[nd]; !ok {
+			order = append(order, nd)
+		}
+		byNode[nd] = append(byNode[nd], r)
+	}
+	for _, nd := range order {
+		rs := byNode[nd]
+		ops := make([]*op, len(rs))
+		for i, r := range rs {
+			if r.Give {
+				ops[i] = &op{script: releaseScript, keys: []string{r.RKey}, args: []any{r.Lease.Milliseconds(), r.ID}}
+			} else {
+				ops[i] = &op{script: renewScript, keys: []string{r.RKey, epochKey(r.RKey, s.cfg.Prefix)}, args: []any{r.Max, r.Lease.Milliseconds(), r.ID, newID()}}
+			}
+		}
+		_, _ = s.onNode(ctx, nd, s.cfg.Now(), OpRenew, rs[0].RKey, func() (time.Duration, error) {
+			start := time.Now()
+			replies := s.runOps(ctx, nd, ops)
+			var err error
+			for i, m := range replies {
+				rs[i].Vals, rs[i].Err, rs[i].Sent = m.Res, m.Err, true
+				rs[i].KeyFault = m.Err != nil && KeyFault(m.Err)
+				if m.Err != nil && !KeyFault(m.Err) && err == nil {
+					err = m.Err // the node's failure, charged once
+				}
+			}
+			return time.Since(start), err
+		})
+		for _, r := range rs {
+			if r.Err == nil && len(r.Vals) == 2 {
+				s.foreignLease(r.RKey, r.Vals[1])
+			}
+		}
+	}
+}
+
+// foreignLease logs, once per store, that the lease set rkey held a value
+// of another type, which the script deleted (flag 1).
+func (s *Store) foreignLease(rkey string, flag int64) {
+	if flag != 1 || !s.seen.foreignLogged.CompareAndSwap(false, true) {
+		return
+	}
+	s.up.Log().Warn("sluice: a concurrency cap's key held a value of another type; it was deleted and the cap counts from zero. Another program writes under the limiter's prefix (core.WithPrefix)",
+		"key", rkey)
+}
+
+// Lease sends lc on the road as one call of Lease.lua (kind OpLease, or
+// OpLeaseReturn for a give back) to the node of its key. A take that
+// carries a request counts as decided without the store when it is not
+// answered, as a decision does.
+func (s *Store) Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswer) {
+	p := lc.Plan
+	rkey := s.RKey(p.FP, lc.Key)
+	mode, kind := "1", OpLease
+	if lc.Back {
+		mode, kind = "2", OpLeaseReturn
+	}
+	args := make([]any, 0, 8+len(p.Args))
+	args = append(args, mode, lc.ID, strconv.FormatInt(lc.Cost, 10), strconv.FormatInt(lc.Want, 10), strconv.FormatInt(lc.Carry, 10),
+		strconv.FormatInt(lc.Life, 10), strconv.FormatInt(lc.Bound, 10), strconv.FormatInt(max(0, lc.Penalty), 10))
+	args = append(args, p.Args...)
+	o := &op{script: LeaseScript, keys: []string{rkey, HoldsKey(rkey, s.cfg.Prefix, p.FP)}, args: args}
+	nd := s.node(ctx, rkey)
+	var vals []int64
+	routed, err := s.onNode(ctx, nd, lc.Now, kind, rkey, func() (time.Duration, error) {
+		var took time.Duration
+		var err error
+		vals, took, err = s.runOp(ctx, nd, o, s.cfg.Budget)
+		return took, err
+	})
+	var a leaseAnswer
+	if routed && err == nil {
+		if !lc.Back {
+			a, err = parseLease(vals, p)
+		} else if len(vals) != 1 || vals[0] < 0 || vals[0] > lc.Carry {
+			err = fmt.Errorf("%w %v to a give back of %d tokens", errBadReply, vals, lc.Carry)
+		} else {
+			a.Refunds = vals[0]
+		}
+		if err == nil {
+			return a, nil
+		}
+	}
+	return leaseAnswer{}, s.unrouted(ctx, nd, lc.Now, routed, err, !lc.Back && lc.Cost > 0)
+}
+
+// parseLease decodes a take's reply: the request's decision, the tokens
+// granted, the lease's life and the tokens given back first.
+func parseLease(vals []int64, p *plan) (leaseAnswer, error) {
+	var a leaseAnswer
+	if len(vals) != ReplyWidth+3 {
+		return a, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), ReplyWidth+3)
+	}
+	d, err := ParseReply(vals[:ReplyWidth], p)
+	if err != nil {
+		return a, err
+	}
+	a.Decision, a.Granted, a.Life, a.Refunds = d, vals[ReplyWidth], vals[ReplyWidth+1], vals[ReplyWidth+2]
+	if a.Granted < 0 || a.Life < 0 || a.Life > maxLeaseLife || a.Refunds < 0 {
+		return leaseAnswer{}, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, a.Granted, a.Life)
+	}
+	return a, nil
+}
+
+// Heartbeat announces member id in the fleet called name (see WithFleet), drops members
+// silent for ttl, and returns how many remain. No failure policy governs
+// it (see sendOp).
+func (s *Store) Heartbeat(ctx context.Context, name, id string, ttl time.Duration) (int64, error) {
+	v, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetScript, keys: []string{s.fleetKey(name)}, args: []any{id, ttl.Milliseconds()}})
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 {
+		return 0, fmt.Errorf("%w %v from the fleet script", errBadReply, v)
+	}
+	return v[0], nil
+}
+
+// LeaveFleet removes member id from the fleet called name at once.
+func (s *Store) LeaveFleet(ctx context.Context, name, id string) error {
+	_, err := s.sendOp(ctx, OpHeartbeat, &op{script: fleetLeaveScript, keys: []string{s.fleetKey(name)}, args: []any{id}})
+	if err != nil {
+		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(name), err)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/batch"
+)
+
+// What core's tests read of a store, and nothing else uses: the store's
+// state is its own, so a test above it asks rather than reaches in.
+
+// Prefix is the start of every name the store writes (core.WithPrefix).
+func (s *Store) Prefix() string { return s.cfg.Prefix }
+
+// Client is the Redis client the store was built on.
+func (s *Store) Client() redis.Scripter { return s.rdb }
+
+// WholeOpen reports whether the breaker of the store's whole client is
+// open.
+func (s *Store) WholeOpen() bool { return s.whole.brk.isOpen() }
+
+// WholeClosed reports whether the breaker of the store's whole client is
+// closed: neither open nor half open.
+func (s *Store) WholeClosed() bool { return s.whole.brk.state.Load()&3 == modeClosed }
+
+// WholeBreaker describes the settings of the whole client's breaker:
+// threshold, closeAfter, cooldown in microseconds, and node.
+func (s *Store) WholeBreaker() string {
+	b := s.whole.brk
+	return fmt.Sprintf("threshold %d, closeAfter %d, cooldown %dµs, node %q", b.threshold, b.closeAfter, b.cooldown, b.node)
+}
+
+// WaitBackground waits for the store's background tasks under way.
+func (s *Store) WaitBackground() { s.bg.Wait() }
+
+// WholeSeenRun is the run id (its prefix, as a number) the store knows of
+// its whole client's server; 0 before its first answer.
+func (s *Store) WholeSeenRun() int64 { return s.seen.server(&s.whole).run }
+
+// Seen describes what the store knows of each node's server.
+func (s *Store) Seen() []string {
+	k := &s.seen
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for nd, sv := range k.servers {
+		out = append(out, fmt.Sprintf("%s: %+v", nd.brk.node, sv))
+	}
+	return out
+}
+
+// SetRKey names the Redis key q decides: its RKey, and the KEYS of a lone
+// call.
+func (q *Query) SetRKey(rkey string) { q.RKey, q.keys[0] = rkey, rkey }
+
+// Senders returns the store's senders of decisions, settlements and paths
+// as its batches use them, on its whole client, or with split on one node
+// of pipeline's (a Cluster's or Ring's).
+func (s *Store) Senders(split bool, pipeline func() redis.Pipeliner) (batch.Sender[*Query, decision], batch.Sender[*SettleQuery, bool], batch.Sender[*PathQuery, PathAnswer]) {
+	n := &s.whole
+	if split {
+		n = &node{}
+	}
+	return s.sendDecisions(n, split, pipeline), s.sendSettles(split, pipeline), s.sendPaths(split, pipeline)
+}

@@ -1,0 +1,34 @@
+package redisstore
+
+import "github.com/sluicehq/sluice/core/internal/model"
+
+// The store's names for what it shares with the engine (package
+// core/internal/model, below both). They are aliases: a value the engine
+// hands down is used as it is.
+type (
+	plan        = model.Plan
+	decision    = model.Decision
+	tickLimit   = model.Tick
+	noAnswer    = model.NoAnswer
+	slotAsk     = model.SlotAsk
+	slot        = model.Slot
+	slotRef     = model.SlotRef
+	lostSlot    = model.LostSlot
+	settleAsk   = model.SettleAsk
+	pathAsk     = model.PathAsk
+	renewal     = model.Renewal
+	leaseCall   = model.LeaseCall
+	leaseAnswer = model.LeaseAnswer
+	background  = model.Background
+)
+
+const maxLeaseLife = model.MaxLeaseLife
+
+var (
+	errInMemory    = model.ErrInMemory
+	errUnavailable = model.ErrUnavailable
+	errLeaseLost   = model.ErrLeaseLost
+)
+
+// newID is model.NewID: the one kind of random id the library writes.
+func newID() string { return model.NewID() }

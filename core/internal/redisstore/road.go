@@ -1,0 +1,257 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core/internal/pause"
+)
+
+// This file is the one road every store operation takes through a node's
+// breaker: [Store.onNode] routes the call, runs it, reports it to the
+// observer with its kind, and judges its outcome once, for every kind of
+// operation (decisions, peeks, settlements, acquisitions, releases,
+// renewals, resets, heartbeats). What it judges:
+//
+//	outcome                            breaker          caller gets
+//	---------------------------------  ---------------  ---------------------------------
+//	an answer                          success          the answer
+//	the caller's own context ended     probe abandoned  its context's error
+//	a fault of the key (WRONGTYPE, a   success: the     the error, decided under the
+//	  script error, a malformed reply)   node answered  failure policy; logged per key
+//	a timeout overlapping a pause of   nothing          the error, decided under the
+//	  this process (see package pause)                  failure policy
+//	a fault of the node (timeout,      failure          the error, decided under the
+//	  connection, LOADING, READONLY,                    failure policy
+//	  OOM, CLUSTERDOWN, ...)
+//
+// While a node's breaker is open, calls are decided without it, except the
+// lease keeper's renewals: no caller waits on them, so they are sent all
+// the same, and their outcome leaves the breaker as it is (see aside).
+
+// Operation kinds, as [Call.Op] reports them: core's Op constants,
+// which a test holds equal.
+const (
+	OpDecide      = "decide"       // a decision or a reservation (Allow, Wait, Reserve)
+	OpPeek        = "peek"         // Peek: a decision of cost 0 that writes nothing
+	OpSettle      = "settle"       // a reservation's settlement
+	OpAcquire     = "acquire"      // a concurrency slot taken
+	OpRelease     = "release"      // a concurrency slot given back
+	OpRenew       = "renew"        // a concurrency lease renewed by the lease keeper
+	OpReset       = "reset"        // Reset: a key's state deleted
+	OpHeartbeat   = "heartbeat"    // the fleet heartbeat (WithFleet)
+	OpPath        = "path"         // a path of keys decided as one (PathRule)
+	OpOverrides   = "overrides"    // an overrides set read or changed (package overrides)
+	OpLease       = "lease"        // a token lease taken (with the request that asked, if any)
+	OpLeaseReturn = "lease_return" // a token lease's unspent tokens given back
+)
+
+// fault says whose failure a store error is.
+type fault int8
+
+const (
+	faultNode  fault = iota // the node's: charged to its breaker
+	faultKey                // the key's own: the node answered
+	faultPause              // a timeout while this process was paused: nobody's
+)
+
+// errBadReply marks a reply the library cannot decode: a fault of the key
+// (its stored value is not one the scripts write), not of the node.
+var errBadReply = errors.New("core: unexpected script reply")
+
+// excuseFor, in microseconds, is how long a node's timeouts may be
+// excused by pauses of this process with no answer between them before
+// they are charged all the same: a process that is paused all the time
+// must still notice a node that never answers.
+const excuseFor = 2_000_000
+
+// onNode runs one operation of kind kind on node nd at now (the limiter's
+// clock) through its breaker, with run doing the I/O and returning its
+// I/O time. routed is false when the breaker kept the call from the node:
+// the caller then decides under the failure policy with no cause. With
+// routed true, err is nil for an answer, the caller's context error when
+// the caller gave up (return it), or the store's error (decide under the
+// failure policy, or report it); see the table above.
+func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key string, run func() (time.Duration, error)) (routed bool, err error) {
+	brk := nd.brk
+	r := brk.route(now)
+	if r == viaLocal {
+		if kind != OpRenew {
+			return false, nil
+		}
+		return true, s.aside(ctx, nd, kind, key, run)
+	}
+	pause.Watch()
+	took, err := run()
+	f := s.judged(ctx, brk, kind, took, err)
+	if f == faultPause {
+		// The answer was lost to a pause of this process: ask once
+		// more rather than decide without the store. Every kind of
+		// operation may be sent again: settlements, acquisitions (by
+		// their lease id), releases and resets are idempotent; a
+		// decision sent again may charge its key twice, which errs
+		// toward denying, never toward admitting.
+		took, err = run()
+		f = s.judged(ctx, brk, kind, took, err)
+	}
+	if err == nil {
+		if brk.excused.Load() != 0 {
+			brk.excused.Store(0)
+		}
+		if brk.success(r, now) {
+			s.recovered(brk, now, "")
+		}
+		if !nd.policy.Load() {
+			s.readPolicy(nd)
+		}
+		return true, nil
+	}
+	if cerr := callerGone(ctx); cerr != nil {
+		brk.abandon(r, now)
+		return true, cerr
+	}
+	switch f {
+	case faultKey:
+		if brk.success(r, now) {
+			s.recovered(brk, now, "")
+		}
+		if !s.replaceForeign(ctx, nd, key, kind, err) {
+			s.keyFailed(nd, key, kind, err)
+		}
+		return true, err
+	case faultPause:
+		first := brk.excused.Load()
+		if first == 0 {
+			brk.excused.CompareAndSwap(0, now)
+			first = now
+		}
+		if now-first < excuseFor {
+			brk.abandon(r, now)
+			return true, fmt.Errorf("%w: %w", errPaused, err)
+		}
+	}
+	s.chargeNode(nd, r, now, key, err)
+	return true, err
+}
+
+// judged judges the outcome of one call of kind kind, whose I/O took took
+// and ended with err (nil for an answer), and reports it to the observer
+// with that judgement. A call whose caller gave up is not reported (the
+// store said nothing), and its fault is faultNode, which onNode does not
+// use for it.
+func (s *Store) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
+	f := faultNode
+	if err != nil {
+		if callerGone(ctx) != nil {
+			return f
+		}
+		f = s.faultOf(err, took)
+	}
+	if s.up.Obs != nil {
+		s.up.Obs.ObserveStore(Call{Node: brk.node, Op: kind, Latency: took, Err: err, Paused: f == faultPause})
+	}
+	return f
+}
+
+// aside runs a background operation of kind kind (the lease keeper's
+// renewals) on node nd while its breaker is open. No caller waits on it,
+// so the breaker's reason to keep calls away (a request's budget) does not
+// apply, and holders must re-assert their leases as soon as a restarted
+// node answers: within its grace period (see acquire.lua), not after the
+// probes of other requests have closed the breaker. Its outcome is
+// observed but leaves the breaker as it is: requests' probes alone decide
+// when the node is back.
+func (s *Store) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
+	took, err := run()
+	if s.up.Obs != nil && (err == nil || callerGone(ctx) == nil) {
+		s.up.Obs.ObserveStore(Call{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
+	}
+	if err != nil && callerGone(ctx) == nil && KeyFault(err) {
+		if !s.replaceForeign(ctx, nd, key, kind, err) {
+			s.keyFailed(nd, key, kind, err)
+		}
+	}
+	return err
+}
+
+// chargeNode charges a failure of the call sent at now (routed r) on key
+// to nd's breaker.
+func (s *Store) chargeNode(nd *node, r route, now int64, key string, err error) {
+	brk := nd.brk
+	s.failed()
+	if brk.failedKey.Load() == nil || brk.isOpen() {
+		k := key
+		brk.failedKey.Store(&k)
+	}
+	if end := s.cfg.Now(); brk.failure(r, now, end) {
+		s.degrade(brk, end, err)
+	}
+	s.rewarm(nd)
+}
+
+// faultOf judges err, an error of a call whose I/O took took and has just
+// ended.
+func (s *Store) faultOf(err error, took time.Duration) fault {
+	if KeyFault(err) {
+		return faultKey
+	}
+	if Reason(err) != ReasonTimeout {
+		return faultNode
+	}
+	end := pause.Now()
+	if pause.Overlaps(end-int64(took), end) || (s.cfg.Budget > 0 && took-s.cfg.Budget > pause.Late) {
+		// A pause overlapped the call, or its deadline was noticed
+		// late: this process was not running when it fired.
+		return faultPause
+	}
+	return faultNode
+}
+
+// errPaused marks a store call that timed out while this process was
+// paused: the failure is nobody's, and the call may be sent again where
+// that is safe (an acquisition, by its lease id).
+var errPaused = errors.New("core: the call timed out while this process was paused")
+
+// keyLogs bounds the keys whose failures are logged, so that a flood of
+// bad keys cannot flood the log.
+const keyLogs = 64
+
+// keyFailed logs, once per stored key (up to keyLogs keys), that a call
+// on it failed for a reason of its own.
+func (s *Store) keyFailed(nd *node, rkey, kind string, err error) {
+	if s.keyLogCount.Load() >= keyLogs {
+		return
+	}
+	if _, said := s.keyLogSaid.LoadOrStore(rkey, struct{}{}); said {
+		return
+	}
+	if s.keyLogCount.Add(1) == keyLogs {
+		s.up.Log().Warn("sluice: further keys whose own store calls fail are not logged", "limit", keyLogs)
+	}
+	s.up.Log().Warn("sluice: a store call failed for a reason of this key alone; it is decided under the failure policy, other keys are not affected",
+		"node", nd.brk.node, "key", rkey, "op", kind, "error", err, "reason", Reason(err))
+}
+
+// keyLog is what keyFailed remembers.
+type keyLog struct {
+	keyLogSaid  sync.Map // stored key -> struct{}
+	keyLogCount atomic.Int32
+	notForeign  sync.Map // stored key -> struct{}: its fault is not a value of another type (see replaceForeign)
+	notForeignN atomic.Int32
+}
+
+// sendOp sends o, an operation of kind kind that no failure policy governs
+// (the fleet heartbeat: it must go on while a breaker is open, or the
+// fleet would lose count of a replica deciding locally), to the node of
+// its first key, and reports it to the observer. It feeds no breaker. It
+// is sent alone, not batched, under ctx's deadline as its budget (the
+// heartbeat's own, a heartbeat): a batch's I/O is bounded by the
+// decisions' budget, which a Redis slower than that would never meet, and
+// the fleet would stop counting while decisions go to the fallback.
+func (s *Store) sendOp(ctx context.Context, kind string, o *op) ([]int64, error) {
+	return s.sendScriptInts(ctx, kind, o.script, o.keys, o.args...)
+}

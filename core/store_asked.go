@@ -51,10 +51,10 @@ func (s *redisStore) ask(ctx context.Context, kind string, c call) (decision, *n
 	c.keys[0] = c.rkey
 	nd := s.node(ctx, c.rkey)
 	var d decision
-	routed, err := s.onNode(ctx, nd, c.now, kind, c.rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, c.now, kind, c.rkey, func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		d, took, err = s.submit(ctx, nd, &c, s.cfg.budget)
+		d, took, err = s.submit(ctx, nd, &c, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -77,10 +77,10 @@ func (s *redisStore) decidePath(ctx context.Context, q *pathAsk) (decision, int,
 	pc := &pathCall{rkeys: rkeys, args: args, plans: q.plans}
 	nd := s.node(ctx, rkeys[0])
 	var ans pathAnswer
-	routed, err := s.onNode(ctx, nd, q.now, OpPath, rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, q.now, OpPath, rkeys[0], func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.budget)
+		ans, took, err = s.submitPath(ctx, nd, pc, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -97,8 +97,8 @@ func (s *redisStore) reset(ctx context.Context, p *plan, key string) error {
 	rkey := s.rkey(p.fp, key)
 	nd := s.node(ctx, rkey)
 	now := s.cfg.now()
-	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
-		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, s.cfg.budget)
+	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func(budget time.Duration) (time.Duration, error) {
+		_, took, err := s.runOp(ctx, nd, &op{script: resetScript, keys: []string{rkey}}, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -121,10 +121,10 @@ func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *los
 	var vals []int64
 	ekey := epochKey(rkey, s.cfg.prefix)
 	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: s.acquireArgs(nd, a, id, ekey)}
-	send := func() (time.Duration, error) {
+	send := func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &o, budget)
 		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
@@ -138,14 +138,9 @@ func (s *redisStore) acquire(ctx context.Context, a slotAsk) (sl slot, lost *los
 		}
 		return took, err
 	}
+	// After a timeout, onNode asks once more with the same id within the
+	// budget (see again).
 	routed, err := s.onNode(ctx, nd, now, OpAcquire, rkey, send)
-	if routed && err != nil && ErrorReason(err) == ReasonTimeout && callerGone(ctx) == nil {
-		// The answer was lost to a stall of Redis, and Redis may have
-		// given the slot: ask once more with the same id, which takes no
-		// second slot, rather than let the fallback add one beside it.
-		// (onNode itself asks again after a pause of this process.)
-		routed, err = s.onNode(ctx, nd, s.cfg.now(), OpAcquire, rkey, send)
-	}
 	if routed && err != nil && (ErrorReason(err) == ReasonTimeout || callerGone(ctx) != nil) {
 		// Redis may hold the slot though nobody heard it was given:
 		// the keeper gives it back, or it would keep one of Max for a
@@ -174,20 +169,20 @@ func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
 	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}
 	nd := s.node(ctx, rkey)
 	var applied bool
-	routed, err := s.onNode(ctx, nd, a.now, OpSettle, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.now, OpSettle, rkey, func(budget time.Duration) (time.Duration, error) {
 		start := time.Now()
 		var err error
 		switch {
 		case s.detached:
-			applied, err = runApart(ctx, s.cfg.budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
-		case nd.settle != nil:
+			applied, err = runApart(ctx, budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
+		case nd.settle != nil && !s.sentAlone(budget):
 			var took time.Duration
 			applied, took, err = nd.settle.Do(ctx, sc)
 			return took, err
 		default:
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
+			if budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, budget)
 			}
 			applied, err = settleOne(rctx, s.rdb, sc)
 			cancel()
@@ -214,13 +209,13 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 	}
 	nd := s.node(ctx, root)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, a.now, OpSettle, root, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.now, OpSettle, root, func(budget time.Duration) (time.Duration, error) {
 		if len(members) == 1 {
 			// settle.lua's lone form replies with one integer.
 			start := time.Now()
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.budget)
+			if budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, budget)
 			}
 			defer cancel()
 			applied, err := settleOne(rctx, s.rdb, members[0].Req)
@@ -233,7 +228,7 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 		keys, args := settleArgs(members)
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &op{script: settleScript, keys: keys, args: args}, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -257,11 +252,11 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 func (s *redisStore) release(ctx context.Context, r slotRef) error {
 	nd := s.node(ctx, r.rkey)
 	var vals []int64
-	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, r.rkey, func() (time.Duration, error) {
+	routed, cerr := s.onNode(ctx, nd, s.cfg.now(), OpRelease, r.rkey, func(budget time.Duration) (time.Duration, error) {
 		o := op{script: releaseScript, keys: []string{r.rkey}, args: []any{r.lease.Milliseconds(), r.id}}
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, &o, budget)
 		if err == nil && len(vals) != 2 {
 			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
 		}
@@ -332,7 +327,8 @@ func (s *redisStore) renew(ctx context.Context, round []*renewal) {
 				ops[i] = &op{script: renewScript, keys: []string{r.rkey, epochKey(r.rkey, s.cfg.prefix)}, args: []any{r.max, r.lease.Milliseconds(), r.id, newID()}}
 			}
 		}
-		_, _ = s.onNode(ctx, nd, s.cfg.now(), OpRenew, rs[0].rkey, func() (time.Duration, error) {
+		// A round has its own deadline (ctx's), not a caller's budget.
+		_, _ = s.onNode(ctx, nd, s.cfg.now(), OpRenew, rs[0].rkey, func(time.Duration) (time.Duration, error) {
 			start := time.Now()
 			replies := s.runOps(ctx, nd, ops)
 			var err error
@@ -402,10 +398,10 @@ func (s *redisStore) lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *no
 	o := &op{script: leaseScript, keys: []string{rkey, holdsKey(rkey, s.cfg.prefix, p.fp)}, args: args}
 	nd := s.node(ctx, rkey)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, lc.now, kind, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, lc.now, kind, rkey, func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, o, s.cfg.budget)
+		vals, took, err = s.runOp(ctx, nd, o, budget)
 		return took, err
 	})
 	var a leaseAnswer

@@ -29,7 +29,7 @@ const pathReplyWidth = 6
 // bounded by budget, or apart from the caller for a client that ignores
 // deadlines.
 func (s *redisStore) submitPath(ctx context.Context, n *node, c *pathCall, budget time.Duration) (pathAnswer, time.Duration, error) {
-	if n.paths != nil {
+	if n.paths != nil && !s.sentAlone(budget) {
 		return n.paths.Do(ctx, c)
 	}
 	start := time.Now()

@@ -274,9 +274,8 @@ func TestSlowRedis(t *testing.T) {
 	t.Logf("slowest decision %v (%v counting those a pause of this process overlapped); %d of 640 decisions paid the budget, %d of them excused by a pause; goroutines %d before, %d after",
 		time.Duration(slowest.Load()), time.Duration(slowestAll.Load()), paid, paused, before, during)
 	// A decision may wait for its key's batch in flight before its own
-	// is sent: two budgets, and a margin. (A call excused by a pause is
-	// sent once more, but then the pause overlapped the decision: its
-	// time is the pause's as much as the library's.)
+	// is sent: two budgets, and a margin. (A call sent again after a pause
+	// shares its budget: see TestOneBudgetPerCall.)
 	if took := time.Duration(slowest.Load()); took > 2*50*time.Millisecond+100*time.Millisecond {
 		t.Fatalf("a decision took %v, budget 50ms", took)
 	}

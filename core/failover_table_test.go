@@ -437,11 +437,28 @@ func runFailover(t *testing.T, sc foScenario, ack bool) foResult {
 	}
 	t.Logf("%d decisions (%d degraded, %d errors, %d WAIT misses); failover began at %v, new master serving %v later; degraded from %v to %v after it began; acknowledged admissions the replica never saw: %d in all",
 		r.decisions, r.degradedN, r.errs, r.misses, ev.at, r.promoted, r.firstDegraded, r.backAt, r.lostRawSum)
+	t.Logf("each limiter's last degraded decision after the failover began: %v", lastDegradedEach(all, ev.at))
 	for k, kr := range r.keys {
 		t.Logf("key %s: admitted %d (%d by the fallback), bound %d, over %+d (lost writes %d, fallback %+d); acknowledged admissions the replica never saw %d",
 			f.keys[k], kr.admitted, kr.degraded, kr.bound, kr.over, kr.lost, kr.fallback, kr.lostRaw)
 	}
 	return r
+}
+
+// lastDegradedEach returns, for each limiter, when its last degraded
+// decision ended, from at (the failover's start); -1 for none: the spread
+// is how far apart the limiters went back to Redis.
+func lastDegradedEach(all []foDecision, at time.Duration) []time.Duration {
+	last := make([]time.Duration, foInstances)
+	for i := range last {
+		last[i] = -1
+	}
+	for _, d := range all {
+		if d.degraded && d.start >= at {
+			last[d.inst] = max(last[d.inst], (d.end - at).Round(time.Millisecond))
+		}
+	}
+	return last
 }
 
 // accountKey splits one key's over-admission in two: lost writes, the

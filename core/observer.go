@@ -108,7 +108,8 @@ type StoreCall struct {
 	// Paused reports a timeout that overlapped a pause of this process
 	// (descheduled by a busy machine, throttled by its CPU quota, stopped
 	// by the garbage collector): it says nothing of the node, so it is
-	// charged to no breaker, and the call is sent once more. Many of them
+	// charged to no breaker, and the call is sent once more if enough of
+	// its budget is left (see [WithTimeout]). Many of them
 	// mean the process is starved of CPU, not that Redis is slow.
 	Paused bool
 }

@@ -148,8 +148,11 @@ func WithFailurePolicy(p FailurePolicy) Option { return func(o *options) { o.pol
 // context ends sooner keeps its shorter deadline. When Redis does not answer
 // within the budget, the decision follows the failure policy, so a dead or
 // hung Redis costs each request at most this long, and nothing at all once
-// the circuit breaker has opened. Zero leaves only the caller's deadline and
-// the client's own timeouts.
+// the circuit breaker has opened. A call sent again (its answer lost to a
+// pause of this process, or an acquisition's to a timeout) shares what is
+// left of its budget, and is sent only with a quarter of it left: one call
+// spends at most one budget. Zero leaves only the caller's deadline and
+// the client's own timeouts, and nothing is sent again.
 //
 // Default: 50ms.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }

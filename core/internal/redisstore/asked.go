@@ -51,10 +51,10 @@ func (s *Store) ask(ctx context.Context, kind string, c Query) (decision, *noAns
 	c.keys[0] = c.RKey
 	nd := s.node(ctx, c.RKey)
 	var d decision
-	routed, err := s.onNode(ctx, nd, c.Now, kind, c.RKey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, c.Now, kind, c.RKey, func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		d, took, err = s.submit(ctx, nd, &c, s.cfg.Budget)
+		d, took, err = s.submit(ctx, nd, &c, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -77,10 +77,10 @@ func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, erro
 	pc := &PathQuery{RKeys: rkeys, Args: args, Plans: q.Plans}
 	nd := s.node(ctx, rkeys[0])
 	var ans PathAnswer
-	routed, err := s.onNode(ctx, nd, q.Now, OpPath, rkeys[0], func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, q.Now, OpPath, rkeys[0], func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		ans, took, err = s.submitPath(ctx, nd, pc, s.cfg.Budget)
+		ans, took, err = s.submitPath(ctx, nd, pc, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -97,8 +97,8 @@ func (s *Store) Reset(ctx context.Context, p *plan, key string) error {
 	rkey := s.RKey(p.FP, key)
 	nd := s.node(ctx, rkey)
 	now := s.cfg.Now()
-	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func() (time.Duration, error) {
-		_, took, err := s.runOp(ctx, nd, &op{script: ResetScript, keys: []string{rkey}}, s.cfg.Budget)
+	routed, err := s.onNode(ctx, nd, now, OpReset, rkey, func(budget time.Duration) (time.Duration, error) {
+		_, took, err := s.runOp(ctx, nd, &op{script: ResetScript, keys: []string{rkey}}, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -121,10 +121,10 @@ func (s *Store) Acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot
 	var vals []int64
 	ekey := epochKey(rkey, s.cfg.Prefix)
 	o := op{script: acquireScript, keys: []string{rkey, ekey}, args: s.acquireArgs(nd, a, id, ekey)}
-	send := func() (time.Duration, error) {
+	send := func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
+		vals, took, err = s.runOp(ctx, nd, &o, budget)
 		if err == nil && (len(vals) != 9 || vals[0] < 0 || vals[0] > 1 || vals[1] < 0) {
 			err = fmt.Errorf("%w %v from the concurrency script", errBadReply, vals)
 		}
@@ -138,14 +138,9 @@ func (s *Store) Acquire(ctx context.Context, a slotAsk) (sl slot, lost *lostSlot
 		}
 		return took, err
 	}
+	// After a timeout, onNode asks once more with the same id within the
+	// budget (see again).
 	routed, err := s.onNode(ctx, nd, now, OpAcquire, rkey, send)
-	if routed && err != nil && Reason(err) == ReasonTimeout && callerGone(ctx) == nil {
-		// The answer was lost to a stall of Redis, and Redis may have
-		// given the slot: ask once more with the same id, which takes no
-		// second slot, rather than let the fallback add one beside it.
-		// (onNode itself asks again after a pause of this process.)
-		routed, err = s.onNode(ctx, nd, s.cfg.Now(), OpAcquire, rkey, send)
-	}
 	if routed && err != nil && (Reason(err) == ReasonTimeout || callerGone(ctx) != nil) {
 		// Redis may hold the slot though nobody heard it was given:
 		// the keeper gives it back, or it would keep one of Max for a
@@ -174,20 +169,20 @@ func (s *Store) Settle(ctx context.Context, a settleAsk) (bool, error) {
 	sc := &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p}
 	nd := s.node(ctx, rkey)
 	var applied bool
-	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, rkey, func(budget time.Duration) (time.Duration, error) {
 		start := time.Now()
 		var err error
 		switch {
 		case s.detached:
-			applied, err = runApart(ctx, s.cfg.Budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
-		case nd.settle != nil:
+			applied, err = runApart(ctx, budget, func(ctx context.Context) (bool, error) { return settleOne(ctx, s.rdb, sc) })
+		case nd.settle != nil && !s.sentAlone(budget):
 			var took time.Duration
 			applied, took, err = nd.settle.Do(ctx, sc)
 			return took, err
 		default:
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.Budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
+			if budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, budget)
 			}
 			applied, err = settleOne(rctx, s.rdb, sc)
 			cancel()
@@ -214,13 +209,13 @@ func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
 	}
 	nd := s.node(ctx, root)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, root, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, root, func(budget time.Duration) (time.Duration, error) {
 		if len(members) == 1 {
 			// settle.lua's lone form replies with one integer.
 			start := time.Now()
 			rctx, cancel := ctx, context.CancelFunc(func() {})
-			if s.cfg.Budget > 0 {
-				rctx, cancel = context.WithTimeout(ctx, s.cfg.Budget)
+			if budget > 0 {
+				rctx, cancel = context.WithTimeout(ctx, budget)
 			}
 			defer cancel()
 			applied, err := settleOne(rctx, s.rdb, members[0].Req)
@@ -233,7 +228,7 @@ func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
 		keys, args := settleArgs(members)
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &op{script: SettleScript, keys: keys, args: args}, s.cfg.Budget)
+		vals, took, err = s.runOp(ctx, nd, &op{script: SettleScript, keys: keys, args: args}, budget)
 		return took, err
 	})
 	if !routed || err != nil {
@@ -257,11 +252,11 @@ func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
 func (s *Store) Release(ctx context.Context, r slotRef) error {
 	nd := s.node(ctx, r.RKey)
 	var vals []int64
-	routed, cerr := s.onNode(ctx, nd, s.cfg.Now(), OpRelease, r.RKey, func() (time.Duration, error) {
+	routed, cerr := s.onNode(ctx, nd, s.cfg.Now(), OpRelease, r.RKey, func(budget time.Duration) (time.Duration, error) {
 		o := op{script: releaseScript, keys: []string{r.RKey}, args: []any{r.Lease.Milliseconds(), r.ID}}
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
+		vals, took, err = s.runOp(ctx, nd, &o, budget)
 		if err == nil && len(vals) != 2 {
 			err = fmt.Errorf("%w %v from the release script", errBadReply, vals)
 		}
@@ -318,7 +313,8 @@ func (s *Store) Renew(ctx context.Context, round []*renewal) {
 				ops[i] = &op{script: renewScript, keys: []string{r.RKey, epochKey(r.RKey, s.cfg.Prefix)}, args: []any{r.Max, r.Lease.Milliseconds(), r.ID, newID()}}
 			}
 		}
-		_, _ = s.onNode(ctx, nd, s.cfg.Now(), OpRenew, rs[0].RKey, func() (time.Duration, error) {
+		// A round has its own deadline (ctx's), not a caller's budget.
+		_, _ = s.onNode(ctx, nd, s.cfg.Now(), OpRenew, rs[0].RKey, func(time.Duration) (time.Duration, error) {
 			start := time.Now()
 			replies := s.runOps(ctx, nd, ops)
 			var err error
@@ -367,10 +363,10 @@ func (s *Store) Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswe
 	o := &op{script: LeaseScript, keys: []string{rkey, HoldsKey(rkey, s.cfg.Prefix, p.FP)}, args: args}
 	nd := s.node(ctx, rkey)
 	var vals []int64
-	routed, err := s.onNode(ctx, nd, lc.Now, kind, rkey, func() (time.Duration, error) {
+	routed, err := s.onNode(ctx, nd, lc.Now, kind, rkey, func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
-		vals, took, err = s.runOp(ctx, nd, o, s.cfg.Budget)
+		vals, took, err = s.runOp(ctx, nd, o, budget)
 		return took, err
 	})
 	var a leaseAnswer

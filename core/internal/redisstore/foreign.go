@@ -25,11 +25,11 @@ func (s *Store) replaceForeign(ctx context.Context, nd *node, rkey, kind string,
 		return false
 	}
 	var vals []int64
-	_, rerr := s.onNode(ctx, nd, s.cfg.Now(), OpReset, rkey, func() (time.Duration, error) {
+	_, rerr := s.onNode(ctx, nd, s.cfg.Now(), OpReset, rkey, func(budget time.Duration) (time.Duration, error) {
 		var took time.Duration
 		var err error
 		o := op{script: foreignScript, keys: []string{rkey}}
-		vals, took, err = s.runOp(ctx, nd, &o, s.cfg.Budget)
+		vals, took, err = s.runOp(ctx, nd, &o, budget)
 		return took, err
 	})
 	if rerr != nil || len(vals) != 1 || vals[0] != 1 {

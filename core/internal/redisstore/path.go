@@ -29,7 +29,7 @@ const PathReplyWidth = 6
 // bounded by budget, or apart from the caller for a client that ignores
 // deadlines.
 func (s *Store) submitPath(ctx context.Context, n *node, c *PathQuery, budget time.Duration) (PathAnswer, time.Duration, error) {
-	if n.paths != nil {
+	if n.paths != nil && !s.sentAlone(budget) {
 		return n.paths.Do(ctx, c)
 	}
 	start := time.Now()

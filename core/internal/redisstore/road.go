@@ -70,13 +70,18 @@ var errBadReply = errors.New("core: unexpected script reply")
 const excuseFor = 2_000_000
 
 // onNode runs one operation of kind kind on node nd at now (the limiter's
-// clock) through its breaker, with run doing the I/O and returning its
-// I/O time. routed is false when the breaker kept the call from the node:
-// the caller then decides under the failure policy with no cause. With
-// routed true, err is nil for an answer, the caller's context error when
-// the caller gave up (return it), or the store's error (decide under the
-// failure policy, or report it); see the table above.
-func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key string, run func() (time.Duration, error)) (routed bool, err error) {
+// clock) through its breaker, with run doing the I/O under budget (see
+// sendFunc) and returning its I/O time. routed is false when the breaker
+// kept the call from the node: the caller then decides under the failure
+// policy with no cause. With routed true, err is nil for an answer, the
+// caller's context error when the caller gave up (return it), or the
+// store's error (decide under the failure policy, or report it); see the
+// table above.
+//
+// One call spends at most one budget from the moment it was asked (its
+// first send's, counted from that send): a send again shares what is left
+// of it (see again).
+func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key string, run sendFunc) (routed bool, err error) {
 	brk := nd.brk
 	r := brk.route(now)
 	if r == viaLocal {
@@ -86,17 +91,18 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 		return true, s.aside(ctx, nd, kind, key, run)
 	}
 	pause.Watch()
-	took, err := run()
+	asked := time.Now()
+	took, err := run(s.cfg.Budget)
 	f := s.judged(ctx, brk, kind, took, err)
-	if f == faultPause {
-		// The answer was lost to a pause of this process: ask once
-		// more rather than decide without the store. Every kind of
-		// operation may be sent again: settlements, acquisitions (by
-		// their lease id), releases and resets are idempotent; a
-		// decision sent again may charge its key twice, which errs
-		// toward denying, never toward admitting.
-		took, err = run()
-		f = s.judged(ctx, brk, kind, took, err)
+	if left := s.cfg.Budget - time.Since(asked); again(kind, f, err) && left >= s.cfg.Budget/minResend && callerGone(ctx) == nil {
+		// Sent once more under what is left of the budget. A timeout of
+		// that send proves nothing of the node (it had less than a
+		// budget): the call is judged by its first send.
+		took, err2 := run(left)
+		f2 := s.judged(ctx, brk, kind, took, err2)
+		if err2 == nil || Reason(err2) != ReasonTimeout {
+			err, f = err2, f2
+		}
 	}
 	if err == nil {
 		if brk.excused.Load() != 0 {
@@ -119,9 +125,11 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 		if brk.success(r, now) {
 			s.recovered(brk, now, "")
 		}
-		if !s.replaceForeign(ctx, nd, key, kind, err) {
+		rctx, cancel := s.within(ctx, asked)
+		if !s.replaceForeign(rctx, nd, key, kind, err) {
 			s.keyFailed(nd, key, kind, err)
 		}
+		cancel()
 		return true, err
 	case faultPause:
 		first := brk.excused.Load()
@@ -137,6 +145,55 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 	s.chargeNode(nd, r, now, key, err)
 	return true, err
 }
+
+// sendFunc sends one call's I/O under budget and returns how long the
+// I/O took. A budget below the store's (what is left of a call's budget
+// after its first send, see onNode) is sent alone, not batched: a batch's
+// I/O runs under a whole budget of its own. Background calls that carry
+// their own deadline (the lease keeper's renewals) may ignore it.
+type sendFunc func(budget time.Duration) (time.Duration, error)
+
+// minResend: a call is sent again only with at least 1/minResend of the
+// budget left (see again). A send with less would rarely be answered in
+// time, and its timeout would tell nothing.
+const minResend = 4
+
+// again reports whether a call of kind kind whose first send ended with
+// err, judged f, is worth sending once more within its budget: after a
+// timeout that overlapped a pause of this process (the answer was lost to
+// the pause, not to the node), rather than decide without the store; and
+// an acquisition after any timeout (Redis may have given the slot: asked
+// again by the same lease id, it takes no second one), rather than let the
+// fallback add one beside it. Every kind may be sent again: settlements,
+// acquisitions (by their lease id), releases and resets are idempotent; a
+// decision sent again may charge its key twice, which errs toward denying,
+// never toward admitting. A timeout normally spends the whole budget, so
+// this is for a timeout that came early (a client's read timeout shorter
+// than the budget); otherwise the call is decided under the failure
+// policy, and a pause's timeout is still nobody's.
+func again(kind string, f fault, err error) bool {
+	switch {
+	case err == nil || f == faultKey:
+		return false
+	case f == faultPause:
+		return true
+	}
+	return kind == OpAcquire && Reason(err) == ReasonTimeout
+}
+
+// within returns ctx ending by the budget of a call asked at asked, for
+// what the call sends besides its own operation (see replaceForeign): a
+// send it outlives counts as given up, not as the node's failure.
+func (s *Store) within(ctx context.Context, asked time.Time) (context.Context, context.CancelFunc) {
+	if s.cfg.Budget <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, asked.Add(s.cfg.Budget))
+}
+
+// sentAlone reports whether a send under budget goes alone rather than
+// batched (see sendFunc).
+func (s *Store) sentAlone(budget time.Duration) bool { return budget < s.cfg.Budget }
 
 // judged judges the outcome of one call of kind kind, whose I/O took took
 // and ended with err (nil for an answer), and reports it to the observer
@@ -165,8 +222,8 @@ func (s *Store) judged(ctx context.Context, brk *breaker, kind string, took time
 // probes of other requests have closed the breaker. Its outcome is
 // observed but leaves the breaker as it is: requests' probes alone decide
 // when the node is back.
-func (s *Store) aside(ctx context.Context, nd *node, kind, key string, run func() (time.Duration, error)) error {
-	took, err := run()
+func (s *Store) aside(ctx context.Context, nd *node, kind, key string, run sendFunc) error {
+	took, err := run(s.cfg.Budget)
 	if s.up.Obs != nil && (err == nil || callerGone(ctx) == nil) {
 		s.up.Obs.ObserveStore(Call{Node: nd.brk.node, Op: kind, Latency: took, Err: err})
 	}

@@ -247,7 +247,7 @@ func (s *Store) node(ctx context.Context, rkey string) *node {
 // decision runs under ctx bounded by budget; a batched one under its
 // batch's own budget, while its caller may leave when ctx ends.
 func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration) (decision, time.Duration, error) {
-	if n.batch != nil {
+	if n.batch != nil && !s.sentAlone(budget) {
 		// A lone decision on an idle node, whose caller has the budget
 		// left, is sent here, in the caller's goroutine, holding one of
 		// the node's slots as a batch would (see batch.Alone): what the
@@ -484,7 +484,7 @@ type op struct {
 // otherwise under ctx bounded by budget, or apart from the caller for a
 // client that ignores deadlines.
 func (s *Store) runOp(ctx context.Context, n *node, o *op, budget time.Duration) ([]int64, time.Duration, error) {
-	if n.ops != nil {
+	if n.ops != nil && !s.sentAlone(budget) {
 		return n.ops.Do(ctx, o)
 	}
 	return s.runOpAlone(ctx, o, budget)

@@ -24,7 +24,7 @@ type plan struct {
 	id         uint64                // fingerprint for local maps
 	args       []any                 // the plan's limits as script arguments (see the layout table at the top of core/bucket.lua)
 	maxW       int64                 // longest exact reservation in microseconds
-	stepped    bool                  // some limit refills in steps: the script's batch form, and no Reserve
+	stepped    bool                  // some limit refills in steps: the script's batch form
 	cal        bool                  // some limit is a calendar's: args lacks its arguments, which each call adds (see call.appendGroup)
 
 	coarse []coarseFallback // fallback limits that could not be used as given

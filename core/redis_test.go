@@ -71,6 +71,9 @@ func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	if sha == settleScript.Hash() {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
+	if sha == pathScript.Hash() {
+		return injectedPathScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
 	if sha != bucketScript.Hash() {
 		return c.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
@@ -80,6 +83,9 @@ func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 func (c clockScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if script == settleLua {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
+	if script == pathLua {
+		return injectedPathScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
 	if script != bucketLua {
 		return c.Scripter.Eval(ctx, script, keys, args...)
@@ -99,6 +105,9 @@ func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, 
 	if sha == settleScript.Hash() {
 		return injectedSettleScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
+	if sha == pathScript.Hash() {
+		return injectedPathScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
 	if sha != bucketScript.Hash() {
 		return p.Pipeliner.EvalSha(ctx, sha, keys, args...)
 	}
@@ -108,6 +117,9 @@ func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, 
 func (p clockPipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if script == settleLua {
 		return injectedSettleScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
+	if script == pathLua {
+		return injectedPathScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
 	if script != bucketLua {
 		return p.Pipeliner.Eval(ctx, script, keys, args...)

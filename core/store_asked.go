@@ -171,7 +171,7 @@ func (s *redisStore) settle(ctx context.Context, a settleAsk) (bool, error) {
 	}
 	p := a.plans[0]
 	rkey := s.rkey(p.fp, a.keys[0])
-	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}
+	sc := &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p, args: settleLimitArgs(p, a.now, a.now-a.at)}
 	nd := s.node(ctx, rkey)
 	var applied bool
 	routed, err := s.onNode(ctx, nd, a.now, OpSettle, rkey, func() (time.Duration, error) {
@@ -210,7 +210,7 @@ func (s *redisStore) settlePath(ctx context.Context, a settleAsk) (bool, error) 
 		if i == 0 {
 			root = rkey
 		}
-		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p}}
+		members[i] = &batch.Member[*settleCall, bool]{Req: &settleCall{keys: [2]string{rkey, markerKey(rkey, s.cfg.prefix, p.fp, a.id)}, delta: a.delta, marker: a.marker.Milliseconds(), plan: p, args: settleLimitArgs(p, a.now, a.now-a.at)}}
 	}
 	nd := s.node(ctx, root)
 	var vals []int64

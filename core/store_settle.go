@@ -64,7 +64,7 @@ func settleArgs(members []*batch.Member[*settleCall, bool]) ([]string, []any) {
 		keys = append(keys, c.keys[0], c.keys[1])
 		g := 0
 		for j, h := range heads {
-			if h == c.plan || h.fp == c.plan.fp {
+			if !c.plan.stepped && (h == c.plan || h.fp == c.plan.fp) { // a stepped plan's arguments are the settlement's
 				g = j + 1
 				break
 			}
@@ -72,7 +72,7 @@ func settleArgs(members []*batch.Member[*settleCall, bool]) ([]string, []any) {
 		if g == 0 {
 			heads = append(heads, c.plan)
 			g = len(heads)
-			args = append(args, c.plan.args...)
+			args = append(args, c.limitArgs()...)
 		}
 		each = append(each, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10), strconv.Itoa(g))
 	}
@@ -108,12 +108,13 @@ type settleCall struct {
 	keys   [2]string // the bucket (see redisKey) and the marker (see markerKey)
 	delta  int64     // events: final cost less reserved cost
 	marker int64     // milliseconds the marker is kept
-	plan   *plan     // continuous limits only (Reserve refuses the others)
+	plan   *plan     // the limits, for grouping
+	args   []any     // the limits as arguments (see settleLimitArgs); nil: plan.args
 }
 
 // loneArgs returns c's arguments in the lone form.
 func (c *settleCall) loneArgs() []any {
-	args := make([]any, 0, 2+len(c.plan.args))
+	args := make([]any, 0, 2+len(c.limitArgs()))
 	args = append(args, strconv.FormatInt(c.delta, 10), strconv.FormatInt(c.marker, 10))
-	return append(args, c.plan.args...)
+	return append(args, c.limitArgs()...)
 }

@@ -194,7 +194,7 @@ func (m memStore) release(_ context.Context, r slotRef) error {
 // applied.
 func (m memStore) settle(_ context.Context, a settleAsk) (bool, error) {
 	for i, p := range a.plans {
-		m.local.settle(p.id, a.keys[i], a.now, p.ticks, a.delta)
+		m.local.settle(p.id, a.keys[i], a.now, a.at, p.ticks, a.delta)
 	}
 	return true, nil
 }
@@ -286,7 +286,8 @@ type lostSlot struct{ rkey, id string }
 // that decided it (a key's one, or a path's levels, root first, whose
 // stored names take the root's hash tag), the id that names its markers
 // in Redis, the difference to apply (final less reserved, in events),
-// how long Redis keeps the markers, and the limiter's clock.
+// how long Redis keeps the markers, and the limiter's clock, now and when
+// the reservation was made (at: a stepped limit is settled in its window).
 type settleAsk struct {
 	plans  []*plan
 	keys   []string
@@ -295,6 +296,7 @@ type settleAsk struct {
 	delta  int64
 	marker time.Duration
 	now    int64
+	at     int64
 }
 
 // pathAsk is a path's decision as the engine asks it of the store.

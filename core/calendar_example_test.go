@@ -37,3 +37,37 @@ func ExamplePerCalendarDay() {
 	// a 4th: false until 2026-03-08 00:00 EST
 	// at midnight: true remaining 2 full again at 2026-03-09 00:00 EDT
 }
+
+// An organisation's monthly quota of model tokens, charged by the tokens
+// a request actually generated: each request reserves its prompt's
+// estimate, and settles with the real count when the answer is done. A
+// request admitted in January is January's, even when it ends in
+// February.
+func ExampleRule_Reserve_monthlyTokens() {
+	now := time.Date(2027, 1, 31, 23, 58, 0, 0, time.UTC)
+	lim, err := core.NewMemory(core.WithClock(func() time.Time { return now }))
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	ctx := context.Background()
+	tokens, err := lim.Prepare(core.PerCalendarMonth(100_000, "UTC"))
+	if err != nil {
+		panic(err)
+	}
+	rv, _ := tokens.Reserve(ctx, "org:acme", 2_000) // the estimate
+	fmt.Println("reserved:", rv.Result.Allowed, "left", rv.Result.Remaining)
+	_ = rv.Settle(ctx, 1_250) // the model generated 1,250 tokens
+	res, _ := tokens.Peek(ctx, "org:acme")
+	fmt.Println("January after 1250:", res.Remaining)
+
+	long, _ := tokens.Reserve(ctx, "org:acme", 2_000)
+	now = now.Add(5 * time.Minute) // the answer streams past midnight
+	_ = long.Settle(ctx, 6_000)
+	res, _ = tokens.Peek(ctx, "org:acme")
+	fmt.Println("February, after January's last answer:", res.Remaining)
+	// Output:
+	// reserved: true left 98000
+	// January after 1250: 98750
+	// February, after January's last answer: 100000
+}

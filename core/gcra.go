@@ -326,15 +326,21 @@ func (b *bucket) ttl(now int64, ticks []tickLimit) int64 {
 	return max(t, 1)
 }
 
-// settleBucket moves every limit's debt in b by delta events at now (see
-// Reservation.Settle): negative refunds, positive charges. A refund never
-// fills a bucket beyond full; a charge takes a debt at most one Burst
-// beyond empty (2*capacity), or leaves one already beyond (a waiting
-// reservation's) as it is. A missing bucket
-// (or one of another shape) is full: a refund leaves it so. A lock is
-// kept. It reports whether b must be written back. The script
-// core/internal/redisstore/settle.lua does the same in Redis.
+// settleBucket is settleBucketAt for a reservation made at now.
 func settleBucket(b *bucket, now int64, ticks []tickLimit, delta int64) bool {
+	return settleBucketAt(b, now, now, ticks, delta)
+}
+
+// settleBucketAt moves every limit's debt in b by delta events at now
+// (see Reservation.Settle), for a reservation made at at: negative
+// refunds, positive charges. A refund never fills a bucket beyond full; a
+// charge takes a debt at most one Burst beyond empty (2*capacity), or
+// leaves one already beyond (a waiting reservation's) as it is. A stepped
+// limit is settled in the window that held at (see settleStep). A missing
+// bucket (or one of another shape) is full: a refund leaves it so. A lock
+// is kept. It reports whether b must be written back. The script
+// core/settle.lua does the same in Redis.
+func settleBucketAt(b *bucket, now, at int64, ticks []tickLimit, delta int64) bool {
 	if delta == 0 {
 		return false
 	}
@@ -343,13 +349,21 @@ func settleBucket(b *bucket, now int64, ticks []tickLimit, delta int64) bool {
 			return false
 		}
 		b.tats = b.tats[:0]
-		for range ticks {
-			b.tats = append(b.tats, tat{us: now})
+		for _, t := range ticks {
+			if t.Stepped() {
+				b.tats = append(b.tats, tat{frac: t.Window(at).Idx})
+			} else {
+				b.tats = append(b.tats, tat{us: now})
+			}
 		}
 		b.lock = 0
 		b.set = true
 	}
 	for i, t := range ticks {
+		if t.Stepped() {
+			b.tats[i] = settleStep(b.tats[i], t, t.Window(at), delta)
+			continue
+		}
 		d := max(0, (b.tats[i].us-now)*t.R+b.tats[i].frac)
 		after := max(0, d+delta*t.P)
 		if delta > 0 && after > 2*t.Capacity() {
@@ -357,6 +371,9 @@ func settleBucket(b *bucket, now int64, ticks []tickLimit, delta int64) bool {
 		}
 		d = after
 		b.tats[i] = tat{us: now + d/t.R, frac: d % t.R}
+	}
+	if b.full != 0 || hasStepped(ticks) {
+		b.full = now + b.ttl(now, ticks)
 	}
 	return true
 }

@@ -73,7 +73,7 @@ type Limit struct {
 // of a stepped limit for n replicas is ceil(Rate/n) per window with a
 // Burst of ceil(Burst/n), at the same boundaries (a fleet's n replicas
 // may then admit up to n*ceil(Rate/n) in a window). [Rule.Reserve]
-// refuses stepped limits.
+// settles a stepped limit in the window the reservation was made in.
 type Refill string
 
 const (

@@ -63,7 +63,6 @@ type PathRule struct {
 	plans   []*plan       // one per level, in a scope of the path's scope and the level's name
 	views   []*model.Plan // each plan's part a store reads
 	minB    int64         // the smallest Burst of every level
-	stepped bool          // some level has a stepped limit: no Reserve
 	penalty int64         // microseconds; -1: the limiter's (see PathRule.WithPenalty)
 	dryRun  bool
 }
@@ -99,7 +98,6 @@ func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) 
 		if i == 0 || p.minB < r.minB {
 			r.minB = p.minB
 		}
-		r.stepped = r.stepped || p.Stepped
 	}
 	return r, nil
 }
@@ -158,19 +156,17 @@ func (r *PathRule) AllowN(ctx context.Context, path []string, n int) (Result, er
 // [PathRule.AllowN] does, and returns a [Reservation] whose Settle charges
 // the final cost instead, at every level the request was charged, in one
 // script call (see [Rule.Reserve]). Each level keeps its own marker, so a
-// retried settlement changes nothing. A rule with an interval or calendar
-// refill at any level cannot be reserved: Reserve returns an error
-// wrapping [ErrInvalidLimit].
+// retried settlement changes nothing. A level with an interval or
+// calendar refill is settled in the window the reservation was made in,
+// as [Rule.Reserve] says.
 func (r *PathRule) Reserve(ctx context.Context, path []string, n int) (*Reservation, error) {
-	if r.stepped {
-		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; a level of this path has a stepped one", ErrInvalidLimit)
-	}
 	l := r.lim
+	at := l.now()
 	res, pd, err := l.admitPath(ctx, r, path, n)
 	if err != nil {
 		return nil, err
 	}
-	rv := &Reservation{Result: res, lim: l, p: pd.minPlan, key: path[0], n: int64(n), made: time.Now()}
+	rv := &Reservation{Result: res, lim: l, p: pd.minPlan, key: path[0], n: int64(n), made: time.Now(), at: at}
 	ps := &pathSettle{plans: r.plans[:len(path)], views: r.views[:len(path)], keys: pd.keys}
 	rv.path = ps
 	switch {

@@ -73,6 +73,9 @@ func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	if sha == redisstore.SettleScript.Hash() {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
+	if sha == redisstore.PathScript.Hash() {
+		return injectedPathScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
 	if sha != redisstore.BucketScript.Hash() {
 		return c.Scripter.EvalSha(ctx, sha, keys, args...)
 	}
@@ -82,6 +85,9 @@ func (c clockScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 func (c clockScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if script == redisstore.SettleLua {
 		return injectedSettleScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
+	}
+	if script == redisstore.PathLua {
+		return injectedPathScript.Run(ctx, c.Scripter, keys, append(slices.Clip(args), c.now())...)
 	}
 	if script != redisstore.BucketLua {
 		return c.Scripter.Eval(ctx, script, keys, args...)
@@ -101,6 +107,9 @@ func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, 
 	if sha == redisstore.SettleScript.Hash() {
 		return injectedSettleScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
+	if sha == redisstore.PathScript.Hash() {
+		return injectedPathScript.EvalSha(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
 	if sha != redisstore.BucketScript.Hash() {
 		return p.Pipeliner.EvalSha(ctx, sha, keys, args...)
 	}
@@ -110,6 +119,9 @@ func (p clockPipeliner) EvalSha(ctx context.Context, sha string, keys []string, 
 func (p clockPipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if script == redisstore.SettleLua {
 		return injectedSettleScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
+	}
+	if script == redisstore.PathLua {
+		return injectedPathScript.Eval(ctx, p.Pipeliner, keys, append(slices.Clip(args), p.now())...)
 	}
 	if script != redisstore.BucketLua {
 		return p.Pipeliner.Eval(ctx, script, keys, args...)

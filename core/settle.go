@@ -59,6 +59,7 @@ type Reservation struct {
 	held  int64       // the cost charged (the fallback caps it at its share's Burst)
 	id    string      // in Redis: names the marker
 	made  time.Time   // when it was made, on the monotonic clock
+	at    int64       // when it was made, on the limiter's clock: a stepped limit's window
 	path  *pathSettle // a path's reservation (see PathRule.Reserve); nil: a key's
 	state atomic.Int32
 }
@@ -77,22 +78,29 @@ const (
 // that is known. A denied one charged nothing and has nothing to settle.
 // Errors are those of AllowN.
 //
-// A rule with an interval or calendar refill (see [Refill]) cannot be
-// reserved: Reserve returns an error wrapping [ErrInvalidLimit].
+// A limit with an interval or calendar refill (see [Refill]) is settled
+// in the window the reservation was made in, even when Settle comes after
+// that window ended: the final cost is that window's (a monthly quota
+// charged by the tokens a request used is charged in the month it was
+// admitted). What a charge takes beyond the window's quota carries into
+// the next windows, as a stepped limit's debt does; a refund gives back
+// only what the window had, never tokens of a later one. Once the key
+// was charged in a later window, the earlier window is closed: settling
+// changes nothing on that limit. In Redis the window is the one that
+// held Redis's clock when the reservation was made, found from the time
+// since on the limiter's clock.
 func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	if r.p.Stepped {
-		return nil, fmt.Errorf("%w: Reserve supports continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
-	}
 	l := r.lim
 	p := r.p
 	if p.lease != nil {
 		p = p.lease.exact // a reservation is decided exactly, without leases
 	}
+	at := l.now()
 	res, d, err := l.admit(ctx, key, p, n, 0)
 	if err != nil {
 		return nil, err
 	}
-	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now()}
+	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now(), at: at}
 	switch {
 	case !res.Allowed:
 	case res.Degraded && d.Remaining < 0: // FailOpen: nothing was counted
@@ -190,7 +198,7 @@ func (rv *Reservation) settle(ctx context.Context, final int64, marker time.Dura
 		rv.settleIn(l.local, l.now(), final)
 	} else {
 		// The store charged the whole cost it reserved (held is n).
-		a := settleAsk{Plans: []*model.Plan{&rv.p.Plan}, Keys: []string{rv.key}, ID: rv.id, Delta: final - rv.n, Marker: marker, Now: l.now()}
+		a := settleAsk{Plans: []*model.Plan{&rv.p.Plan}, Keys: []string{rv.key}, ID: rv.id, Delta: final - rv.n, Marker: marker, Now: l.now(), At: rv.at}
 		if ps := rv.path; ps != nil {
 			a.Plans, a.Keys, a.Path = ps.views, ps.keys, true
 		}
@@ -214,16 +222,17 @@ func (rv *Reservation) settleIn(local *localStore, now, final int64) {
 	delta := final - rv.held
 	if ps := rv.path; ps != nil {
 		for i, p := range ps.plans {
-			local.settle(p.ID, ps.keys[i], now, ps.ticks[i], delta)
+			local.settle(p.ID, ps.keys[i], now, rv.at, ps.ticks[i], delta)
 		}
 		return
 	}
-	local.settle(rv.p.ID, rv.key, now, rv.ticks, delta)
+	local.settle(rv.p.ID, rv.key, now, rv.at, rv.ticks, delta)
 }
 
-// settle moves key's local bucket by delta events (see settleBucket). A
-// key not held is a full bucket: a refund leaves it so.
-func (s *localStore) settle(id uint64, key string, now int64, ticks []tickLimit, delta int64) {
+// settle moves key's local bucket by delta events at now, for a
+// reservation made at at (see settleBucketAt). A key not held is a full
+// bucket: a refund leaves it so.
+func (s *localStore) settle(id uint64, key string, now, at int64, ticks []tickLimit, delta int64) {
 	k := makeLocalKey(id, key)
 	sh := s.m.shard(k)
 	sh.mu.Lock()
@@ -235,5 +244,5 @@ func (s *localStore) settle(id uint64, key string, now int64, ticks []tickLimit,
 	if !e.b.set && e.b.tats == nil {
 		e.b.tats = e.buf[:0]
 	}
-	settleBucket(&e.b, now, ticks, delta)
+	settleBucketAt(&e.b, now, at, ticks, delta)
 }

@@ -511,9 +511,6 @@ func TestSteppedLimiter(t *testing.T) {
 	if res, err = rule2.Wait(wctx, "w", 1); err != nil || res.Allowed {
 		t.Fatalf("Wait(10ms) on a spent daily quota = %+v, %v; want denied at once", res, err)
 	}
-	if _, err := rule.Reserve(ctx, "t", 1); !errors.Is(err, ErrInvalidLimit) {
-		t.Fatalf("Reserve on a calendar rule: %v, want ErrInvalidLimit", err)
-	}
 }
 
 // TestSteppedFallbackShare: the fallback's share of a stepped limit.

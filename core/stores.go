@@ -187,7 +187,7 @@ func (m memStore) Release(_ context.Context, r slotRef) error {
 // applied.
 func (m memStore) Settle(_ context.Context, a settleAsk) (bool, error) {
 	for i, p := range a.Plans {
-		m.local.settle(p.ID, a.Keys[i], a.Now, p.Ticks, a.Delta)
+		m.local.settle(p.ID, a.Keys[i], a.Now, a.At, p.Ticks, a.Delta)
 	}
 	return true, nil
 }

@@ -18,14 +18,34 @@ import (
 // the settle script runs on gopher-lua as the Go model (which core's
 // TestSettleDifferential holds to a real Redis) says.
 func TestMiniredisSettleMatchesMemory(t *testing.T) {
-	s := newTwoStores(t, core.WithLogger(slog.New(slog.DiscardHandler)))
-	onRedis, inMemory := s.onRedis, s.inMemory
-
-	limitSets := [][]core.Limit{
+	settleMatchesMemory(t, [][]core.Limit{
 		{core.PerSecond(5)},
 		{core.PerSecond(10).WithBurst(3), core.PerMinute(40)},
 		{{Name: "odd", Rate: 7, Period: 1300 * time.Millisecond, Burst: 2}},
-	}
+	})
+}
+
+// TestMiniredisSteppedSettleMatchesMemory is TestMiniredisSettleMatchesMemory
+// on interval limits, alone and beside continuous ones. The sequence
+// stays in the first hour of 2027, so every reservation is settled in
+// its window (core's TestSettleSteppedDifferential settles after windows
+// roll, against the model on a real Redis).
+func TestMiniredisSteppedSettleMatchesMemory(t *testing.T) {
+	settleMatchesMemory(t, [][]core.Limit{
+		{core.PerInterval(300, time.Hour).WithBurst(320)},
+		{core.PerSecond(10).WithBurst(3), core.PerInterval(400, time.Hour)},
+	})
+}
+
+// settleMatchesMemory is TestMiniredisSettleMatchesMemory on limitSets.
+func settleMatchesMemory(t *testing.T, limitSets [][]core.Limit) {
+	s := newTwoStores(t, core.WithLogger(slog.New(slog.DiscardHandler)))
+	onRedis, inMemory := s.onRedis, s.inMemory
+	// Into the hour: a settlement finds its reservation's window on
+	// Redis's clock less the time since on the limiter's (the process's,
+	// which the virtual clock does not move), which must not reach back
+	// past the hour's start.
+	s.advance(10 * time.Minute)
 	type pair struct{ redis, memory *core.Rule }
 	rules := make([]pair, len(limitSets))
 	for i, ls := range limitSets {

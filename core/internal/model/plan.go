@@ -10,6 +10,6 @@ type Plan struct {
 	FP      string // fingerprint, part of the Redis key
 	ID      uint64 // fingerprint for local maps
 	Args    []any  // the limits as script arguments (see the layout table at the top of bucket.lua)
-	Stepped bool   // some limit refills in steps: the script's batch form, and no Reserve
+	Stepped bool   // some limit refills in steps: the script's batch form
 	Cal     bool   // some limit is a calendar's: Args lacks its arguments, which each call adds
 }

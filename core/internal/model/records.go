@@ -67,7 +67,8 @@ type LostSlot struct{ RKey, ID string }
 // that decided it (a key's one, or a path's levels, root first, whose
 // stored names take the root's hash tag), the id that names its markers
 // in Redis, the difference to apply (final less reserved, in events),
-// how long Redis keeps the markers, and the limiter's clock.
+// how long Redis keeps the markers, and the limiter's clock, now and when
+// the reservation was made (At: a stepped limit is settled in its window).
 type SettleAsk struct {
 	Plans  []*Plan
 	Keys   []string
@@ -76,6 +77,7 @@ type SettleAsk struct {
 	Delta  int64
 	Marker time.Duration
 	Now    int64
+	At     int64
 }
 
 // PathAsk is a path's decision as the engine asks it of a store.

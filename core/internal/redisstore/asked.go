@@ -166,7 +166,7 @@ func (s *Store) Settle(ctx context.Context, a settleAsk) (bool, error) {
 	}
 	p := a.Plans[0]
 	rkey := s.RKey(p.FP, a.Keys[0])
-	sc := &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p}
+	sc := &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p, args: settleLimitArgs(p, a.Now, a.Now-a.At)}
 	nd := s.node(ctx, rkey)
 	var applied bool
 	routed, err := s.onNode(ctx, nd, a.Now, OpSettle, rkey, func(budget time.Duration) (time.Duration, error) {
@@ -205,7 +205,7 @@ func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
 		if i == 0 {
 			root = rkey
 		}
-		members[i] = &batch.Member[*SettleQuery, bool]{Req: &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p}}
+		members[i] = &batch.Member[*SettleQuery, bool]{Req: &SettleQuery{Keys: [2]string{rkey, MarkerKey(rkey, s.cfg.Prefix, p.FP, a.ID)}, Delta: a.Delta, Marker: a.Marker.Milliseconds(), Plan: p, args: settleLimitArgs(p, a.Now, a.Now-a.At)}}
 	}
 	nd := s.node(ctx, root)
 	var vals []int64

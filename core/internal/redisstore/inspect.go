@@ -64,3 +64,13 @@ func (s *Store) Senders(split bool, pipeline func() redis.Pipeliner) (batch.Send
 	}
 	return s.sendDecisions(n, split, pipeline), s.sendSettles(split, pipeline), s.sendPaths(split, pipeline)
 }
+
+// NewSettleQuery returns the settlement of a reservation under p made
+// elapsed microseconds before now (the limiter's clock), as the store
+// sends it: for a stepped limit, with its windows' arguments.
+func NewSettleQuery(keys [2]string, delta, marker int64, p *plan, now, elapsed int64) *SettleQuery {
+	return &SettleQuery{Keys: keys, Delta: delta, Marker: marker, Plan: p, args: settleLimitArgs(p, now, elapsed)}
+}
+
+// LoneArgs returns q's arguments in the lone form.
+func (q *SettleQuery) LoneArgs() []any { return q.loneArgs() }

@@ -17,9 +17,9 @@ var pathSrc string
 // PathLua is path.lua as Redis runs it (see expandLua).
 var PathLua = expandLua("path.lua", pathSrc)
 
-// pathScript decides a path of keys as one (see the layout table at the
+// PathScript decides a path of keys as one (see the layout table at the
 // top of core/internal/redisstore/path.lua).
-var pathScript = redis.NewScript(PathLua)
+var PathScript = redis.NewScript(PathLua)
 
 // PathReplyWidth is the number of integers path.lua returns.
 const PathReplyWidth = 6
@@ -56,7 +56,7 @@ func evalPath(ctx context.Context, rdb redis.Scripter, c *PathQuery) (PathAnswer
 // pathForm is how paths travel: path.lua's lone form for one, its batch
 // form for several in one call, grouped by the root's hash tag (see form).
 var pathForm = &form[*PathQuery, PathAnswer]{
-	script: func([]*batch.Member[*PathQuery, PathAnswer]) *redis.Script { return pathScript },
+	script: func([]*batch.Member[*PathQuery, PathAnswer]) *redis.Script { return PathScript },
 	tag:    func(c *PathQuery) string { return c.RKeys[0] },
 	lone:   func(c *PathQuery) ([]string, []any) { return c.RKeys, c.Args },
 	many:   pathBatchArgs,

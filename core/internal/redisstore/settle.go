@@ -64,7 +64,7 @@ func settleArgs(members []*batch.Member[*SettleQuery, bool]) ([]string, []any) {
 		keys = append(keys, c.Keys[0], c.Keys[1])
 		g := 0
 		for j, h := range heads {
-			if h == c.Plan || h.FP == c.Plan.FP {
+			if !c.Plan.Stepped && (h == c.Plan || h.FP == c.Plan.FP) { // a stepped plan's arguments are the settlement's
 				g = j + 1
 				break
 			}
@@ -72,7 +72,7 @@ func settleArgs(members []*batch.Member[*SettleQuery, bool]) ([]string, []any) {
 		if g == 0 {
 			heads = append(heads, c.Plan)
 			g = len(heads)
-			args = append(args, c.Plan.Args...)
+			args = append(args, c.limitArgs()...)
 		}
 		each = append(each, strconv.FormatInt(c.Delta, 10), strconv.FormatInt(c.Marker, 10), strconv.Itoa(g))
 	}
@@ -105,15 +105,57 @@ func deliverSettled(members []*batch.Member[*SettleQuery, bool], vals []int64, e
 // numbers for one reservation (see the layout table at the top of
 // core/internal/redisstore/settle.lua).
 type SettleQuery struct {
-	Keys   [2]string // the bucket (see redisKey) and the marker (see markerKey)
+	Keys   [2]string // the bucket (see RedisKey) and the marker (see MarkerKey)
 	Delta  int64     // events: final cost less reserved cost
 	Marker int64     // milliseconds the marker is kept
-	Plan   *plan     // continuous limits only (Reserve refuses the others)
+	Plan   *plan     // the limits, for grouping
+	args   []any     // the limits as arguments (see settleLimitArgs); nil: Plan.Args
 }
 
 // loneArgs returns c's arguments in the lone form.
 func (c *SettleQuery) loneArgs() []any {
-	args := make([]any, 0, 2+len(c.Plan.Args))
+	args := make([]any, 0, 2+len(c.limitArgs()))
 	args = append(args, strconv.FormatInt(c.Delta, 10), strconv.FormatInt(c.Marker, 10))
-	return append(args, c.Plan.Args...)
+	return append(args, c.limitArgs()...)
+}
+
+// settleLimitArgs returns plan p's limits as the settle script's
+// arguments (see the layout table at the top of core/internal/redisstore/settle.lua) for a
+// settlement at now (the limiter's clock) of a reservation made elapsed
+// microseconds before: for continuous limits the plan's own, shared and
+// not to be modified; a stepped limit's are its decision's (bucket.lua's
+// layout, a calendar's windows around now) and the elapsed time, from
+// which the script finds the reservation's window on Redis's clock.
+func settleLimitArgs(p *plan, now, elapsed int64) []any {
+	if !p.Stepped {
+		return p.Args
+	}
+	el := strconv.FormatInt(max(0, elapsed), 10)
+	args := make([]any, 0, len(p.Args)+10*len(p.Ticks))
+	args = append(args, p.Args[0])
+	at := 1
+	for _, t := range p.Ticks {
+		switch {
+		case t.Calendar() != nil:
+			args = append(args, t.St.Cal.Windows(now, t.St.K, t.B).Args...)
+			args = append(args, el)
+		case t.Stepped():
+			args = append(args, p.Args[at:at+4]...)
+			args = append(args, el)
+			at += 4
+		default:
+			args = append(args, p.Args[at:at+3]...)
+			at += 3
+		}
+	}
+	return args
+}
+
+// limitArgs returns c's limits as the settle script's arguments: c.args,
+// or for a settlement made without them, its plan's.
+func (c *SettleQuery) limitArgs() []any {
+	if c.args == nil {
+		return c.Plan.Args
+	}
+	return c.args
 }

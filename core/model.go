@@ -11,7 +11,6 @@ type (
 	tickLimit   = model.Tick
 	stepper     = model.Stepper
 	calendar    = model.Calendar
-	calWindows  = model.CalWindows
 	stepWindow  = model.StepWindow
 	noAnswer    = model.NoAnswer
 	slotAsk     = model.SlotAsk

@@ -8,7 +8,6 @@ import "github.com/sluicehq/sluice/core/internal/model"
 type (
 	plan        = model.Plan
 	decision    = model.Decision
-	tickLimit   = model.Tick
 	noAnswer    = model.NoAnswer
 	slotAsk     = model.SlotAsk
 	slot        = model.Slot
@@ -25,7 +24,6 @@ type (
 const maxLeaseLife = model.MaxLeaseLife
 
 var (
-	errInMemory    = model.ErrInMemory
 	errUnavailable = model.ErrUnavailable
 	errLeaseLost   = model.ErrLeaseLost
 )

@@ -15,7 +15,8 @@ var ErrInvalidLimit = errors.New("core: invalid limit")
 // ErrUnavailable is returned (wrapped with the store's error) when the store
 // could not decide and the failure policy is [FailClosed]. A denial is never
 // reported as ErrUnavailable, and a store failure is never reported as a
-// denial.
+// denial. Its text is "core: store unavailable" (it is declared below the
+// engine, where the Redis store can wrap it too).
 var ErrUnavailable = model.ErrUnavailable
 
 // ErrLeaseLost is returned by [Lease.Release] when the lease's slot was
@@ -23,5 +24,6 @@ var ErrUnavailable = model.ErrUnavailable
 // lease (Redis was unreachable), or Redis forgot it (a restart, a failover
 // that lost writes) and other requests had taken its slot by the time a
 // renewal re-asserted it. Another request may have held the slot meanwhile,
-// so the cap may have been exceeded.
+// so the cap may have been exceeded. Its text is "core: the slot's lease
+// expired before it was released".
 var ErrLeaseLost = model.ErrLeaseLost

@@ -149,7 +149,7 @@ type foLoad struct {
 	all  []foDecision
 }
 
-func startFoLoad(lims []*core.Limiter, keys []string) *foLoad {
+func startFoLoad(lims []*core.Limiter, keys []string, limit core.Limit) *foLoad {
 	l := &foLoad{t0: time.Now(), stop: make(chan struct{})}
 	ctx := context.Background()
 	for i, lim := range lims {
@@ -170,7 +170,7 @@ func startFoLoad(lims []*core.Limiter, keys []string) *foLoad {
 					case <-tick.C:
 					}
 					start := time.Since(l.t0)
-					res, err := lim.Allow(ctx, key, foLimit)
+					res, err := lim.Allow(ctx, key, limit)
 					end := time.Since(l.t0)
 					if err != nil {
 						l.errs.Add(1)
@@ -318,8 +318,14 @@ type foKeyResult struct {
 	lostRaw         int // -1: not measured
 }
 
-// runFailover runs one scenario once, in a deployment of its own.
+// runFailover runs one scenario once, in a deployment of its own, under
+// foLimit.
 func runFailover(t *testing.T, sc foScenario, ack bool) foResult {
+	return runFailoverUnder(t, sc, ack, foLimit)
+}
+
+// runFailoverUnder is runFailover with the hot keys under limit.
+func runFailoverUnder(t *testing.T, sc foScenario, ack bool, limit core.Limit) foResult {
 	f := &foFixture{keys: make([]string, foKeys)}
 	if strings.HasPrefix(sc.name, "Cluster") {
 		c := redistest.StartCluster(t)
@@ -398,7 +404,7 @@ func runFailover(t *testing.T, sc foScenario, ack bool) foResult {
 		f.read = func(ctx context.Context, names []string) ([]any, error) { return rc.MGet(ctx, names...).Result() }
 	}
 
-	f.load = startFoLoad(f.lims, f.keys)
+	f.load = startFoLoad(f.lims, f.keys, limit)
 	pause(foBefore)
 	f.stored = storedNames(t, f.master, f.keys)
 	ev := sc.run(t, f)
@@ -427,9 +433,9 @@ func runFailover(t *testing.T, sc foScenario, ack bool) foResult {
 		r.lostRawMax, r.lostRawSum = 0, 0
 	}
 	for k, ds := range byKey {
-		kr := accountKey(ds)
+		kr := accountKey(ds, limit)
 		if ev.frozen != nil {
-			kr.lostRaw = lostAcknowledged(ds, ev, f.load.t0, ev.frozen, k)
+			kr.lostRaw = lostAcknowledged(ds, ev, f.load.t0, ev.frozen, k, limit)
 			r.lostRawMax = max(r.lostRawMax, kr.lostRaw)
 			r.lostRawSum += kr.lostRaw
 		}
@@ -467,14 +473,14 @@ func lastDegradedEach(all []foDecision, at time.Duration) []time.Duration {
 // which comes from deciding outside Redis: the fallback's admissions, which
 // Redis never counts, so that its bucket refills under them. ds is sorted
 // by end.
-func accountKey(ds []foDecision) foKeyResult {
+func accountKey(ds []foDecision, limit core.Limit) foKeyResult {
 	kr := foKeyResult{lostRaw: -1}
 	if len(ds) == 0 {
 		return kr
 	}
 	first, last := ds[0].start, ds[0].end
-	p := foLimit.Period / time.Duration(foLimit.Rate) // one token
-	var tat time.Duration                             // a bucket fed only Redis's admissions
+	p := limit.Period / time.Duration(limit.Rate) // one token
+	var tat time.Duration                         // a bucket fed only Redis's admissions
 	for _, d := range ds {
 		first, last = min(first, d.start), max(last, d.end)
 		if !d.allowed {
@@ -490,14 +496,14 @@ func accountKey(ds []foDecision) foKeyResult {
 		// gives every admission the benefit of the doubt: the bucket here
 		// never refuses one that Redis, keeping every write, would have
 		// admitted. Half a token more absorbs clock jitter.
-		if max(tat, d.end)+p-d.end > time.Duration(foLimit.Burst)*p+p/2 {
+		if max(tat, d.end)+p-d.end > time.Duration(limit.Burst)*p+p/2 {
 			kr.lost++ // a bucket that kept every write would have refused it
 			continue
 		}
 		tat = max(tat, d.start) + p
 	}
 	t := last - first
-	kr.bound = foLimit.Burst + int(int64(t)*int64(foLimit.Rate)/int64(foLimit.Period)) + 1
+	kr.bound = limit.Burst + int(int64(t)*int64(limit.Rate)/int64(limit.Period)) + 1
 	kr.over = kr.admitted - kr.bound
 	kr.fallback = kr.over - kr.lost
 	return kr
@@ -509,12 +515,12 @@ func accountKey(ds []foDecision) foKeyResult {
 // says where (ResetAfter is TAT minus Redis's clock, which is this
 // machine's), so those whose TAT lies beyond the replica's, by more than
 // half a token of timing slack, never reached it.
-func lostAcknowledged(ds []foDecision, ev foEvent, t0 time.Time, frozen map[int]int64, k int) int {
+func lostAcknowledged(ds []foDecision, ev foEvent, t0 time.Time, frozen map[int]int64, k int, limit core.Limit) int {
 	rep, ok := frozen[k]
 	if !ok {
 		rep = 0 // no bucket on the replica: every admission is lost
 	}
-	half := (foLimit.Period / time.Duration(foLimit.Rate) / 2).Microseconds()
+	half := (limit.Period / time.Duration(limit.Rate) / 2).Microseconds()
 	n := 0
 	for _, d := range ds {
 		if !d.allowed || d.degraded || d.start >= ev.at {

@@ -33,6 +33,7 @@ type Limiter struct {
 	plans    planCache         // compiled limits
 	local    *localStore       // the fallback's buckets and slots (NewMemory: the store's own)
 	denies   *denyCache        // nil when disabled
+	owed     *owedStore        // what the fallback admitted that Redis has not seen (owed.go); nil but for New under FallbackLocal
 	policy   FailurePolicy     // how a request the store did not answer is decided (see unavailable)
 	fleet    *fleet            // sizes the fallback: WithFleet, or the implicit fleet; nil for neither
 	replicas int               // WithFallbackReplicas: the fallback's divisor without a fleet, and its floor
@@ -317,8 +318,9 @@ func costError(n int, minB int64) error {
 // answered takes in what the store answered to a request of cost on key
 // under p at now, in the one place that does: the deny cache learns when
 // a unit request can next pass, an admission is charged to the local
-// fallback (kept warm for a switch to it), and the implicit fleet beats
-// when a heartbeat is due.
+// fallback (kept warm for a switch to it), what the fallback admitted on
+// the key while the store was away is charged to the store (owed.go), and
+// the implicit fleet beats when a heartbeat is due.
 func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 	if l.denies != nil && d.Next > 0 && (!d.Allowed || l.penaltyOf(p) == 0 && !p.Stepped) {
 		// Redis said when a unit request can next pass. Counted from
@@ -339,6 +341,9 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// or more; one less used starts the fallback from a full
 		// bucket, which it nearly is, and costs no memory.
 		l.local.charge(p.ID, key, now, l.share(p).ticks, cost, 2*d.Remaining < int64(p.limits[d.Index].Burst))
+	}
+	if l.owed.holdsAny() {
+		l.chargeOwed(key, p, now)
 	}
 	if l.fleet != nil && l.fleet.implicit {
 		l.fleet.maybeBeat(l.bg.Run)
@@ -405,6 +410,9 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
+	if d.Allowed && l.owed != nil {
+		l.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
+	}
 	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, p.dryRun

@@ -299,10 +299,14 @@ func (s *localStore) charge(id uint64, key string, now int64, ticks []tickLimit,
 	sh := s.m.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.m.entry(sh, k, now, insert)
-	if e == nil {
-		return
+	if e := s.m.entry(sh, k, now, insert); e != nil {
+		e.charge(now, ticks, cost)
 	}
+}
+
+// charge records on e, without ever refusing, that cost tokens were spent
+// at now under ticks: its debt grows by cost, capped at one full bucket.
+func (e *localEntry) charge(now int64, ticks []tickLimit, cost int64) {
 	b := &e.b
 	ws := windowsAt(now, ticks)
 	if !b.set {

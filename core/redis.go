@@ -65,6 +65,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l.store = redisstore.New(rdb, cfg, up)
 	l.remote = true
+	if o.policy == FallbackLocal {
+		l.owed = newOwedStore(o.capacity)
+	}
 	switch {
 	case o.fleet.Name != "":
 		unmet := UnmetFleet // WithFallbackReplicas, if given, is the count to assume

@@ -174,26 +174,36 @@ func TestSentinelFailover(t *testing.T) {
 // TestSentinelCrashBound SIGKILLs the master of a Sentinel deployment
 // while three limiters, as three replicas of a service sized for three
 // (WithFallbackReplicas(3)), ask for six hot keys about five times faster
-// than their limit (100/s, burst 10): the first row of TestFailoverTable,
-// run once. No caller sees an error, and no key admits more than two
-// bursts beyond an exact bucket over the run: one for Redis's bucket,
-// which refills during the outage without knowing what the fallbacks
-// admitted, and one for the fallbacks' shares of the burst (a third each)
-// and for what a limiter still back on its share admits after another has
-// gone back to Redis. docs/topologies.md ("Over-admission during a
-// failover") publishes this bound and the measurements behind it.
+// than their limit: the first row of TestFailoverTable, run once, under
+// crashLimit. No caller sees an error, and no key admits more than one
+// burst beyond an exact bucket over the run (docs/topologies.md,
+// "Over-admission during a failover", publishes the bound and the
+// measurements behind it).
+//
+// The burst is larger than the table's so that the bound measures what a
+// crash costs in bursts rather than the limiters' timing: what comes on top
+// of the fallbacks' shares grows with the burst (Redis's bucket, full again
+// when the limiters return unless they charge it with what their fallbacks
+// admitted), while the limiters' returning apart costs a few tens of
+// milliseconds of the rate whatever the burst. Before the fallbacks charged
+// Redis (owed.go), each key admitted 63 to 80 over (1.3 to 1.6 bursts), in
+// each of four runs; since, 24 to 41.
 func TestSentinelCrashBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Sentinel deployment and kills its master")
 	}
-	r := runFailover(t, foScenarios[0], false)
+	r := runFailoverUnder(t, foScenarios[0], false, crashLimit)
 	if r.errs != 0 {
 		t.Errorf("%d callers got an error", r.errs)
 	}
-	bound := 2 * foLimit.Burst
+	bound := crashLimit.Burst
 	for i, k := range r.keys {
 		if k.over > bound {
-			t.Errorf("key %d: %d admitted, %d over an exact bucket (%d by the fallback); the bound is two bursts (%d)", i, k.admitted, k.over, k.degraded, bound)
+			t.Errorf("key %d: %d admitted, %d over an exact bucket (%d by the fallback); the bound is one burst (%d)", i, k.admitted, k.over, k.degraded, bound)
 		}
 	}
 }
+
+// crashLimit is TestSentinelCrashBound's: the table's rate (foLimit), with
+// a burst that refills in half a second, still well within the outage.
+var crashLimit = core.Limit{Rate: 100, Period: time.Second, Burst: 50}

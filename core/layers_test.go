@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -291,4 +292,13 @@ func inCoreDirs(name string) bool {
 		}
 	}
 	return false
+}
+
+// TestLimiterStaysSmall keeps the engine's Limiter to at most 16 fields: a
+// concern that needs state of its own gets a type of its own (the local
+// store, the fleet, the lease keeper), not more fields beside the others.
+func TestLimiterStaysSmall(t *testing.T) {
+	if n := reflect.TypeFor[Limiter]().NumField(); n > 16 {
+		t.Errorf("Limiter has %d fields, at most 16: give the new concern a type of its own", n)
+	}
 }

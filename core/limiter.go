@@ -33,7 +33,6 @@ type Limiter struct {
 	plans    planCache         // compiled limits
 	local    *localStore       // the fallback's buckets and slots (NewMemory: the store's own)
 	denies   *denyCache        // nil when disabled
-	owed     *owedStore        // what the fallback admitted that Redis has not seen (owed.go); nil but for New under FallbackLocal
 	policy   FailurePolicy     // how a request the store did not answer is decided (see unavailable)
 	fleet    *fleet            // sizes the fallback: WithFleet, or the implicit fleet; nil for neither
 	replicas int               // WithFallbackReplicas: the fallback's divisor without a fleet, and its floor
@@ -342,7 +341,7 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// bucket, which it nearly is, and costs no memory.
 		l.local.charge(p.ID, key, now, l.share(p).ticks, cost, 2*d.Remaining < int64(p.limits[d.Index].Burst))
 	}
-	if l.owed.holdsAny() {
+	if l.local.owed.holdsAny() {
 		l.chargeOwed(key, p, now)
 	}
 	if l.fleet != nil && l.fleet.implicit {
@@ -410,8 +409,8 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
-	if d.Allowed && l.owed != nil {
-		l.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
+	if d.Allowed && l.local.owed != nil {
+		l.local.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
 	}
 	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too

@@ -264,6 +264,7 @@ func (e *localEntry) weight(now int64) int64 {
 type localStore struct {
 	m     *shardedMap[localEntry]
 	slotc slotCounts // slots in flight (see Concurrency); bounded by them
+	owed  *owedStore // what the fallback admitted that Redis has not seen (owed.go); nil but for New under FallbackLocal
 }
 
 func newLocalStore(capacity int) *localStore {

@@ -151,7 +151,7 @@ func (e *owedEntry) owes(now int64) int64 {
 // now: what the fallback admitted on key that Redis has not seen is
 // charged to Redis in the background (see the top of this file).
 func (l *Limiter) chargeOwed(key string, p *plan, now int64) {
-	o := l.owed
+	o := l.local.owed
 	if o.sending.Load() >= maxCharging {
 		return // stays owed, for the key's next answer
 	}
@@ -180,6 +180,6 @@ func (l *Limiter) sendCharge(ctx context.Context, p *plan, key string, n int64, 
 	a := settleAsk{Plans: []*model.Plan{&p.Plan}, Keys: []string{key}, ID: newID(), Delta: n, Marker: chargeMarker, Now: now, At: now}
 	_, err := l.store.Settle(ctx, a)
 	if na, ok := errors.AsType[*noAnswer](err); ok && na.Cause == nil && na.Gone == nil {
-		l.owed.admitted(p, key, now, ticks, n)
+		l.local.owed.admitted(p, key, now, ticks, n)
 	}
 }

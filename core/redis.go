@@ -66,7 +66,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	l.store = redisstore.New(rdb, cfg, up)
 	l.remote = true
 	if o.policy == FallbackLocal {
-		l.owed = newOwedStore(o.capacity)
+		l.local.owed = newOwedStore(o.capacity)
 	}
 	switch {
 	case o.fleet.Name != "":

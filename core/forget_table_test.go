@@ -172,6 +172,46 @@ func bucketAfterLoss(t *testing.T, l loss, limit Limit, opts ...Option) string {
 	return fmt.Sprintf("%d of %d admitted again (burst %d)", after, before, limit.Burst)
 }
 
+// quotaAfterLoss spends a monthly quota of 30 by three replicas (10
+// each), loses it, and counts what the same replicas are admitted in 30
+// tries each after the loss (see TestCalendarQuotaAcrossRestart).
+func quotaAfterLoss(t *testing.T, l loss) string {
+	env, mk := forgetSetup(t)
+	quota := PerCalendarMonth(30, "UTC")
+	var lims []*Limiter
+	for range 3 {
+		lims = append(lims, mk(WithDenyCache(false)))
+	}
+	p, err := lims[0].plans.get([]Limit{quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkey := redisOf(lims[0]).RKey(p.FP, "k")
+	forget := l.before(t, env, func() []string { return []string{rkey} })
+	ctx := context.Background()
+	before := 0
+	for _, lim := range lims {
+		for range 10 {
+			if r, err := lim.Allow(ctx, "k", quota); err == nil && r.Allowed && !r.Degraded {
+				before++
+			}
+		}
+	}
+	forget()
+	for _, lim := range lims {
+		waitRedis(t, lim, quota)
+	}
+	after := 0
+	for range 30 {
+		for _, lim := range lims {
+			if r, err := lim.Allow(ctx, "k", quota); err == nil && r.Allowed && !r.Degraded {
+				after++
+			}
+		}
+	}
+	return fmt.Sprintf("%d admitted after the loss (%d before)", after, before)
+}
+
 // waitRedis waits until the limiter decides by Redis again (a probe key).
 func waitRedis(t *testing.T, lim *Limiter, limit Limit) {
 	deadline := time.Now().Add(5 * time.Second)
@@ -190,6 +230,9 @@ var forgetRows = []forgetRow{
 	}},
 	{"stepped quota (`PerInterval(10, time.Hour)`)", func(t *testing.T, l loss) string {
 		return bucketAfterLoss(t, l, PerInterval(10, time.Hour))
+	}},
+	{"calendar quota (`PerCalendarMonth(30, \"UTC\")`), three replicas 10 each, all alive", func(t *testing.T, l loss) string {
+		return quotaAfterLoss(t, l)
 	}},
 	{"penalty lock (`PerMinute(2)`, `WithPenalty(time.Hour)`)", func(t *testing.T, l loss) string {
 		return bucketAfterLoss(t, l, PerMinute(2), WithPenalty(time.Hour))

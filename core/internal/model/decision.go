@@ -10,4 +10,5 @@ type Decision struct {
 	Wait      int64 // how long an admitted reservation must wait
 	Next      int64 // until a unit request could be admitted, after this decision
 	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
+	Epoch     int64 // the Redis store's: the epoch of a stepped key's hash tag as its script read it; 0: not read
 }

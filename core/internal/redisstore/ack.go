@@ -128,15 +128,12 @@ type scriptCall struct {
 
 // evalAcked runs c alone on n, followed by WAIT.
 func (s *Store) evalAcked(ctx context.Context, n *node, c *Query) (decision, error) {
-	sc := []scriptCall{{keys: c.keys[:], args: c.loneArgs()}}
+	sc := []scriptCall{{keys: c.loneKeys(), args: c.loneArgs()}}
 	s.runAcked(ctx, n, sc)
 	if sc[0].err != nil {
 		return decision{}, sc[0].err
 	}
-	if len(sc[0].vals) != ReplyWidth {
-		return decision{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(sc[0].vals), ReplyWidth)
-	}
-	return ParseReply(sc[0].vals, c.Plan)
+	return c.decode(sc[0].vals)
 }
 
 // sendAcked decides groups of members on n, one script call per group (the
@@ -146,7 +143,7 @@ func (s *Store) sendAcked(ctx context.Context, n *node, groups [][]*batch.Member
 	for i, g := range groups {
 		if len(g) == 1 {
 			c := g[0].Req
-			calls[i] = scriptCall{keys: c.keys[:], args: c.loneArgs()}
+			calls[i] = scriptCall{keys: c.loneKeys(), args: c.loneArgs()}
 			continue
 		}
 		keys, args := batchArgs(g)

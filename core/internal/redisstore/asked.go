@@ -49,6 +49,9 @@ func (s *Store) Peek(ctx context.Context, key string, p *plan, now int64) (decis
 func (s *Store) ask(ctx context.Context, kind string, c Query) (decision, *noAnswer) {
 	c.RKey = s.RKey(c.Plan.FP, c.Key)
 	c.keys[0] = c.RKey
+	if c.Plan.Stepped && c.Cost > 0 {
+		c.quota = s.quota.entry(c.RKey, epochKey(c.RKey, s.cfg.Prefix), c.Plan)
+	}
 	nd := s.node(ctx, c.RKey)
 	var d decision
 	routed, err := s.onNode(ctx, nd, c.Now, kind, c.RKey, func(budget time.Duration) (time.Duration, error) {
@@ -60,6 +63,13 @@ func (s *Store) ask(ctx context.Context, kind string, c Query) (decision, *noAns
 	if !routed || err != nil {
 		return decision{}, s.unrouted(ctx, nd, c.Now, routed, err, kind == OpDecide)
 	}
+	if c.quota != nil {
+		admitted := int64(0)
+		if d.Allowed {
+			admitted = c.Cost
+		}
+		s.quota.answered(c.RKey, c.quota, c.Plan, d.Epoch, admitted, c.Now)
+	}
 	s.maybeSweep(ctx, c.Now)
 	return d, nil
 }
@@ -69,12 +79,22 @@ func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, erro
 	root := q.Keys[0]
 	args := make([]any, 1, 1+len(q.Plans)*12)
 	args[0] = strconv.Itoa(len(q.Plans))
+	var quotas []*quotaEntry // each level's quota entry, when some level is stepped
 	for i, p := range q.Plans {
 		rkeys[i] = RedisKeyFrom(s.cfg.Prefix, p.FP, root, q.Keys[i], s.cfg.SlotKey)
 		c := Query{Plan: p, Cost: q.Cost, Penalty: q.Penalty, Now: q.Now}
 		args = c.AppendGroup(args)
+		if p.Stepped && q.Cost > 0 {
+			if quotas == nil {
+				quotas = make([]*quotaEntry, len(q.Plans))
+			}
+			quotas[i] = s.quota.entry(rkeys[i], epochKey(rkeys[0], s.cfg.Prefix), p)
+		}
 	}
 	pc := &PathQuery{RKeys: rkeys, Args: args, Plans: q.Plans}
+	if quotas != nil {
+		pc.Args, pc.RKeys, pc.quota = appendPathQuota(args, quotas), append(rkeys, epochKey(rkeys[0], s.cfg.Prefix)), true
+	}
 	nd := s.node(ctx, rkeys[0])
 	var ans PathAnswer
 	routed, err := s.onNode(ctx, nd, q.Now, OpPath, rkeys[0], func(budget time.Duration) (time.Duration, error) {
@@ -88,6 +108,15 @@ func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, erro
 	}
 	if ans.Foreign > 0 {
 		s.foreignLevel(nd, rkeys[ans.Foreign-1], q.Names[ans.Foreign-1])
+	}
+	for i, e := range quotas {
+		if e != nil {
+			admitted := int64(0)
+			if ans.D.Allowed {
+				admitted = q.Cost
+			}
+			s.quota.answered(rkeys[i], e, q.Plans[i], ans.Epoch, admitted, q.Now)
+		}
 	}
 	s.maybeSweep(ctx, q.Now)
 	return ans.D, ans.Level, nil
@@ -192,6 +221,9 @@ func (s *Store) Settle(ctx context.Context, a settleAsk) (bool, error) {
 	if !routed || err != nil {
 		return false, s.unrouted(ctx, nd, s.cfg.Now(), routed, err, false)
 	}
+	if applied && p.Stepped {
+		s.quota.settled(rkey, p, a.Delta, a.At)
+	}
 	return applied, nil
 }
 
@@ -242,6 +274,11 @@ func (s *Store) settlePath(ctx context.Context, a settleAsk) (bool, error) {
 		case 0:
 		default:
 			return applied, &noAnswer{Node: nd.brk.node, Cause: ErrKeyFailed}
+		}
+	}
+	for i, m := range members {
+		if i < len(vals) && vals[i] == 1 && a.Plans[i].Stepped {
+			s.quota.settled(m.Req.Keys[0], a.Plans[i], a.Delta, a.At)
 		}
 	}
 	return applied, nil

@@ -36,10 +36,36 @@ type Query struct {
 	RKey    string // the stored name (see redisKey)
 	Plan    *plan
 	Cost    int64
-	MaxWait int64     // microseconds; 0 unless reserving
-	Penalty int64     // microseconds; 0 for none
-	Now     int64     // the limiter's clock, microseconds: a calendar limit's windows are those around it
-	keys    [1]string // rkey, as a lone call's KEYS without an allocation; set once, as a call may be sent twice at once (see runApart)
+	MaxWait int64       // microseconds; 0 unless reserving
+	Penalty int64       // microseconds; 0 for none
+	Now     int64       // the limiter's clock, microseconds: a calendar limit's windows are those around it
+	keys    [1]string   // rkey, as a lone call's KEYS without an allocation; set once, as a call may be sent twice at once (see runApart)
+	quota   *quotaEntry // a stepped key's quota entry (see quota.go); nil: none
+}
+
+// loneKeys returns the KEYS of a call that decides c alone: its bucket,
+// and with a quota entry its tag's epoch key.
+func (c *Query) loneKeys() []string {
+	if c.quota == nil {
+		return c.keys[:]
+	}
+	return []string{c.RKey, c.quota.ekey}
+}
+
+// decode checks and decodes the reply of a call that decided c alone.
+func (c *Query) decode(vals []int64) (decision, error) {
+	want := ReplyWidth
+	if c.quota != nil {
+		want++
+	}
+	if len(vals) != want {
+		return decision{}, fmt.Errorf("%w of %d values for one key, want %d", errBadReply, len(vals), want)
+	}
+	d, err := ParseReply(vals[:ReplyWidth], c.Plan)
+	if c.quota != nil {
+		d.Epoch = vals[ReplyWidth]
+	}
+	return d, err
 }
 
 // AppendGroup appends c's script arguments as one group of the batch form
@@ -91,7 +117,11 @@ func (c *Query) sameGroup(o *Query) bool {
 // one group (see the layout table at the top of core/internal/redisstore/bucket.lua).
 func (c *Query) AppendArgs(args []any) []any {
 	if len(c.Plan.Ticks) != 1 || c.Plan.Stepped {
-		return c.AppendGroup(append(args, "1"))
+		args = c.AppendGroup(append(args, "1"))
+		if c.quota != nil {
+			args = appendQuota(args, []int{1}, []*quotaEntry{c.quota})
+		}
+		return args
 	}
 	args = append(args, c.Plan.Args[1:4]...) // r, p, b
 	switch {
@@ -125,7 +155,12 @@ func ScriptArgs(calls []*Query) ([]string, []any) {
 	args := make([]any, 1, 8)
 	var heads []*Query // the first call of each group
 	var groups []int   // each call's group, 1-based; needed with more than one
+	var quotas []*quotaEntry
+	var quotaAt []int // each quota entry's call, 1-based
 	for i, c := range calls {
+		if c.quota != nil {
+			quotas, quotaAt = append(quotas, c.quota), append(quotaAt, i+1)
+		}
 		keys[i] = c.RKey
 		g := 0
 		for j, h := range heads {
@@ -150,6 +185,12 @@ func ScriptArgs(calls []*Query) ([]string, []any) {
 		}
 	}
 	args[0] = strconv.Itoa(len(heads))
+	if quotas != nil {
+		args = appendQuota(args, quotaAt, quotas)
+		for _, q := range quotas {
+			keys = append(keys, q.ekey)
+		}
+	}
 	for _, g := range groups {
 		args = append(args, strconv.Itoa(g))
 	}

@@ -50,8 +50,23 @@
 --   |          |            | has no time zones) around its clock; TIME  |
 --   |          |            | must fall in [start_0, start_3), else the  |
 --   |          |            | group's keys fail (ERR)                    |
+--   A call with stepped limits may carry a quota section (see quota.lua)
+--   after the groups, before the keys' groups:
+--   | q         | the marker                                        |
+--   | fresh     | an epoch to write for a tag that has none         |
+--   | nq        | the number of entries; the last nq KEYS are their |
+--   |           | tags' epoch keys (<prefix>{tag}~epoch), in order, |
+--   |           | after the buckets                                 |
+--   | then, per | key    | the bucket's index among KEYS, 1-based   |
+--   | entry     | known  | the tag's epoch the caller knows; 0: none|
+--   |           | m      | the number of counts that follow         |
+--   |           | limit, | m times: the caller admitted count under |
+--   |           | window,| the limit (1-based) in the window (its   |
+--   |           | count  | index, as stored)                        |
 --
--- Reply: five integers per key, in key order.
+-- Reply: five integers per key, in key order, then, with a quota section,
+-- one per entry in its order: the tag's epoch as read (its first 13 hex
+-- digits; 0 when the key failed before it was read).
 --   | 1 | flags     | 1 if admitted, +2 if locked, +4 times the index    |
 --   |   |           | (0-based) of the limit that decided: of those that |
 --   |   |           | deny, the one with the longest retry, else the one |
@@ -235,6 +250,7 @@ local reply = {}
 -- decide_from(first_key, ...) decides keys first_key.. in order into reply,
 -- five integers each.
 local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity
+local qepoch -- the quota section's epochs, in its order (see the layout table)
 if argv[1] == '1' and argv[5] == '1' and argv[6] ~= '0' and argv[6] ~= '-1' then
   -- One group of one continuous limit, the usual batch: its numbers are parsed once
   -- and passed as arguments, scalars all the way down.
@@ -275,6 +291,30 @@ else
     end
     group_ticks_per_us[group], group_ticks_per_event[group], group_burst[group], group_step[group] = r, p, b, step
   end
+  -- The quota section, if any (see the layout table): each entry's key,
+  -- known epoch and counts, by key.
+  local quota, fresh, qdone = nil, nil, {}
+  qepoch = {}
+  local quota_epoch, quota_lost, quota_reassert
+  if argv[arg_at] == 'q' then
+    --#include quota.lua
+    local nq
+    fresh, nq, quota = argv[arg_at + 1], argv[arg_at + 2] + 0, {}
+    arg_at = arg_at + 3
+    nkeys = nkeys - nq
+    for j = 1, nq do
+      local q = { j = j, ekey = keys[nkeys + j], known = argv[arg_at + 1] + 0, win = {}, cnt = {} }
+      local m = argv[arg_at + 2] + 0
+      quota[argv[arg_at] + 0] = q
+      arg_at = arg_at + 3
+      for _ = 1, m do
+        local i = argv[arg_at] + 0
+        q.win[i], q.cnt[i] = argv[arg_at + 1] + 0, argv[arg_at + 2] + 0
+        arg_at = arg_at + 3
+      end
+      qepoch[j] = 0
+    end
+  end
   -- arg_at is now the first key's group, when ngroups > 1.
 
   local no_step = {}
@@ -295,8 +335,27 @@ else
         -- Several limits, or stepped ones (see limits.lua): charged when
         -- admitted, locked when denied with a penalty.
         local key, cost, penalty_us, r, step = keys[k], group_cost[group], group_penalty_us[group], limit_ticks_per_us, group_step[group] or no_step
-        local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, exists, lock_until, clamped, us, frac, debt = judge(key, call('GET', key), nlimits, cost, group_max_wait_us[group], r, limit_ticks_per_event, group_burst[group], step, now + penalty_us)
-        if allowed == 1 then
+        local stored, grace_us, q = call('GET', key), 0, quota and quota[k]
+        if q then
+          -- A stepped key's quota entry: a loss re-asserts the caller's
+          -- counts, once per key in this call, and a grace period refuses.
+          local e, id, g = quota_epoch(q.ekey, fresh)
+          qepoch[q.j] = e
+          if q.known ~= 0 and q.known ~= e then
+            g = quota_lost(q.ekey, id, g)
+            if not qdone[key] and quota_reassert(key, stored, nlimits, r, limit_ticks_per_event, group_burst[group], step, q.win, q.cnt) then
+              stored = call('GET', key)
+            end
+            qdone[key] = true
+          end
+          if g > now then grace_us = g - now end
+        end
+        local allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, exists, lock_until, clamped, us, frac, debt = judge(key, stored, nlimits, cost, group_max_wait_us[group], r, limit_ticks_per_event, group_burst[group], step, now + penalty_us)
+        if grace_us > 0 then
+          -- In the tag's grace period: refused, nothing written.
+          if allowed == 1 or delay_us < grace_us then delay_us = grace_us end
+          allowed, remaining, next_us = 0, 0, max(next_us, grace_us)
+        elseif allowed == 1 then
           if cost > 0 then store(key, exists, us, frac, debt, 0, nlimits, r, step) end -- cost 0 is a peek
         elseif lock_flag == 0 and penalty_us > 0 then
           lock_flag, remaining = 1, 0
@@ -336,5 +395,8 @@ while true do
 end
 if nfailed == nkeys then
   error(first_error, 0)
+end
+if qepoch then
+  for j = 1, #qepoch do reply[5 * nkeys + j] = qepoch[j] end
 end
 return reply

@@ -14,7 +14,9 @@ import (
 // for several limits, and path.lua includes limits.lua where its first
 // level of several limits needs it, so that no call makes a closure it
 // does not use (each script call makes its closures anew, at about a
-// thousand instructions each). limits.lua, what a key under several limits
+// thousand instructions each); quota.lua, a stepped key's re-assertion
+// after Redis lost its data, likewise only in a call that carries a quota
+// section. limits.lua, what a key under several limits
 // is judged and written by, is shared that way by bucket.lua's batch form
 // and path.lua. The expanded source is what Redis runs and what the
 // scripts' hashes are of.
@@ -25,13 +27,15 @@ var (
 	waitsLua string
 	//go:embed limits.lua
 	limitsLua string
+	//go:embed quota.lua
+	quotaLua string
 )
 
 // expandLua returns src, the script named name, with each include line
 // replaced by the file it names. An unknown name is a bug of this
 // package, found by any test that loads the package.
 func expandLua(name, src string) string {
-	parts := map[string]string{"arith.lua": arithLua, "waits.lua": waitsLua, "limits.lua": limitsLua}
+	parts := map[string]string{"arith.lua": arithLua, "waits.lua": waitsLua, "limits.lua": limitsLua, "quota.lua": quotaLua}
 	var b strings.Builder
 	for line := range strings.Lines(src) {
 		inc, ok := strings.CutPrefix(strings.TrimSpace(line), "--#include ")

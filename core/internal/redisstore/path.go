@@ -62,7 +62,7 @@ var pathForm = &form[*PathQuery, PathAnswer]{
 	many:   pathBatchArgs,
 	decode: func(g []*batch.Member[*PathQuery, PathAnswer], vals []int64, err error) {
 		if len(g) == 1 && err == nil {
-			g[0].Res, err = parsePathAnswer(vals, g[0].Req.Plans)
+			g[0].Res, err = g[0].Req.decode(vals)
 		}
 		if len(g) == 1 {
 			g[0].Err = err
@@ -88,10 +88,22 @@ func pathBatchArgs(members []*batch.Member[*PathQuery, PathAnswer]) ([]string, [
 // deliverPaths decodes a batch-form reply for members, or gives them its
 // error; each path's reply is checked on its own.
 func deliverPaths(members []*batch.Member[*PathQuery, PathAnswer], vals []int64, err error) {
-	if err == nil && len(vals) != PathReplyWidth*len(members) {
+	quotas := 0 // the epochs of the paths with a quota section follow the paths' replies
+	for _, m := range members {
+		if m.Req.quota {
+			quotas++
+		}
+	}
+	if err == nil && len(vals) != PathReplyWidth*len(members)+quotas {
 		err = fmt.Errorf("%w of %d values for %d paths", errBadReply, len(vals), len(members))
 	}
+	q := PathReplyWidth * len(members)
 	for i, m := range members {
+		var epoch int64
+		if err == nil && m.Req.quota {
+			epoch = vals[q]
+			q++
+		}
 		if err != nil {
 			m.Err = err
 			continue
@@ -102,6 +114,7 @@ func deliverPaths(members []*batch.Member[*PathQuery, PathAnswer], vals []int64,
 			continue
 		}
 		m.Res, m.Err = parsePathAnswer(v, m.Req.Plans)
+		m.Res.Epoch = epoch
 	}
 }
 
@@ -115,16 +128,31 @@ func (s *Store) sendPaths(split bool, pipeline func() redis.Pipeliner) batch.Sen
 // PathQuery is one path decision asked of Redis: its stored names, root
 // first, and its arguments in path.lua's lone form.
 type PathQuery struct {
-	RKeys []string
+	RKeys []string // with a quota section, the root tag's epoch key last
 	Args  []any
 	Plans []*plan // each level's, to decode the reply
+	quota bool    // Args end with a quota section (see quota.go)
+}
+
+// decode checks and decodes the reply of a call that decided c alone.
+func (c *PathQuery) decode(vals []int64) (PathAnswer, error) {
+	if !c.quota {
+		return parsePathAnswer(vals, c.Plans)
+	}
+	if len(vals) != PathReplyWidth+1 {
+		return PathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(vals), PathReplyWidth+1)
+	}
+	a, err := parsePathAnswer(vals[:PathReplyWidth], c.Plans)
+	a.Epoch = vals[PathReplyWidth]
+	return a, err
 }
 
 // PathAnswer is a path's decision and its deciding level.
 type PathAnswer struct {
 	D       decision
 	Level   int
-	Foreign int // 1-based: the level whose value of another type was deleted; 0: none
+	Foreign int   // 1-based: the level whose value of another type was deleted; 0: none
+	Epoch   int64 // with a quota section, the root tag's epoch as read
 }
 
 // ParsePathReply checks and decodes path.lua's reply (see its layout

@@ -25,6 +25,17 @@
 --   |           |                  | interval (0 and 3) or calendar (-1    |
 --   |           |                  | and 8)                                |
 --   Each level's group is exactly a group of bucket.lua's batch form.
+--   A path with stepped limits may end with a quota section (see
+--   quota.lua); its last KEYS entry, after the levels', is then the root
+--   tag's epoch key (<prefix>{tag}~epoch):
+--   | fresh     | an epoch to write for a tag that has none         |
+--   | then, per | known  | the tag's epoch the caller knows for the     |
+--   | level     |        | level; 0: none                               |
+--   |           | m      | the number of counts that follow             |
+--   |           | limit, | m times: the caller admitted count under the |
+--   |           | window,| level's limit (1-based) in the window (its   |
+--   |           | count  | index, as stored)                            |
+--   | q         | the marker, the path's last argument              |
 --
 -- ARGV, batch form (ARGV[1] == '0'): several paths, decided in order.
 --   | 1         | 0                | the marker                            |
@@ -50,9 +61,13 @@
 --   |   |           | of a level whose value of another type was deleted     |
 --   |   |           | (see read_level), if any                               |
 --
+-- With a quota section, a seventh: the tag's epoch as read (its first 13
+-- hex digits).
+--
 -- Batch form reply: six integers per path, in order; flags -1 (and five
 -- zeros) for a path that raised an error of its own (WRONGTYPE, ERR): it
--- wrote nothing, and the other paths are decided.
+-- wrote nothing, and the other paths are decided. Then one integer per
+-- path with a quota section, in order: its epoch (0 for a failed path).
 --
 -- Errors: a path's error is raised before it writes anything (every level
 -- is read and judged first), so a failed path charges nothing. In the lone
@@ -69,8 +84,10 @@ local now = t[1] * 1000000 + t[2]
 local max = math.max
 --#include arith.lua
 --#include waits.lua
--- Made by the first level that needs them (see limits.lua).
+-- Made by the first level that needs them (see limits.lua), and by the
+-- first path with a quota section (see quota.lua).
 local parse_limit, judge, store
+local quota_epoch, quota_lost, quota_reassert
 
 -- read_level returns a level's stored value, or nil for a value no
 -- script writes, read as a full bucket and overwritten by the level's next
@@ -138,11 +155,44 @@ local function judge_one(key, L, lv)
   return 1, 0, 0, floordiv(max(0, capacity - after), p), wait_us, until_us(after, r, nil), until_us(after + p - capacity, r, nil)
 end
 
+-- quota_path reads a path's quota section, from ARGV[at] (see the layout
+-- table), for its levels (parsed) whose keys are keys; ekey is the root
+-- tag's epoch key. After a loss it re-asserts each level's counts and
+-- begins the grace period (see quota.lua). It returns the epoch and the
+-- grace period left, in microseconds (0: none).
+local function quota_path(at, levels, keys, ekey)
+  if not quota_epoch then
+    --#include quota.lua
+  end
+  local fresh = ARGV[at]
+  at = at + 1
+  local e, id, g = quota_epoch(ekey, fresh)
+  for lv = 1, #levels do
+    local L, known, m = levels[lv], ARGV[at] + 0, ARGV[at + 1] + 0
+    local win, cnt = {}, {}
+    at = at + 2
+    for _ = 1, m do
+      local i = ARGV[at] + 0
+      win[i], cnt[i] = ARGV[at + 1] + 0, ARGV[at + 2] + 0
+      at = at + 3
+    end
+    if known ~= 0 and known ~= e then
+      g = quota_lost(ekey, id, g)
+      if not L.one then
+        quota_reassert(keys[lv], read_level(keys[lv], L.n, lv), L.n, L.r, L.p, L.b, L.step, win, cnt)
+      end
+    end
+  end
+  if g > now then return e, g - now end
+  return e, 0
+end
+
 -- decide_path decides the path whose keys follow KEYS[k0] and whose
--- arguments start at ARGV[at] (its nlevels), and returns its reply (see
--- the layout table). It writes only once every level is judged, so a path
--- that fails part way writes nothing.
-local function decide_path(k0, at)
+-- arguments start at ARGV[at] (its nlevels) and end at ARGV[last], and
+-- returns its reply (see the layout table) and, with a quota section, its
+-- epoch. It writes only once every level is judged (a re-assertion
+-- apart), so a path that fails part way writes nothing else.
+local function decide_path(k0, at, last)
   foreign = 0
   -- Parse the levels.
   local nlevels = ARGV[at] + 0
@@ -169,6 +219,10 @@ local function decide_path(k0, at)
       if bad then error(bad) end
     end
     levels[lv] = L
+  end
+  local epoch, grace_us = nil, 0
+  if ARGV[last] == 'q' then
+    epoch, grace_us = quota_path(at, levels, keys, KEYS[k0 + nlevels + 1])
   end
 
   -- Judge every level; find the deciding one.
@@ -201,6 +255,13 @@ local function decide_path(k0, at)
     end
   end
 
+  if grace_us > 0 then
+    -- In the tag's grace period: refused, nothing written.
+    local delay = grace_us
+    if not all_admit then delay = max(d_delay, grace_us) end
+    return { 2 * d_lock + 4 * d_index, 0, delay, d_reset, max(d_next, grace_us), dl - 1 + 16 * foreign }, epoch
+  end
+
   if all_admit then
     for lv = 1, nlevels do
       local L = levels[lv]
@@ -210,7 +271,7 @@ local function decide_path(k0, at)
         store(keys[lv], L.exists, L.us, L.frac, L.debt, 0, L.n, L.r, L.step)
       end
     end
-    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 + 16 * foreign }
+    return { 1 + 4 * d_index, d_remaining, max_wait, d_reset, max_next, dl - 1 + 16 * foreign }, epoch
   end
 
   -- Denied: nothing is charged. A penalty locks the deciding level's key
@@ -227,25 +288,31 @@ local function decide_path(k0, at)
       if L.exists then us, frac = L.s_us, L.s_frac end
       local ttl = max(1, lock_until - now, ceildiv((us - now) * L.r1 + frac, L.r1))
       call('SET', keys[dl], format('%d %d %d', lock_until, us, frac), 'PX', format('%d', ceildiv(ttl, 1000)))
-      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
+      return { 2 + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }, epoch
     end
     store(keys[dl], L.exists, L.us, L.frac, L.debt, lock_until, L.n, L.r, L.step)
   end
-  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }
+  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }, epoch
 end
 
 if ARGV[1] ~= '0' then -- the lone form
-  if ARGV[1] + 0 ~= #KEYS then error('ERR sluice: path.lua wants one key per level') end
-  return decide_path(0, 1)
+  local nkeys = ARGV[1] + 0
+  if ARGV[#ARGV] == 'q' then nkeys = nkeys + 1 end
+  if nkeys ~= #KEYS then error('ERR sluice: path.lua wants one key per level, and one for a quota section') end
+  local res, epoch = decide_path(0, 1, #ARGV)
+  if epoch then res[7] = epoch end
+  return res
 end
 
 -- The batch form: each path decided in order under pcall, so that one
 -- failing path (WRONGTYPE, a calendar mismatch) fails alone.
 local npaths = ARGV[2] + 0
 local reply, k0, at, nfailed, first_error = {}, 0, 3, 0, nil
+local epochs = {} -- one per path with a quota section, in order
 for i = 1, npaths do
   local span, nlevels = ARGV[at] + 0, ARGV[at + 1] + 0
-  local ok, res = pcall(decide_path, k0, at + 1)
+  local quota = ARGV[at + span] == 'q'
+  local ok, res, epoch = pcall(decide_path, k0, at + 1, at + span)
   if not ok then
     -- As in bucket.lua: an error of the server's state fails the call.
     if type(res) == 'string' and match(res, '^%u+ ') then res = { err = res } end
@@ -258,7 +325,12 @@ for i = 1, npaths do
     res = { -1, 0, 0, 0, 0, 0 }
   end
   for j = 1, 6 do reply[6 * i - 6 + j] = res[j] end
+  if quota then
+    epochs[#epochs + 1] = ok and epoch or 0
+    k0 = k0 + 1
+  end
   k0, at = k0 + nlevels, at + 1 + span
 end
 if nfailed == npaths then error(first_error, 0) end
+for j = 1, #epochs do reply[6 * npaths + j] = epochs[j] end
 return reply

@@ -54,6 +54,7 @@ type Store struct {
 	lastSweep atomic.Int64 // microsecond of the last look for nodes to retire (see maybeSweep)
 	keyLog                 // keys whose own failures were logged (see keyFailed)
 	seen      serversSeen  // what the scripts and INFO told of each node's server (see serverSeen)
+	quota     quotaBook    // what this store admitted in each stepped key, to re-assert after a loss (see quota.go)
 	bg        background   // the store's background tasks (warm-ups, policy reads), stopped by close
 }
 
@@ -375,7 +376,7 @@ func runApart[T any](ctx context.Context, budget time.Duration, f func(context.C
 var decisionForm = &form[*Query, decision]{
 	script: func([]*batch.Member[*Query, decision]) *redis.Script { return BucketScript },
 	tag:    func(c *Query) string { return c.RKey },
-	lone:   func(c *Query) ([]string, []any) { return c.keys[:], c.loneArgs() },
+	lone:   func(c *Query) ([]string, []any) { return c.loneKeys(), c.loneArgs() },
 	many:   batchArgs,
 	decode: deliver,
 }
@@ -429,15 +430,26 @@ func batchArgs(members []*batch.Member[*Query, decision]) ([]string, []any) {
 // Each key's reply is checked on its own: one bad reply fails only its
 // member.
 func deliver(members []*batch.Member[*Query, decision], vals []int64, err error) {
-	if err == nil && len(vals) != ReplyWidth*len(members) {
+	quotas := 0 // the epochs of the call's quota section follow the keys' replies
+	for _, m := range members {
+		if m.Req.quota != nil {
+			quotas++
+		}
+	}
+	if err == nil && len(vals) != ReplyWidth*len(members)+quotas {
 		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), len(members))
 	}
+	q := ReplyWidth * len(members)
 	for i, m := range members {
 		if err != nil {
 			m.Err = err
 			continue
 		}
 		m.Res, m.Err = ParseReply(vals[i*ReplyWidth:(i+1)*ReplyWidth], m.Req.Plan)
+		if m.Req.quota != nil {
+			m.Res.Epoch = vals[q]
+			q++
+		}
 	}
 }
 
@@ -459,14 +471,11 @@ func EvalOne(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error
 // evalLone is evalOne for a call sent by itself (see submit): the lone
 // form straight to runInts and parseReply, without the form's layers.
 func evalLone(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error) {
-	vals, err := RunInts(ctx, rdb, BucketScript, c.keys[:], c.loneArgs(), false)
-	if err == nil && len(vals) != ReplyWidth {
-		err = fmt.Errorf("%w of %d values for one key", errBadReply, len(vals))
-	}
+	vals, err := RunInts(ctx, rdb, BucketScript, c.loneKeys(), c.loneArgs(), false)
 	if err != nil {
 		return decision{}, err
 	}
-	return ParseReply(vals, c.Plan)
+	return c.decode(vals)
 }
 
 // op is one script call of any kind but the bucket's decisions and

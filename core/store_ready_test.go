@@ -75,6 +75,46 @@ func TestReady(t *testing.T) {
 	}
 }
 
+// TestReadySaysWhatAQuotaNeeds: Ready logs once per node that keeps no
+// append-only file, which a calendar or interval quota needs to survive a
+// restart whole (docs/topologies.md, "Quotas across a loss"), and says
+// nothing of a node that keeps one. Either node is ready.
+func TestReadySaysWhatAQuotaNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		warn bool
+	}{
+		{"appendonly no", nil, true},
+		{"appendonly yes", []string{"--appendonly", "yes"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.args...)
+			log := &syncWriter{w: &strings.Builder{}}
+			lim, err := New(redistest.NewClient(t, srv.Addr()), WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			for range 2 {
+				if err := lim.Ready(context.Background()); err != nil {
+					t.Fatalf("Ready() = %v, want nil", err)
+				}
+			}
+			got := strings.Count(log.String(), "keeps no append-only file")
+			switch {
+			case tc.warn && got != 1:
+				t.Fatalf("%d warnings after two Ready calls, want 1:\n%s", got, log.String())
+			case !tc.warn && got != 0:
+				t.Fatalf("a node with an append-only file was warned about:\n%s", log.String())
+			}
+			if tc.warn && !strings.Contains(log.String(), "appendonly yes") {
+				t.Fatalf("the warning does not name the fix:\n%s", log.String())
+			}
+		})
+	}
+}
+
 // TestReadyWarmsThePool: with Redis 60 ms away and a budget of 110 ms, a
 // decision on a fresh connection pays the connection's handshake too (at
 // least one more round trip: 120 ms) and outlives its budget; after Ready

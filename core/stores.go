@@ -212,6 +212,11 @@ func (memStore) AckMisses() int64            { return 0 }
 // not by the limiter's budget, and sends its calls whatever the breakers
 // say. For a limiter made by [NewMemory] it returns nil.
 //
+// It logs once per node that keeps no append-only file (appendonly no):
+// the node is ready, but a restart then costs calendar and interval quotas
+// what living replicas cannot re-assert of the current window (see
+// docs/topologies.md, "Quotas across a loss").
+//
 // Ready is safe for concurrent use; probes may call it as often as they
 // like (it costs a few round trips per node).
 func (l *Limiter) Ready(ctx context.Context) error { return l.store.Ready(ctx) }

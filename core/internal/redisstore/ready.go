@@ -69,7 +69,27 @@ func (s *Store) readyNode(ctx context.Context, c *redis.Client, warm int) error 
 		return fmt.Errorf("%w: node %s: maxmemory-policy %s can evict what the limiter must keep (%s); use volatile-lfu (docs/production.md)",
 			errUnavailable, name, policy, evictionRisk(policy))
 	}
+	s.notePersistence(ctx, c, name)
 	return nil
+}
+
+// notePersistence logs once per node that keeps no append-only file: a
+// restart then loses what calendar and interval quotas counted since the
+// node's last snapshot (everything, without snapshots), and the window
+// keeps only what living replicas re-assert of it (docs/topologies.md,
+// "Quotas across a loss"). The node is ready all the same: limits that
+// refill continuously lose at most a burst. A server that will not tell
+// (NOPERM, no such section) is not warned about.
+func (s *Store) notePersistence(ctx context.Context, c *redis.Client, name string) {
+	info, err := c.Info(ctx, "persistence").Result()
+	if err != nil || InfoField(info, "aof_enabled") != "0" {
+		return
+	}
+	if _, warned := s.persistWarned.LoadOrStore(name, true); warned {
+		return
+	}
+	s.up.Log().Warn("sluice: a Redis node keeps no append-only file (appendonly no): after a restart, calendar and interval quotas keep only what living replicas re-assert of the current window; a quota that must survive a restart needs appendonly yes (docs/topologies.md)",
+		"node", name)
 }
 
 // Evicts reports whether a maxmemory policy can evict keys the limiter

@@ -50,12 +50,13 @@ type Store struct {
 	cfg       Config       // names, budget and batching, as the limiter was given them
 	up        Up           // what the engine hears; the store calls nothing else above it
 
-	openNodes atomic.Int32 // nodes whose breaker is open
-	lastSweep atomic.Int64 // microsecond of the last look for nodes to retire (see maybeSweep)
-	keyLog                 // keys whose own failures were logged (see keyFailed)
-	seen      serversSeen  // what the scripts and INFO told of each node's server (see serverSeen)
-	quota     quotaBook    // what this store admitted in each stepped key, to re-assert after a loss (see quota.go)
-	bg        background   // the store's background tasks (warm-ups, policy reads), stopped by close
+	openNodes     atomic.Int32 // nodes whose breaker is open
+	lastSweep     atomic.Int64 // microsecond of the last look for nodes to retire (see maybeSweep)
+	keyLog                     // keys whose own failures were logged (see keyFailed)
+	seen          serversSeen  // what the scripts and INFO told of each node's server (see serverSeen)
+	quota         quotaBook    // what this store admitted in each stepped key, to re-assert after a loss (see quota.go)
+	bg            background   // the store's background tasks (warm-ups, policy reads), stopped by close
+	persistWarned sync.Map     // node name -> true: Ready said it keeps no append-only file (see notePersistence)
 }
 
 // Config is what the Redis store is given of the limiter's options.

@@ -30,6 +30,7 @@ var aclCommands = []string{
 	"time", "get", "set", // decisions, Wait, Reserve/Settle, Peek
 	"del",                                                            // Reset
 	"zadd", "zcard", "zrem", "zremrangebyscore", "zscore", "pexpire", // Acquire/Release, renewals; WithFleet (no zscore)
+	"zcount",                               // Concurrency.InFlight
 	"pttl",                                 // a penalty lock on a value without an expiry (clamped)
 	"zrangebyscore", "persist", "lastsave", // Acquire/Release, renewals: clamped scores, sets without expiry, restarts noticed
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
@@ -43,7 +44,9 @@ type warnings = testkit.Warnings
 // commands on keys under prefix, and returns a client logged in as it.
 func startACL(t *testing.T, prefix, password string, commands []string) *redis.Client {
 	t.Helper()
-	args := []string{"--user", "default", "off", "--user", "sluice", "on", ">" + password, "~" + prefix + "*", "resetchannels", "-@all"}
+	// An append-only file, as production keeps for quotas: without one,
+	// Ready logs a warning, which runFeatures counts as a failure.
+	args := []string{"--appendonly", "yes", "--user", "default", "off", "--user", "sluice", "on", ">" + password, "~" + prefix + "*", "resetchannels", "-@all"}
 	for _, c := range commands {
 		args = append(args, "+"+c)
 	}
@@ -110,6 +113,17 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 	res, err = lim.Peek(ctx, "acl:allow", limit)
 	degraded("Peek", res, err)
 	fail("Reset", lim.Reset(ctx, "acl:allow", limit))
+	_, err = lim.PeekMany(ctx, []string{"acl:allow", "acl:wait"}, limit)
+	fail("PeekMany", err)
+	if pr, err := lim.PreparePath("acl", Level{Name: "org", Limits: []Limit{PerCalendarMonth(100, "UTC")}}, Level{Name: "user", Limits: []Limit{limit}}); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err = pr.Allow(ctx, "acl:org", "u")
+		fail("PathRule.Allow", err)
+		_, err = pr.Peek(ctx, "acl:org", "u")
+		fail("PathRule.Peek", err)
+		fail("PathRule.Reset", pr.Reset(ctx, "acl:org", "u"))
+	}
 
 	if rule, err := lim.Prepare(limit); err != nil {
 		t.Fatal(err)
@@ -127,6 +141,8 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 		// The holder renews every Lease/3 (ZSCORE, PEXPIRE): hold it
 		// through one renewal.
 		time.Sleep(500 * time.Millisecond) // real time: the renewal is a timer in the engine
+		_, err = c.InFlight(ctx, "acl:lease")
+		fail("InFlight", err)
 		fail("Release", ls.Release(ctx))
 	}
 

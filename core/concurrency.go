@@ -158,6 +158,33 @@ func (c *Concurrency) acquire(ctx context.Context, key string) (*Lease, error) {
 	return c.acquireLocal(key), nil
 }
 
+// InFlight returns how many slots of key are held now, writing nothing:
+// in Redis the leases of every replica that have not expired on Redis's
+// clock (a lease whose holder died stops counting within its Lease), in
+// a [NewMemory] limiter the slots taken and not released. Slots that the
+// local fallback took while Redis was down are not counted: they were
+// never Redis's. During a key's grace period after a restart (see
+// docs/topologies.md, "What Redis forgets") it counts the leases
+// re-asserted so far.
+//
+// InFlight never degrades: when the store cannot answer (or its breaker
+// is open) it returns an error wrapping [ErrUnavailable], also when the
+// key's stored value is of another type. It returns an error for an
+// empty key, and the caller's context error.
+func (c *Concurrency) InFlight(ctx context.Context, key string) (int, error) {
+	if key == "" {
+		return 0, errEmptyKey
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.lim.store.InFlight(ctx, slotAsk{FP: c.fp, CapID: c.id, Key: key, Max: c.limit.Max, Lease: c.lease})
+	if err != nil {
+		return 0, unanswered(err, "in-flight count", key)
+	}
+	return n, nil
+}
+
 // localShare is this replica's share of Max while the store is down.
 func (c *Concurrency) localShare() int {
 	n := c.lim.replicas
@@ -426,6 +453,13 @@ func (s *slotCounts) take(k localKey, most int) (int, bool) {
 	}
 	s.n[k] = n + 1
 	return n + 1, true
+}
+
+// held returns how many slots of k are held.
+func (s *slotCounts) held(k localKey) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[k]
 }
 
 // give returns a slot of k.

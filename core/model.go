@@ -19,6 +19,7 @@ type (
 	lostSlot    = model.LostSlot
 	settleAsk   = model.SettleAsk
 	pathAsk     = model.PathAsk
+	buckets     = model.Buckets
 	renewal     = model.Renewal
 	leaseCall   = model.LeaseCall
 	leaseAnswer = model.LeaseAnswer

@@ -34,6 +34,15 @@ type store interface {
 	Decide(ctx context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer)
 	// Peek decides a request of cost 0 on key at now, writing nothing.
 	Peek(ctx context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer)
+	// PeekMany decides a request of cost 0 on each bucket of b, writing
+	// nothing, in one round trip per node: one decision per bucket, in
+	// order. A bucket the store could not read fails the whole call.
+	PeekMany(ctx context.Context, b *buckets) ([]decision, error)
+	// ResetMany deletes the state of each bucket of b, a path's levels.
+	ResetMany(ctx context.Context, b *buckets) error
+	// InFlight counts the slots of a.Key held under a's cap, writing
+	// nothing; leases that expired are not counted.
+	InFlight(ctx context.Context, a slotAsk) (int, error)
 	// DecidePath decides a path of keys as one (see PathRule), and
 	// returns the level its decision is about.
 	DecidePath(ctx context.Context, q *pathAsk) (decision, int, error)
@@ -116,6 +125,27 @@ func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, max
 
 func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {
 	return m.local.peek(p.ID, key, now, p.Ticks), nil
+}
+
+func (m memStore) PeekMany(_ context.Context, b *buckets) ([]decision, error) {
+	ds := make([]decision, len(b.Keys))
+	for i, key := range b.Keys {
+		ds[i] = m.local.peek(b.Plans[i].ID, key, b.Now, b.Plans[i].Ticks)
+	}
+	return ds, nil
+}
+
+func (m memStore) ResetMany(_ context.Context, b *buckets) error {
+	for i, key := range b.Keys {
+		m.local.delete(b.Plans[i].ID, key)
+	}
+	return nil
+}
+
+// InFlight counts the slots taken in the local store's counts, which
+// NewMemory's leases hold until they are released.
+func (m memStore) InFlight(_ context.Context, a slotAsk) (int, error) {
+	return m.local.slots().held(makeLocalKey(a.CapID, a.Key)), nil
 }
 
 func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, error) {

@@ -92,6 +92,18 @@ type PathAsk struct {
 	Now     int64 // the limiter's clock, microseconds
 }
 
+// Buckets names several buckets to a store at once: to read them, writing
+// nothing (Rule.PeekMany, PathRule.Peek), or to delete them
+// (PathRule.Reset). Each bucket is a plan and a key; a path's levels also
+// name their Root, whose hash tag their stored names take (see the store's
+// DecidePath), so that they live in one Cluster slot.
+type Buckets struct {
+	Plans []*Plan  // each bucket's plan, in order
+	Keys  []string // each bucket's key (a path level's: the path up to it)
+	Root  string   // a path's root key; "": each bucket's stored name takes its own key's tag
+	Now   int64    // the limiter's clock, microseconds: a calendar limit's windows are those around it
+}
+
 // Renewal is one call of the lease keeper's round (see the store's Renew): a slot's
 // renewal, or with give, the give back of a slot nobody heard was given.
 // The store sets its outcome: the reply, or the error, and whether it was

@@ -86,44 +86,53 @@ func (f *form[Req, Res]) sender(rdb redis.Scripter, split bool, pipeline func() 
 			f.run(ctx, rdb, members)
 			return
 		}
-		groups := f.groups(members, split)
-		if len(groups) == 1 {
-			f.run(ctx, rdb, members)
-			return
+		f.send(ctx, rdb, f.groups(members, split), pipeline)
+	}
+}
+
+// send sends groups, one call each: one group alone, several in one
+// pipeline of EVALSHA (or, with a nil pipeline, one after another), and
+// those Redis answered NOSCRIPT (after a restart) again in one pipeline of
+// EVAL.
+func (f *form[Req, Res]) send(ctx context.Context, rdb redis.Scripter, groups [][]*batch.Member[Req, Res], pipeline func() redis.Pipeliner) {
+	if len(groups) == 1 || pipeline == nil {
+		for _, g := range groups {
+			f.run(ctx, rdb, g)
 		}
-		pipe := pipeline()
-		cmds := make([]*redis.Cmd, len(groups))
-		for i, g := range groups {
-			keys, args := f.args(g)
-			cmds[i] = f.script(g).EvalSha(ctx, pipe, keys, args...)
+		return
+	}
+	pipe := pipeline()
+	cmds := make([]*redis.Cmd, len(groups))
+	for i, g := range groups {
+		keys, args := f.args(g)
+		cmds[i] = f.script(g).EvalSha(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	var again []int
+	for i, g := range groups {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+			continue
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		var again []int
-		for i, g := range groups {
-			if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				again = append(again, i)
-				continue
-			}
-			vals, err := cmdInts(cmds[i], f.single && len(g) == 1)
-			f.decode(g, vals, err)
-		}
-		switch len(again) {
-		case 0:
-			return
-		case 1:
-			f.run(ctx, rdb, groups[again[0]])
-			return
-		}
-		pipe = pipeline()
-		for _, i := range again {
-			keys, args := f.args(groups[i])
-			cmds[i] = f.script(groups[i]).Eval(ctx, pipe, keys, args...)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, i := range again {
-			vals, err := cmdInts(cmds[i], f.single && len(groups[i]) == 1)
-			f.decode(groups[i], vals, err)
-		}
+		vals, err := cmdInts(cmds[i], f.single && len(g) == 1)
+		f.decode(g, vals, err)
+	}
+	switch len(again) {
+	case 0:
+		return
+	case 1:
+		f.run(ctx, rdb, groups[again[0]])
+		return
+	}
+	pipe = pipeline()
+	for _, i := range again {
+		keys, args := f.args(groups[i])
+		cmds[i] = f.script(groups[i]).Eval(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, i := range again {
+		vals, err := cmdInts(cmds[i], f.single && len(groups[i]) == 1)
+		f.decode(groups[i], vals, err)
 	}
 }
 

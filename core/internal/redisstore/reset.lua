@@ -1,4 +1,4 @@
--- Deletes one bucket's state, KEYS[1] (Limiter.Reset); replies {1} if it
--- existed, {0} if not. A script keeps the key's slot, and a Scripter has
--- no DEL.
-return {redis.call('DEL', KEYS[1])}
+-- Deletes buckets' state, KEYS (Limiter.Reset: one key; PathRule.Reset: a
+-- path's levels, which share their root's slot); replies {n}, how many of
+-- them existed. A script keeps the keys' slot, and a Scripter has no DEL.
+return {redis.call('DEL', unpack(KEYS))}

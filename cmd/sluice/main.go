@@ -14,6 +14,8 @@
 //	sluice [flags] deny <set> <key-or-cidr>
 //	sluice [flags] usage <key> <limits> [<scope>]
 //	sluice [flags] reset <key> <limits> [<scope>]
+//	sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
+//	sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
 //	sluice [flags] ready
 //
 // An override is "allow", "deny", or limits as core.ParseLimit reads them,
@@ -40,6 +42,15 @@
 //
 //	sluice usage tenant:acme 600/m
 //	sluice reset ip:203.0.113.7 "5/15m burst 2 name login" route:POST /login
+//
+// path usage prints, for a path of keys decided by a core.PathRule (root
+// first, one key per level), what each level has left (see
+// core.PathRule.Peek); path reset empties the levels the keys name and no
+// others (see core.PathRule.Reset). Give the rule's scope and its levels,
+// each as name=limits, root first, then "--" and the keys:
+//
+//	sluice path usage api "org=1000/h" "user=60/m" -- acme alice
+//	sluice path reset api "org=1000/h" "user=60/m" -- acme
 //
 // ready checks the limiter's Redis as a readiness probe does (see
 // core.Limiter.Ready): it prints "ready" and exits 0, or prints the cause
@@ -121,6 +132,8 @@ const usage = `usage:
   sluice [flags] deny <set> <key-or-cidr>
   sluice [flags] usage <key> <limits> [<scope>]
   sluice [flags] reset <key> <limits> [<scope>]
+  sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
+  sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
   sluice [flags] ready
 
 <override> is allow, deny, or limits such as "600/1m burst 600" or "10/s; 1000/h".
@@ -223,7 +236,9 @@ type command struct {
 	op       string // "set", "list", "rm", "usage", "reset" or "ready"
 	set, key string
 	override overrides.Override // for usage and reset, the limits
-	scope    string             // for usage and reset
+	scope    string             // for usage and reset, and a path's
+	levels   []core.Level       // for path usage and reset
+	path     []string           // for path usage and reset: the keys, root first
 }
 
 func parseCommand(args []string) (command, error) {
@@ -264,6 +279,8 @@ func parseCommand(args []string) (command, error) {
 			c.scope = args[3]
 		}
 		return c, nil
+	case "path":
+		return parsePath(args)
 	case "allow", "deny":
 		if len(args) != 3 {
 			return command{}, fmt.Errorf("%s takes <set> <key-or-cidr>, got %d arguments", args[0], len(args)-1)
@@ -320,6 +337,8 @@ func (c command) exec(ctx context.Context, lim *core.Limiter, ov *overrides.Set,
 			return err
 		}
 		fmt.Fprintln(out, "ready")
+	case "path usage", "path reset":
+		return c.execPath(ctx, lim, out)
 	case "usage", "reset":
 		rule, err := lim.PrepareScoped(c.scope, c.override.Limits...)
 		if err != nil {

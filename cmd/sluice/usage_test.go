@@ -89,3 +89,50 @@ func TestUsageResetReady(t *testing.T) {
 		t.Errorf("ready with Redis down = %d, %q, %q; want 1 and the store unavailable", code, out, errOut)
 	}
 }
+
+// TestPathUsageReset: on a real Redis, path usage shows each level's
+// remaining of a PathRule whose organisation has a calendar month's
+// quota; path reset empties the levels its keys name, and no others.
+func TestPathUsageReset(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	lim, err := core.New(redistest.NewClient(t, addr), core.WithPrefix("clitest:"), core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	org, user := "org=1000/calendar-month zone UTC", "user=6/m burst 5"
+	pr, err := lim.PreparePath("api",
+		core.Level{Name: "org", Limits: []core.Limit{core.MustParseLimit("1000/calendar-month zone UTC")}},
+		core.Level{Name: "user", Limits: []core.Limit{core.MustParseLimit("6/m burst 5")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if res, err := pr.Allow(t.Context(), "acme", "alice"); err != nil || !res.Allowed {
+			t.Fatalf("Allow = %+v, %v", res, err)
+		}
+	}
+	for _, st := range []struct {
+		args    []string
+		code    int
+		out     string // a substring of standard output
+		errText string // a substring of standard error
+	}{
+		{[]string{"path", "usage", "api", org, user, "--", "acme", "alice"}, 0, "org acme: 997 of 1000 left, full in ", ""},
+		{[]string{"path", "usage", "api", org, user, "--", "acme", "alice"}, 0, "user alice: 2 of 5 left", ""},
+		{[]string{"path", "reset", "api", org, user, "--", "acme"}, 0, "path acme reset at levels org in scope api\n", ""},
+		{[]string{"path", "usage", "api", org, user, "--", "acme", "alice"}, 0, "org acme: 1000 of 1000 left, full in 0s\nuser alice: 2 of 5 left", ""},
+		{[]string{"path", "reset", "api", org, user, "--", "acme", "alice"}, 0, "reset at levels org, user", ""},
+		{[]string{"path", "usage", "api", org, user, "--", "acme", "alice"}, 0, "user alice: 5 of 5 left", ""},
+		{[]string{"path", "usage", "api", org, "--", "acme", "alice"}, 2, "", "2 keys for 1 levels"},
+		{[]string{"path", "usage", "api", "org", "--", "acme"}, 2, "", "is not <name>=<limits>"},
+		{[]string{"path", "usage", "api", org, "acme"}, 2, "", "takes <scope> <name>=<limits>... -- <key>..."},
+		{[]string{"path", "peek"}, 2, "", "path needs usage or reset"},
+	} {
+		code, out, errOut := sluice(t, addr, st.args...)
+		if code != st.code || !strings.Contains(out, st.out) || !strings.Contains(errOut, st.errText) {
+			t.Errorf("sluice %q = %d, stdout %q, stderr %q; want %d, %q, %q", st.args, code, out, errOut, st.code, st.out, st.errText)
+		}
+	}
+}

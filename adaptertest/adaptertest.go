@@ -127,6 +127,11 @@ type Middleware struct {
 	// pass the option".
 	PathRoot string
 	Path     []policy.PathLevel
+	// Enforce maps to WithEnforce; zero means "do not pass the option"
+	// (a canary enforcing no key is a dry run: DryRun).
+	Enforce float64
+	// DryRunReport maps to WithDryRunHandler.
+	DryRunReport func(Call, policy.DryRunReport)
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -218,6 +223,10 @@ type Step struct {
 	// be waiting (see Middleware.Wait).
 	HangUp bool
 	Want   Want
+	// Check, when not nil, is called after the response is checked: it
+	// returns what is wrong with the state the scenario's own functions
+	// recorded (a dry-run handler's reports, say), or nil.
+	Check func() error
 }
 
 // Want is what a response must be. Zero fields are not checked, except
@@ -248,6 +257,11 @@ func Run(t *testing.T, build Build) {
 			serve := build(t, app)
 			for i, st := range sc.Steps {
 				check(t, i+1, st, do(serve, st))
+				if st.Check != nil {
+					if err := st.Check(); err != nil {
+						t.Errorf("step %d: %s: %v", i+1, st.Request.Path, err)
+					}
+				}
 			}
 		})
 	}
@@ -431,6 +445,12 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.PathRoot != "" {
 		opts = append(opts, policy.WithPath[C, H](m.PathRoot, m.Path...))
+	}
+	if m.Enforce != 0 {
+		opts = append(opts, policy.WithEnforce[C, H](m.Enforce))
+	}
+	if m.DryRunReport != nil {
+		opts = append(opts, policy.WithDryRunHandler[C, H](func(c C, rep policy.DryRunReport) { m.DryRunReport(call(c), rep) }))
 	}
 	return opts
 }

@@ -3,6 +3,7 @@ package adaptertest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 
 // RunPanics checks that an adapter's constructor panics on each programming
 // mistake it must catch at setup: a nil limiter, a nil key function, an
-// invalid limit, extra limit or concurrency cap, a negative wait and an
-// unknown header style. The panic message must begin with pkg and ": ",
+// invalid limit, extra limit or concurrency cap, a negative wait, an
+// unknown header style and a WithEnforce fraction outside [0, 1]. The panic message must begin with pkg and ": ",
 // and for an invalid limit or cap the panic value must be an error
 // wrapping [core.ErrInvalidLimit].
 //
@@ -38,6 +39,8 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "invalid concurrency cap", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Concurrency: core.ConcurrencyLimit{Max: -1}}, invalid: true},
 		{name: "negative wait", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Wait: -time.Second}},
 		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: policy.HeadersNone + 1}},
+		{name: "enforce above 1", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: 1.5}},
+		{name: "enforce NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: math.NaN()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -58,6 +58,7 @@ func Scenarios() []Scenario {
 			},
 		},
 		severalLimits(),
+		canary(),
 		perRoute(),
 		scopes(),
 		nativeKey(),

@@ -96,11 +96,12 @@ type leaseConf struct {
 // under the failure policy; [Limiter.Close] gives back what is unspent.
 // Observers that implement [LeaseObserver] are told of every lease.
 //
-// Apply WithTokenLeases last: [Rule.DryRun] and [Rule.WithPenalty] return
-// rules without leases. It returns an error for an invalid bound, a rule
-// with a stepped limit (see [Refill]), or a bound too small for a lease
-// to live 2 ms without exceeding it. On a [NewMemory] limiter, which makes
-// every decision in memory anyway, the rule is returned as is.
+// Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty] and
+// [Rule.WithEnforce] return rules without leases. It returns an error for
+// an invalid bound, a rule with a stepped limit (see [Refill]), or a
+// bound too small for a lease to live 2 ms without exceeding it. On a
+// [NewMemory] limiter, which makes every decision in memory anyway, the
+// rule is returned as is.
 func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	l := r.lim
 	if l.store.InProcess() {
@@ -133,12 +134,12 @@ func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	exact.dryRun, exact.penalty = r.p.dryRun, r.p.penalty
+	exact.modesOf(r.p)
 	p, err := l.plans.compileScoped(r.p.scope, r.p.limits)
 	if err != nil {
 		return nil, err
 	}
-	p.dryRun, p.penalty = r.p.dryRun, r.p.penalty
+	p.modesOf(r.p)
 	p.lease = &leaseConf{bound: e, life: life, exact: exact}
 	l.hotLeases().noteLife(life)
 	return &Rule{lim: l, p: p}, nil
@@ -328,11 +329,12 @@ func (hk *hotKey) lowWater() int64 {
 	return int64(math.Ceil(hk.rate*float64(2*hk.rtt))) + 1
 }
 
-// result is an admission from the hand at now; hk.mu is held.
+// result is an admission from the hand at now, not yet marked DryRun;
+// hk.mu is held.
 func (hk *hotKey) result(p *plan, now int64) Result {
 	lim := p.limits[hk.index]
 	rem := min(hk.remaining+hk.hand, int64(lim.Burst))
-	return Result{Allowed: true, Remaining: int(rem), ResetAfter: time.Duration(max(0, hk.resetAt-now)) * time.Microsecond, Limit: lim, DryRun: p.dryRun}
+	return Result{Allowed: true, Remaining: int(rem), ResetAfter: time.Duration(max(0, hk.resetAt-now)) * time.Microsecond, Limit: lim}
 }
 
 // leaseAdmit decides a request of cost on key under p, a plan with token
@@ -351,6 +353,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		hk.spent += cost
 		hk.lastUse = now
 		res = hk.result(p, now)
+		res.DryRun = p.dry(key)
 		idx := hk.index
 		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
 		if more {
@@ -376,7 +379,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 	d, na := l.leaseTake(ctx, hk, cost, now)
 	if na == nil {
 		l.answered(key, p, d, cost, now)
-		res, d, err = l.done(d, p, SourceStore, false)
+		res, d, err = l.done(d, p, p.dry(key), SourceStore, false)
 		return res, d, true, err
 	}
 	if na.Gone != nil {

@@ -109,6 +109,7 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 	l.now = func() int64 { return epochUS + int64(time.Since(epoch)/time.Microsecond) }
 	l.plans.fallback = fallbackFunc(o)
 	l.plans.warn = l.warnCoarse
+	l.plans.canaryHash = newCanaryHash(o.slotKey)
 	if o.denyCache {
 		l.denies = newDenyCache(o.capacity)
 	}
@@ -263,7 +264,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			// penalty, see Rule.WithPenalty, is not this rule's: its
 			// denial must reach the store to lock the key.)
 			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index}
-			return l.done(d, p, SourceDenyCache, false)
+			return l.done(d, p, p.dry(key), SourceDenyCache, false)
 		case st == denyProbe:
 			defer l.denies.release(p.ID, key, ch)
 		}
@@ -273,7 +274,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
-		return l.done(d, p, SourceStore, false)
+		return l.done(d, p, p.dry(key), SourceStore, false)
 	}
 	if na.Gone != nil {
 		return Result{}, decision{}, na.Gone // the caller gave up: no decision
@@ -398,11 +399,12 @@ func (l *Limiter) reset(ctx context.Context, key string, p *plan) error {
 
 // fallback decides without the store, under the failure policy.
 func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause error) (Result, decision, error) {
-	switch open, err := l.unavailable(cause, true, p.dryRun); {
+	dry := p.dry(key)
+	switch open, err := l.unavailable(cause, true, dry); {
 	case err != nil:
 		return Result{}, decision{}, err
 	case open:
-		return l.done(decision{Allowed: true, Remaining: -1}, p, SourceFailOpen, true)
+		return l.done(decision{Allowed: true, Remaining: -1}, p, dry, SourceFailOpen, true)
 	}
 	// A request may cost more than a replica's share of the burst; it
 	// then takes the whole share, rather than being denied for as long
@@ -414,7 +416,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	}
 	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
-	res.Degraded, res.DryRun = true, p.dryRun
+	res.Degraded, res.DryRun = true, dry
 	if l.obs != nil {
 		l.obs.ObserveDecision(res, SourceFallback)
 	}
@@ -459,11 +461,12 @@ func (l *Limiter) outageNote() []any {
 	return attrs
 }
 
-// done turns a decision into a Result and reports it.
-func (l *Limiter) done(d decision, p *plan, src Source, degraded bool) (Result, decision, error) {
+// done turns a decision into a Result and reports it; dry marks it a dry
+// run's (see plan.dry).
+func (l *Limiter) done(d decision, p *plan, dry bool, src Source, degraded bool) (Result, decision, error) {
 	res := resultOf(d, p)
 	res.Degraded = degraded
-	res.DryRun = p.dryRun
+	res.DryRun = dry
 	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}

@@ -34,8 +34,9 @@ type Result struct {
 	// Degraded reports that the decision was made locally because the store
 	// was unavailable (see [FailurePolicy]).
 	Degraded bool
-	// DryRun marks a decision of a dry-run rule ([Rule.DryRun]): Allowed
-	// says what would have happened; the caller lets the request through.
+	// DryRun marks a decision of a dry-run rule ([Rule.DryRun]), or of a
+	// key a canary leaves in dry run ([Rule.WithEnforce]): Allowed says
+	// what would have happened; the caller lets the request through.
 	DryRun bool
 	// Level is, for a decision of a path of keys ([PathRule]), the name
 	// of the level that decided, as the rule gives it (never request

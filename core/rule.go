@@ -76,12 +76,13 @@ func (r *Rule) DryRun() (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.dryRun, p.penalty = true, r.p.penalty
+	p.modesOf(r.p)
+	p.dryRun = true
 	return &Rule{lim: r.lim, p: p}, nil
 }
 
-// WithPenalty returns a rule with the same limits, scope, dry run and
-// buckets whose denials lock the key for d, as the limiter's [WithPenalty]
+// WithPenalty returns a rule with the same limits, scope, dry run, canary
+// ([Rule.WithEnforce]) and buckets whose denials lock the key for d, as the limiter's [WithPenalty]
 // does for every rule: a login rule can lock a key for a quarter of an hour
 // on an engine whose other rules lock nothing, or the reverse. Zero means
 // no lock, whatever the limiter's option says. The lock is the key's, in
@@ -97,7 +98,8 @@ func (r *Rule) WithPenalty(d time.Duration) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.dryRun, p.penalty = r.p.dryRun, micros(d)
+	p.modesOf(r.p)
+	p.penalty = micros(d)
 	return &Rule{lim: r.lim, p: p}, nil
 }
 

@@ -149,18 +149,45 @@ func WithDryRun(on bool) Option {
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
-// middleware decides or fails to decide (see [policy.WithDryRun]), with the
+// middleware decides or fails to decide (see [policy.WithDryRun]), or a canary
+// leaves in dry run (see [policy.WithEnforce]), with the
 // request, its key and the would-be result or the failure: to log
 // would-be denials while a new limit is judged. It runs on the request
 // path, so it must be fast and safe for concurrent use. The constructor
-// fails (an adapter panics) when it is set without WithDryRun(true). A nil
-// f tells nothing.
+// fails (an adapter panics) when it is set without WithDryRun(true) or a
+// WithEnforce below 1. A nil f tells nothing.
 //
 // Default: none.
 //
 // The same option as every adapter's: [policy.WithDryRunHandler], for echo v5.
 func WithDryRunHandler(f func(*echo.Context, policy.DryRunReport)) Option {
 	return policy.WithDryRunHandler[*echo.Context, Handlers](f)
+}
+
+// WithEnforce enforces the middleware's limits on a fraction of keys only,
+// a canary for a new limit, and treats every other key as [policy.WithDryRun]
+// does: its requests are decided and charged as usual (marked
+// core.Result.DryRun, so metrics count them as dry-run decisions), but
+// never denied, delayed or failed, and get no rate-limit fields;
+// [policy.WithDryRunHandler] is told of each, would-be denials included. A keyed
+// hash of the key picks the enforced keys (see core.Rule.WithEnforce): the
+// same on every replica and after restarts, and growing with the
+// fraction, so a key enforced at 5% stays enforced at 20%. Give the
+// limiter core.WithSlotKey so that clients cannot tell or choose which
+// keys are enforced.
+//
+// A request whose key is not known (the key function failed) is failed
+// as usual, and lists ([policy.WithAllow], [policy.WithDeny]) apply to every key. 1
+// enforces every key, as without the option; 0 none. The constructor
+// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
+// and for WithEnforce below 1 with [policy.WithPath]. Under WithDryRun(true)
+// every key is in dry run whatever the fraction.
+//
+// Default: 1, every key enforced.
+//
+// The same option as every adapter's: [policy.WithEnforce], for echo v5.
+func WithEnforce(fraction float64) Option {
+	return policy.WithEnforce[*echo.Context, Handlers](fraction)
 }
 
 // WithFinalCost computes each request's final cost once its handlers have

@@ -655,6 +655,9 @@ func TestNewPanics(t *testing.T) {
 		if m.Concurrency != (core.ConcurrencyLimit{}) {
 			opts = append(opts, WithConcurrency(m.Concurrency))
 		}
+		if m.Enforce != 0 {
+			opts = append(opts, WithEnforce(m.Enforce))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {

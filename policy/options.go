@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -27,6 +29,8 @@ type Config[C, H any] struct {
 	extra     []core.Limit
 	headers   HeaderStyle
 	dryRun    bool
+	enforce   float64 // WithEnforce's fraction, if enforceSet
+	enforceOn bool
 	report    func(C, DryRunReport)
 	wait      time.Duration
 	problem   bool
@@ -117,6 +121,30 @@ func WithDryRun[C, H any](on bool) Option[C, H] {
 	return func(c *Config[C, H]) { c.dryRun = on }
 }
 
+// WithEnforce enforces the middleware's limits on a fraction of keys only,
+// a canary for a new limit, and treats every other key as [WithDryRun]
+// does: its requests are decided and charged as usual (marked
+// core.Result.DryRun, so metrics count them as dry-run decisions), but
+// never denied, delayed or failed, and get no rate-limit fields;
+// [WithDryRunHandler] is told of each, would-be denials included. A keyed
+// hash of the key picks the enforced keys (see core.Rule.WithEnforce): the
+// same on every replica and after restarts, and growing with the
+// fraction, so a key enforced at 5% stays enforced at 20%. Give the
+// limiter core.WithSlotKey so that clients cannot tell or choose which
+// keys are enforced.
+//
+// A request whose key is not known (the key function failed) is failed
+// as usual, and lists ([WithAllow], [WithDeny]) apply to every key. 1
+// enforces every key, as without the option; 0 none. The constructor
+// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
+// and for WithEnforce below 1 with [WithPath]. Under WithDryRun(true)
+// every key is in dry run whatever the fraction.
+//
+// Default: 1, every key enforced.
+func WithEnforce[C, H any](fraction float64) Option[C, H] {
+	return func(c *Config[C, H]) { c.enforce, c.enforceOn = fraction, true }
+}
+
 // WithWait makes a request that would be denied wait up to max for its
 // tokens instead (traffic smoothing): it reserves them and continues when
 // they are due. One whose tokens cannot be due within max is denied at
@@ -196,12 +224,13 @@ func WithTokenLeases[C, H any](bound core.LeaseBound) Option[C, H] {
 }
 
 // WithDryRunHandler sets a function told about every request a dry-run
-// middleware decides or fails to decide (see [WithDryRun]), with the
+// middleware decides or fails to decide (see [WithDryRun]), or a canary
+// leaves in dry run (see [WithEnforce]), with the
 // request, its key and the would-be result or the failure: to log
 // would-be denials while a new limit is judged. It runs on the request
 // path, so it must be fast and safe for concurrent use. The constructor
-// fails (an adapter panics) when it is set without WithDryRun(true). A nil
-// f tells nothing.
+// fails (an adapter panics) when it is set without WithDryRun(true) or a
+// WithEnforce below 1. A nil f tells nothing.
 //
 // Default: none.
 func WithDryRunHandler[C, H any](f func(C, DryRunReport)) Option[C, H] {
@@ -315,4 +344,22 @@ func WithPerRoute[C, H any](on bool) Option[C, H] {
 // Default: none; see [WithPerRoute].
 func WithRoute[C, H any](pattern string) Option[C, H] {
 	return func(c *Config[C, H]) { c.route, c.routeSet = pattern, true }
+}
+
+// checkEnforce validates cfg's WithEnforce and reports whether it makes a
+// canary: a fraction below 1.
+func checkEnforce[C, H any](cfg *Config[C, H]) (bool, error) {
+	if !cfg.enforceOn {
+		return false, nil
+	}
+	if f := cfg.enforce; !(f >= 0 && f <= 1) {
+		return false, fmt.Errorf("WithEnforce: fraction %v is not from 0 to 1", f)
+	}
+	if cfg.enforce == 1 {
+		return false, nil
+	}
+	if cfg.pathSet {
+		return false, errors.New("WithEnforce below 1 cannot be used with WithPath yet: a path's levels have no canary")
+	}
+	return true, nil
 }

@@ -54,8 +54,9 @@ type Policy struct {
 // WithRoute, two of WithScope, WithRoute and WithPerRoute(true), a
 // WithPenalty out of range,
 // an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
-// WithDryRunHandler without WithDryRun(true). Adapters panic with it, as
-// their constructors document.
+// WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1, or
+// a WithEnforce fraction that is NaN or outside [0, 1] (or below 1 beside
+// WithPath). Adapters panic with it, as their constructors document.
 func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
 	var cfg Config[C, H]
 	for i, opt := range opts {
@@ -85,8 +86,12 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if cfg.unit != "" && !slices.Contains(quotaUnits, cfg.unit) {
 		return nil, cfg.Adapter, fmt.Errorf("WithQuotaUnit: unknown unit %q, want one the draft registers: %s", cfg.unit, strings.Join(quotaUnits, ", "))
 	}
-	if cfg.report != nil && !cfg.dryRun {
-		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true): the handler is told only about dry-run decisions")
+	canary, err := checkEnforce(&cfg)
+	if err != nil {
+		return nil, cfg.Adapter, err
+	}
+	if cfg.report != nil && !cfg.dryRun && !canary {
+		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1: the handler is told only about dry-run decisions")
 	}
 	if err := checkRetryJitter(cfg.jitter); err != nil {
 		return nil, cfg.Adapter, err
@@ -110,6 +115,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	}
 	p := &Policy{lim: lim, key: key, rules: ruleCache{lim: lim, extra: cfg.extra, set: ruleSettings{scope: scope, perRoute: cfg.perRoute, dryRun: cfg.dryRun, unit: cfg.unit, cap: capr, penalty: cfg.penalty, penaltySet: cfg.penSet}}, headers: cfg.headers,
 		dryRun: cfg.dryRun, wait: cfg.wait, problem: cfg.problem}
+	if canary {
+		p.rules.set.canary, p.rules.set.enforce = true, cfg.enforce
+	}
 	p.jitter, p.cap = cfg.jitter, capr
 	if cfg.leaseSet {
 		b := cfg.leases
@@ -263,21 +271,23 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	case p.path != nil:
 	case p.settle != nil:
 		res, st, err = p.reserve(ctx, rl, key, n)
-	case p.wait > 0 && !p.dryRun:
+	case p.wait > 0 && rl.engine.Enforced(key): // a dry run does not wait
 		res, err = p.waitFor(ctx, key, rl, n)
 	default:
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
-		return p.fail(r, key, err, atDecide)
+		return p.failAs(r, key, err, atDecide, p.dryRun || rl.engine != nil && !rl.engine.Enforced(key))
 	}
-	v := Verdict{Result: res, style: p.headers, rule: rl, decided: !p.dryRun, problem: p.problem, settle: st}
+	// A dry run's, or a key's a canary leaves in dry run (see WithEnforce).
+	dry := p.dryRun || res.DryRun
+	v := Verdict{Result: res, style: p.headers, rule: rl, decided: !dry, problem: p.problem, settle: st}
 	inFlight := 0
 	if p.cap != nil && res.Allowed {
 		// Only a request the rate limits admit takes a slot.
 		ls, err := p.cap.acquire(ctx, rl.slots, capKey)
 		if err != nil {
-			fv := p.fail(r, key, err, atDecide)
+			fv := p.failAs(r, key, err, atDecide, dry)
 			status := fv.Status
 			if status == 0 { // a dry run lets it go on, but the answer it would have had is this
 				status = p.failure(err, atDecide).Status
@@ -291,14 +301,14 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		} else {
 			v.capped = true
 			v.Result.Allowed, v.Result.RetryAfter = false, capRetry
-			if !p.dryRun {
+			if !dry {
 				// The request does not run: settled as the 429 it gets.
 				st.apply(r, Response{Status: 429})
 				v.settle = nil
 			}
 		}
 	}
-	if p.dryRun {
+	if dry {
 		if p.report != nil {
 			p.report(r, DryRunReport{Key: key, Result: v.Result, InFlight: inFlight})
 		}
@@ -362,8 +372,14 @@ const (
 // Under dry run the request goes on: the handler is told, and the failure
 // is logged as it would be outside a dry run.
 func (p *Policy) fail(r keyfunc.Request, key string, err error, at stage) Verdict {
+	return p.failAs(r, key, err, at, p.dryRun)
+}
+
+// failAs is fail for a request decided as a dry run's if dry (see
+// WithEnforce: a canary leaves some keys in dry run).
+func (p *Policy) failAs(r keyfunc.Request, key string, err error, at stage, dry bool) Verdict {
 	v := p.failure(err, at)
-	if p.dryRun {
+	if dry {
 		if p.report != nil {
 			p.report(r, DryRunReport{Key: key, Err: err})
 		}

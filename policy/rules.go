@@ -30,9 +30,11 @@ type rule struct {
 
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
-	scope      string        // the middleware's scope (see WithScope, WithRoute); "": none (core.Limiter.Prepare's buckets)
-	perRoute   bool          // the request's route is the scope (see WithPerRoute)
-	dryRun     bool          // prepare dry-run engine rules (see WithDryRun)
+	scope      string // the middleware's scope (see WithScope, WithRoute); "": none (core.Limiter.Prepare's buckets)
+	perRoute   bool   // the request's route is the scope (see WithPerRoute)
+	dryRun     bool   // prepare dry-run engine rules (see WithDryRun)
+	canary     bool   // prepare canaries enforced on enforce of keys (see WithEnforce)
+	enforce    float64
 	unit       string        // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
 	cap        *capRule      // the concurrency cap (see WithConcurrency); nil: none
 	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
@@ -93,11 +95,14 @@ func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Li
 	if err == nil && set.penaltySet {
 		r, err = r.WithPenalty(set.penalty)
 	}
+	if err == nil && set.canary {
+		r, err = r.WithEnforce(set.enforce)
+	}
 	if err == nil && set.dryRun {
 		r, err = r.DryRun()
 	}
 	if err == nil && set.leases != nil {
-		// Last: DryRun and WithPenalty return rules without leases.
+		// Last: DryRun, WithPenalty and WithEnforce return rules without leases.
 		r, err = r.WithTokenLeases(*set.leases)
 		if err != nil {
 			err = fmt.Errorf("WithTokenLeases: %w", err)

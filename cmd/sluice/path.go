@@ -20,7 +20,7 @@ func parsePath(args []string) (command, error) {
 	}
 	dash := slices.Index(args, "--")
 	if len(args) < 3 || dash < 4 || dash == len(args)-1 {
-		return command{}, fmt.Errorf("path %s takes <scope> <name>=<limits>... -- <key>...", args[1])
+		return command{}, fmt.Errorf("path %s takes a scope, its levels as <name>=<limits>, then -- and the path's keys", args[1])
 	}
 	c := command{op: "path " + args[1], scope: args[2], path: args[dash+1:]}
 	for _, lv := range args[3:dash] {

@@ -127,7 +127,7 @@ func TestPathUsageReset(t *testing.T) {
 		{[]string{"path", "usage", "api", org, user, "--", "acme", "alice"}, 0, "user alice: 5 of 5 left", ""},
 		{[]string{"path", "usage", "api", org, "--", "acme", "alice"}, 2, "", "2 keys for 1 levels"},
 		{[]string{"path", "usage", "api", "org", "--", "acme"}, 2, "", "is not <name>=<limits>"},
-		{[]string{"path", "usage", "api", org, "acme"}, 2, "", "takes <scope> <name>=<limits>... -- <key>..."},
+		{[]string{"path", "usage", "api", org, "acme"}, 2, "", "takes a scope, its levels as <name>=<limits>, then -- and the path's keys"},
 		{[]string{"path", "peek"}, 2, "", "path needs usage or reset"},
 	} {
 		code, out, errOut := sluice(t, addr, st.args...)

@@ -461,6 +461,22 @@ func TestFlood(t *testing.T) {
 	start := time.Now()
 	stop := start.Add(3 * time.Second)
 	var wg sync.WaitGroup
+	// While this process is paused nobody asks: the bucket fills to its
+	// burst, and what refills beyond that is lost to the limiter and the
+	// ideal alike. A watcher's gaps longer than the bucket takes to fill
+	// measure it (none on a quiet machine).
+	fill := time.Duration(limit.Burst) * limit.Period / time.Duration(limit.Rate)
+	var overflow atomic.Int64 // nanoseconds of refill beyond a full bucket
+	wg.Go(func() {
+		for last := time.Now(); last.Before(stop); {
+			time.Sleep(time.Millisecond)
+			now := time.Now()
+			if gap := now.Sub(last) - fill; gap > 0 {
+				overflow.Add(int64(gap))
+			}
+			last = now
+		}
+	})
 	for range 10 {
 		wg.Add(1)
 		go func() {
@@ -485,8 +501,9 @@ func TestFlood(t *testing.T) {
 	}
 	calls := after["evalsha"] - before["evalsha"]
 	ideal := float64(limit.Burst) + float64(limit.Rate)*time.Since(start).Seconds()
-	t.Logf("offered %d, admitted %d (ideal %.1f), Redis script calls %d (%.2f per admission, %.1f%% of offered)",
-		offered.Load(), admitted.Load(), ideal, calls, float64(calls)/float64(admitted.Load()), 100*float64(calls)/float64(offered.Load()))
+	lost := float64(limit.Rate) * time.Duration(overflow.Load()).Seconds() / limit.Period.Seconds()
+	t.Logf("offered %d, admitted %d (ideal %.1f, %.1f of it lost to pauses of this process), Redis script calls %d (%.2f per admission, %.1f%% of offered)",
+		offered.Load(), admitted.Load(), ideal, lost, calls, float64(calls)/float64(admitted.Load()), 100*float64(calls)/float64(offered.Load()))
 	if errs.Load() != 0 {
 		t.Fatalf("%d errors or degraded decisions", errs.Load())
 	}
@@ -494,8 +511,15 @@ func TestFlood(t *testing.T) {
 		t.Fatalf("%d Redis calls for %d admissions", calls, admitted.Load())
 	}
 	// The cache must not cost admissions either.
-	if a := float64(admitted.Load()); a > ideal+1 || a < 0.99*ideal {
-		t.Fatalf("admitted %v, want within [99%%, +1] of the ideal %.1f", a, ideal)
+	// On a quiet machine within 1% of the ideal; with pauses, within 2% of
+	// what they left (a probe due during a pause is sent late, and the
+	// watcher sees the pauses, not the starved moments between them).
+	lower := 0.99 * ideal
+	if lost > 0 {
+		lower = 0.98 * (ideal - lost)
+	}
+	if a := float64(admitted.Load()); a > ideal+1 || a < lower {
+		t.Fatalf("admitted %v, want within [%.1f, +1] of the ideal %.1f (%.1f lost to pauses)", a, lower, ideal, lost)
 	}
 }
 

@@ -155,15 +155,7 @@ func TestPathPeekResetMonthly(t *testing.T) {
 	addr := redistest.Addr(t)
 	for _, backend := range []string{"redis", "memory"} {
 		t.Run(backend, func(t *testing.T) {
-			var lim *Limiter
-			if backend == "redis" {
-				lim = newRedisLimiter(t, addr)
-			} else {
-				var err error
-				if lim, err = NewMemory(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			lim := limiterOn(t, backend, addr)
 			pr, err := lim.PreparePath("api",
 				Level{Name: "org", Limits: []Limit{PerCalendarMonth(1000, "UTC")}},
 				Level{Name: "team", Limits: []Limit{PerMinute(6).WithBurst(5)}})
@@ -223,15 +215,7 @@ func TestInFlight(t *testing.T) {
 	addr := redistest.Addr(t)
 	for _, backend := range []string{"redis", "memory"} {
 		t.Run(backend, func(t *testing.T) {
-			var lim *Limiter
-			if backend == "redis" {
-				lim = newRedisLimiter(t, addr)
-			} else {
-				var err error
-				if lim, err = NewMemory(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			lim := limiterOn(t, backend, addr)
 			defer lim.Close()
 			c, err := lim.PrepareConcurrency(ConcurrencyLimit{Name: "jobs", Max: 5})
 			if err != nil {
@@ -314,4 +298,18 @@ func TestUsageReadsStoreDown(t *testing.T) {
 			t.Errorf("InFlight %d with Redis down: %v, want ErrUnavailable", i, err)
 		}
 	}
+}
+
+// limiterOn returns a limiter on backend: "redis", a real Redis at addr,
+// or "memory", NewMemory.
+func limiterOn(t *testing.T, backend, addr string) *Limiter {
+	t.Helper()
+	if backend == "redis" {
+		return newRedisLimiter(t, addr)
+	}
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }

@@ -339,8 +339,10 @@ func TopKeyHash(key string) string {
 // flushed by every replica) and this limiter's counts not yet flushed. It
 // writes nothing. A limiter without WithTopTalkers reads with the default
 // window, as the command-line tool does. Top returns an error for an
-// empty limit name, k outside 1 to 1000, and, wrapping [ErrUnavailable],
-// when the store does not answer.
+// empty limit name, k outside 1 to 1000, the caller's context error, and,
+// wrapping [ErrUnavailable], when the store does not answer or holds a
+// value of another type at a window's key (written by another program;
+// the next window's keys are new).
 func (l *Limiter) Top(ctx context.Context, limit string, k int) (Talkers, error) {
 	switch {
 	case limit == "":
@@ -357,7 +359,10 @@ func (l *Limiter) Top(ctx context.Context, limit string, k int) (Talkers, error)
 	prev := cur - int64(t.conf.Window/time.Second)
 	ws, err := l.store.ReadTop(ctx, limit, []int64{prev, cur})
 	if err != nil {
-		return Talkers{}, unanswered(err, "top talkers of limit", limit)
+		if ctx.Err() != nil {
+			return Talkers{}, ctx.Err()
+		}
+		return Talkers{}, fmt.Errorf("%w: top talkers of limit %q: %w", ErrUnavailable, limit, err)
 	}
 	if s := t.lookup(limit); s != nil {
 		s.mu.Lock()

@@ -19,7 +19,8 @@ import (
 //
 // A Limiter is safe for concurrent use. It holds no resources beyond memory
 // and the goroutines it starts as needed, each of which [Limiter.Close]
-// stops and waits for: with [WithFleet], one heartbeat loop; while
+// stops and waits for: with [WithFleet], one heartbeat loop; with
+// [WithTopTalkers], one flush loop (which flushes once more); while
 // concurrency slots are held, their renewal loop; while token leases are
 // held, their give-back loop; and short tasks (the implicit fleet's
 // heartbeats, a node's eviction policy read, warm-ups of a node's

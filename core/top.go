@@ -28,7 +28,7 @@ type TopTalkers struct {
 	Counters int
 	// Names keeps the first 64 bytes of each counted key and shows them
 	// in reads and metrics. Off by default: keys then appear as the hex
-	// of their 64-bit hash (FNV-1a, the same in every process, so
+	// of their 64-bit hash (see [TopKeyHash]: the same in every process, so
 	// `sluice top` and an operator can hash a key they suspect and find
 	// it). Keys often name customers or addresses; turn Names on only
 	// where the metrics may show them.
@@ -289,7 +289,10 @@ type Talker struct {
 	// is "" (see [TopKeyHash]).
 	Hash string
 	// Admitted is its admitted cost and Denied its denials, each within
-	// the Talkers' AdmittedError and DeniedError of the truth.
+	// the Talkers' AdmittedError and DeniedError of the truth. The count
+	// of the kind it was not listed by is 0 when the key holds none of
+	// that kind's counters: its true count is then at most that kind's
+	// error (a key denied a lot often admits too little to be counted).
 	Admitted, Denied int64
 }
 

@@ -32,7 +32,9 @@ func parseTop(args []string) (command, error) {
 }
 
 // execTop prints a limit's top talkers: the totals and error bounds, then
-// the keys most denied and those of largest admitted cost.
+// the keys most denied and those of largest admitted cost. A count of the
+// other kind is 0 for a key not among that kind's counters (at most the
+// error bound, see core.Talker).
 func (c command) execTop(ctx context.Context, lim *core.Limiter, out io.Writer) error {
 	top, err := lim.Top(ctx, c.key, c.k)
 	if err != nil {
@@ -58,7 +60,11 @@ func (c command) execTop(ctx context.Context, lim *core.Limiter, out io.Writer) 
 		}
 		fmt.Fprintf(out, "%*s  %*s  KEY\n", w1, h1, w2, h2)
 		for i, t := range ts {
-			fmt.Fprintf(out, "%*s  %*s  %s\n", w1, rows[i][0], w2, rows[i][1], quote(t.Label()))
+			label := "#" + t.Hash // a hash prints plainly
+			if t.Key != "" {
+				label = quote(t.Key)
+			}
+			fmt.Fprintf(out, "%*s  %*s  %s\n", w1, rows[i][0], w2, rows[i][1], label)
 		}
 	}
 	section("most denied", "DENIED", "ADMITTED", top.ByDenied, true)

@@ -186,3 +186,58 @@ func TestClusterPeekMany(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTop: on a real Cluster, two limiters flush the top talkers
+// of several limits (their windows' hash tags on different masters) when
+// closed, and a third reads each limit's merged counts.
+func TestClusterTop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	c := redistest.StartCluster(t)
+	prefix := fmt.Sprintf("toptest%d:", time.Now().UnixNano())
+	newLim := func() *core.Limiter {
+		rdb := c.Client(t)
+		warmClient(t, rdb)
+		lim, err := core.New(rdb, core.WithTimeout(2*time.Second), core.WithPrefix(prefix), core.WithFallbackReplicas(1),
+			core.WithTopTalkers(core.TopTalkers{Window: time.Hour}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		return lim
+	}
+	ctx := context.Background()
+	names := []string{"search", "upload", "login", "export", "billing", "admin"}
+	for range 2 {
+		lim := newLim()
+		for i, name := range names {
+			for range i + 1 {
+				if res, err := lim.Allow(ctx, "tenant:"+name, core.PerHour(100).WithName(name)); err != nil || res.Degraded {
+					t.Fatalf("%s: %+v, %v", name, res, err)
+				}
+			}
+		}
+		lim.Close()
+	}
+	reader := newLim()
+	masters := map[string]bool{}
+	for i, name := range names {
+		top, err := reader.Top(ctx, name, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(2 * (i + 1)); top.Admitted != want || len(top.ByAdmitted) != 1 || top.ByAdmitted[0].Admitted != want ||
+			top.ByAdmitted[0].Hash != core.TopKeyHash("tenant:"+name) {
+			t.Errorf("%s: %+v; want tenant:%s with %d admitted", name, top, name, want)
+		}
+	}
+	for _, m := range c.Masters() {
+		if len(scanMaster(t, m, prefix+"{top:")) > 0 {
+			masters[m] = true
+		}
+	}
+	if len(masters) < 2 {
+		t.Errorf("the windows of %d limits are on %d masters; want them spread", len(names), len(masters))
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/redistest"
 )
 
 // topKeys are the benchmarks' keys: more than a sketch's counters, so
@@ -49,6 +51,38 @@ func BenchmarkTopDecision(b *testing.B) {
 				i++
 				if _, err := rule.Allow(ctx, topKeys[i&4095]); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTopDenyCacheHit is a Redis-backed limiter's denial answered
+// by its deny cache (the decision a flooding key gets), without top
+// talkers and with them: the denials top talkers count most, on a limiter
+// that keeps its buckets in a real Redis; allocs/op must stay 0.
+func BenchmarkTopDenyCacheHit(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"off", nil},
+		{"on", []Option{WithTopTalkers(TopTalkers{})}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			lim, err := New(redistest.NewClient(b, srv.Addr()), append(tc.opts, WithFallbackReplicas(1))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lim.Close()
+			ctx := context.Background()
+			limit := PerHour(1).WithName("login")
+			lim.Allow(ctx, "abuser", limit)
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, _ := lim.Allow(ctx, "abuser", limit); res.Allowed {
+					b.Fatal("admitted")
 				}
 			}
 		})

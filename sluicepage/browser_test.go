@@ -159,11 +159,20 @@ func TestPageEscapesInChromium(t *testing.T) {
 	)
 	src := &fakeSource{
 		limits: []sluicepage.Limit{{Name: img, Limits: []core.Limit{core.PerMinute(60)}}},
-		top: []sluicepage.Talkers{{Limit: svg, Keys: []sluicepage.Talker{
-			{Key: script, Admitted: 90, Denied: 7},
-			{Key: "tenant:plain", Admitted: 45, Denied: 0},
-		}}},
-		warnings:  []sluicepage.Warning{{Limit: img, Key: svg, Used: 0.85, At: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}},
+		top: []sluicepage.Talkers{{
+			Limit: svg,
+			ByAdmitted: []sluicepage.Talker{
+				{Key: script, Admitted: 90, Denied: 7},
+				{Key: "tenant:plain", Admitted: 45, Denied: 0},
+			},
+			ByDenied:      []sluicepage.Talker{{Key: "tenant:denied", Admitted: 3, Denied: 31}},
+			Admitted:      135,
+			Denied:        38,
+			AdmittedError: 4,
+			Since:         time.Now().Add(-time.Minute),
+		}},
+		warnings: []sluicepage.Warning{{Limit: img, Key: svg, Threshold: 0.8, Remaining: 12,
+			At: time.Now().Add(-time.Second), Until: time.Now().Add(time.Minute)}},
 		health:    sluicepage.Health{Cause: script, Outages: []sluicepage.Outage{{Node: img, Since: time.Now(), Err: svg}}},
 		fleetErr:  errors.New(img),
 		overrides: []sluicepage.OverrideSet{{Name: svg, Version: 1, Len: 1, Entries: []sluicepage.Override{{Key: img, Value: script}}}},
@@ -207,7 +216,13 @@ func TestPageEscapesInChromium(t *testing.T) {
 		{"top", ">tenant:plain<"},
 		{"top", ">90<"},
 		{"top", ">7<"},
-		{"warnings", ">85%<"},
+		{"top", ">tenant:denied<"},
+		{"top", ">31<"},
+		{"top", "admitted 135, denied 38"},
+		{"top", ">by admitted cost (±4)<"},
+		{"top", ">by denials<"},
+		{"warnings", ">80%<"},
+		{"warnings", ">12<"},
 		{"health", ">not ready<"},
 	} {
 		if got := section(dom, want.section); !strings.Contains(got, want.markup) {

@@ -33,25 +33,39 @@ var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome"}
 // there.
 func findChromium(t *testing.T) string {
 	t.Helper()
+	path, fail, err := lookChromium()
+	switch {
+	case err == nil:
+		return path
+	case fail:
+		t.Fatal(err)
+	default:
+		t.Skip(err)
+	}
+	return ""
+}
+
+// lookChromium finds the browser as findChromium does, and says whether a
+// browser not found must fail the test.
+func lookChromium() (path string, fail bool, err error) {
 	if name := os.Getenv(chromiumEnv); name != "" {
 		path, err := exec.LookPath(name)
 		if err != nil {
-			t.Fatalf("%s=%s: %v", chromiumEnv, name, err)
+			return "", true, fmt.Errorf("%s=%s: %w", chromiumEnv, name, err)
 		}
-		return path
+		return path, false, nil
 	}
 	for _, name := range chromiumNames {
 		if path, err := exec.LookPath(name); err == nil {
-			return path
+			return path, false, nil
 		}
 	}
-	msg := fmt.Sprintf("no browser found on PATH (%s; or set %s): install Debian's chromium (apt-get install chromium)",
+	err = fmt.Errorf("no browser found on PATH (%s; or set %s): install Debian's chromium (apt-get install chromium)",
 		strings.Join(chromiumNames, ", "), chromiumEnv)
 	if ci := os.Getenv("CI"); ci == "1" || strings.EqualFold(ci, "true") {
-		t.Fatalf("%s; CI requires it", msg)
+		return "", true, fmt.Errorf("%w; CI requires it", err)
 	}
-	t.Skip(msg)
-	return ""
+	return "", false, err
 }
 
 // browser runs headless chromium on one address.
@@ -176,5 +190,35 @@ func rgb(hex string, tol int) func(r, g, b uint8) bool {
 			}
 		}
 		return true
+	}
+}
+
+// TestLookChromium: a browser not found skips on a laptop and fails under
+// CI, and one named by SLUICE_CHROMIUM that is not there always fails.
+func TestLookChromium(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "chromium")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, path, ci, env string
+		found, fail         bool
+	}{
+		{"on PATH", filepath.Dir(fake), "true", "", true, false},
+		{"missing, laptop", t.TempDir(), "", "", false, false},
+		{"missing, CI=true", t.TempDir(), "true", "", false, true},
+		{"missing, CI=1", t.TempDir(), "1", "", false, true},
+		{"named, there", t.TempDir(), "", fake, true, false},
+		{"named, not there", filepath.Dir(fake), "", "/nonexistent/chromium", false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("PATH", tt.path)
+			t.Setenv("CI", tt.ci)
+			t.Setenv(chromiumEnv, tt.env)
+			path, fail, err := lookChromium()
+			if (err == nil) != tt.found || fail != tt.fail || (tt.found && path != fake) {
+				t.Errorf("lookChromium() = %q, fail %v, %v; want found %v, fail %v", path, fail, err, tt.found, tt.fail)
+			}
+		})
 	}
 }

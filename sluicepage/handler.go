@@ -220,9 +220,10 @@ func toLimitRow(l Limit) limitRow {
 	return r
 }
 
-// capTalkers keeps the first maxRows keys of t.
+// capTalkers keeps the first maxRows keys of each list of t.
 func capTalkers(t Talkers) Talkers {
-	t.Keys, _ = capped(t.Keys)
+	t.ByAdmitted, _ = capped(t.ByAdmitted)
+	t.ByDenied, _ = capped(t.ByDenied)
 	return t
 }
 

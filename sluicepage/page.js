@@ -78,34 +78,45 @@
     });
     more(box, sec.more);
   }
+  // ranked writes one ranking of a limit's keys: by the count named by,
+  // with a bar against the largest, then the other count.
+  function ranked(box, title, keys, by, other, err) {
+    var part = el("div", "rank");
+    part.appendChild(el("h4", null, title + (err > 0 ? " (\u00b1" + err + ")" : "")));
+    box.appendChild(part);
+    if (none(part, keys, "none")) { return; }
+    var peak = 1;
+    keys.forEach(function (k) { peak = Math.max(peak, k[by]); });
+    var t = table(part, ["key", by, "", other]);
+    keys.forEach(function (k) {
+      var r = el("tr"), bar = el("td"), track = el("div", "track"), fill = el("div", "fill");
+      fill.style.width = (100 * k[by] / peak).toFixed(1) + "%";
+      track.appendChild(fill); bar.appendChild(track);
+      cell(r, k.key, "key"); cell(r, k[by], "num"); r.appendChild(bar); cell(r, k[other], "num");
+      t.appendChild(r);
+    });
+  }
   function top(sec) {
     var box = body("top");
-    if (!usable(box, sec) || none(box, sec.data, "no traffic yet")) { return; }
+    if (!usable(box, sec) || none(box, sec.data, "no limit counted")) { return; }
     sec.data.forEach(function (tl) {
-      box.appendChild(el("h3", null, tl.limit));
-      if (tl.error > 0) { box.appendChild(el("p", "muted", "counts may overstate by up to " + tl.error)); }
-      var keys = tl.keys || [];
-      if (none(box, keys, "no traffic yet")) { return; }
-      var peak = 1;
-      keys.forEach(function (k) { peak = Math.max(peak, k.admitted); });
-      var t = table(box, ["key", "admitted", "", "denied"]);
-      keys.forEach(function (k) {
-        var r = el("tr"), bar = el("td"), track = el("div", "track"), fill = el("div", "fill");
-        fill.style.width = (100 * k.admitted / peak).toFixed(1) + "%";
-        track.appendChild(fill); bar.appendChild(track);
-        cell(r, k.key, "key"); cell(r, k.admitted, "num"); r.appendChild(bar); cell(r, k.denied, "num");
-        t.appendChild(r);
-      });
+      box.appendChild(el("h3", null, tl.limit + " \u00b7 admitted " + tl.admitted + ", denied " + tl.denied +
+        " since " + when(tl.since)));
+      var pair = el("div", "pair");
+      box.appendChild(pair);
+      ranked(pair, "by admitted cost", tl.by_admitted, "admitted", "denied", tl.admitted_error);
+      ranked(pair, "by denials", tl.by_denied, "denied", "admitted", tl.denied_error);
     });
     more(box, sec.more);
   }
   function warnings(sec) {
     var box = body("warnings");
     if (!usable(box, sec) || none(box, sec.data, "none")) { return; }
-    var t = table(box, ["limit", "key", "used", "at"]);
+    var t = table(box, ["limit", "key", "threshold", "remaining", "at", "until"]);
     sec.data.forEach(function (w) {
       var r = el("tr");
-      cell(r, w.limit); cell(r, w.key, "key"); cell(r, Math.round(100 * w.used) + "%", "num"); cell(r, when(w.at));
+      cell(r, w.limit); cell(r, w.key, "key"); cell(r, Math.round(100 * w.threshold) + "%", "num");
+      cell(r, w.remaining, "num"); cell(r, when(w.at)); cell(r, when(w.until));
       t.appendChild(r);
     });
     more(box, sec.more);

@@ -202,7 +202,7 @@ func TestData(t *testing.T) {
 	}
 	src := &fakeSource{
 		limits:   many,
-		top:      []sluicepage.Talkers{{Limit: "api", Keys: keys, Error: 3}},
+		top:      []sluicepage.Talkers{{Limit: "api", ByAdmitted: keys, ByDenied: keys[:5], AdmittedError: 3}},
 		warnErr:  sluicepage.ErrNotEnabled,
 		health:   sluicepage.Health{Ready: true, AckMisses: 2},
 		fleetErr: errors.New("fleet <unknown>"),
@@ -220,8 +220,9 @@ func TestData(t *testing.T) {
 	if got := d.Limits.Data[1]; got.Name != "limit 001" || len(got.Limits) != 1 || got.Limits[0] != "2/s" {
 		t.Errorf("limits[1] = %+v, want limit 001: 2/s", got)
 	}
-	if d.Top.Status != "ok" || len(d.Top.Data) != 1 || len(d.Top.Data[0].Keys) != 100 || d.Top.Data[0].Error != 3 {
-		t.Errorf("top = %+v, want one limit with 100 keys and error 3", d.Top)
+	if d.Top.Status != "ok" || len(d.Top.Data) != 1 || len(d.Top.Data[0].ByAdmitted) != 100 ||
+		len(d.Top.Data[0].ByDenied) != 5 || d.Top.Data[0].AdmittedError != 3 {
+		t.Errorf("top = %+v, want one limit with 100 keys by admitted cost, 5 by denials, error 3", d.Top)
 	}
 	if d.Warnings.Status != "not_enabled" || d.Warnings.Error != "" {
 		t.Errorf("warnings: status %q, error %q; want not_enabled and no error", d.Warnings.Status, d.Warnings.Error)

@@ -48,16 +48,24 @@ type Limit struct {
 	Limits []core.Limit
 }
 
-// Talkers are the heaviest keys of one limit over the current window,
-// heaviest first.
+// Talkers are the heaviest keys of one limit, over the fleet, since
+// Since: by admitted cost and by denials.
 type Talkers struct {
 	// Limit names the limit, as a [Limit]'s Name does.
 	Limit string `json:"limit"`
-	// Keys are the heaviest keys, heaviest first.
-	Keys []Talker `json:"keys"`
-	// Error bounds how much any count may overstate the truth (a
-	// sketch's stated error); 0 when the counts are exact.
-	Error int64 `json:"error"`
+	// ByAdmitted are the keys of largest admitted cost, largest first;
+	// ByDenied those of most denials.
+	ByAdmitted []Talker `json:"by_admitted"`
+	ByDenied   []Talker `json:"by_denied"`
+	// Admitted and Denied are the limit's totals since Since.
+	Admitted int64 `json:"admitted"`
+	Denied   int64 `json:"denied"`
+	// AdmittedError and DeniedError bound how far each count of a key
+	// may be from the truth (a sketch's stated error); 0 when exact.
+	AdmittedError int64 `json:"admitted_error"`
+	DeniedError   int64 `json:"denied_error"`
+	// Since is when the counts start.
+	Since time.Time `json:"since"`
 }
 
 // Talker is one heavy key: what the limit admitted of it and how often it
@@ -70,12 +78,21 @@ type Talker struct {
 	Denied   int64  `json:"denied"`   // requests denied
 }
 
-// Warning is a key that crossed a threshold of its limit.
+// Warning is a key that crossed a warning threshold of a limit.
 type Warning struct {
-	Limit string    `json:"limit"`
-	Key   string    `json:"key"`
-	Used  float64   `json:"used"` // the share of the limit used, 0.8 for 80%
-	At    time.Time `json:"at"`   // when it crossed
+	// Limit names the limit.
+	Limit string `json:"limit"`
+	// Key is the key that crossed.
+	Key string `json:"key"`
+	// Threshold is the share of the limit used at which it warns: 0.8
+	// for 80%.
+	Threshold float64 `json:"threshold"`
+	// Remaining is what the limit still admitted after the crossing.
+	Remaining int `json:"remaining"`
+	// At is when the key crossed, and Until when the warning ends: no
+	// other is raised for the key and limit before.
+	At    time.Time `json:"at"`
+	Until time.Time `json:"until"`
 }
 
 // Health is the store's health.

@@ -26,7 +26,8 @@ import (
 // inline, and its Content-Security-Policy forbids loading anything else.
 //
 // A Page is safe for concurrent use; each request reads the [Source] on
-// its own goroutines, which end before ServeHTTP returns.
+// its own goroutines, which end before ServeHTTP returns. Its zero value
+// is not usable.
 type Page struct {
 	src     Source
 	refresh time.Duration

@@ -28,7 +28,7 @@ const maxRows = 100
 // return [ErrNotEnabled].
 //
 // A LimiterSource is safe for concurrent use; it starts no goroutine and
-// holds nothing to close.
+// holds nothing to close. Its zero value is not usable.
 type LimiterSource struct {
 	lim     *core.Limiter
 	limits  []Limit
@@ -37,7 +37,14 @@ type LimiterSource struct {
 }
 
 // SourceOption configures a [LimiterSource].
-type SourceOption func(*LimiterSource) error
+type SourceOption func(*sourceOptions) error
+
+// sourceOptions is what the options of ForLimiter set.
+type sourceOptions struct {
+	limits  []Limit
+	sets    []*overrides.Set
+	outages *Outages
+}
 
 // ShowLimits adds a row to the page's list of limits: name, and the
 // limits checked together on each key, as given to the middleware or to
@@ -47,7 +54,7 @@ type SourceOption func(*LimiterSource) error
 //
 // Default: no limits listed.
 func ShowLimits(name string, limits ...core.Limit) SourceOption {
-	return func(s *LimiterSource) error {
+	return func(s *sourceOptions) error {
 		switch {
 		case strings.TrimSpace(name) == "":
 			return errors.New("sluicepage: ShowLimits: empty name")
@@ -73,7 +80,7 @@ func ShowLimits(name string, limits ...core.Limit) SourceOption {
 //
 // Default: no overrides shown.
 func ShowOverrides(sets ...*overrides.Set) SourceOption {
-	return func(s *LimiterSource) error {
+	return func(s *sourceOptions) error {
 		for _, set := range sets {
 			if set == nil {
 				return errors.New("sluicepage: ShowOverrides: nil set")
@@ -94,7 +101,7 @@ func ShowOverrides(sets ...*overrides.Set) SourceOption {
 // Default: none shown; the store's health is what [core.Limiter.Ready]
 // says.
 func ShowOutages(o *Outages) SourceOption {
-	return func(s *LimiterSource) error {
+	return func(s *sourceOptions) error {
 		if o == nil {
 			return errors.New("sluicepage: ShowOutages: nil Outages")
 		}
@@ -109,16 +116,16 @@ func ForLimiter(lim *core.Limiter, opts ...SourceOption) (*LimiterSource, error)
 	if lim == nil {
 		return nil, errors.New("sluicepage: ForLimiter: nil limiter")
 	}
-	s := &LimiterSource{lim: lim}
+	var o sourceOptions
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("sluicepage: ForLimiter: option %d of %d is nil", i, len(opts))
 		}
-		if err := opt(s); err != nil {
+		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	return s, nil
+	return &LimiterSource{lim: lim, limits: o.limits, sets: o.sets, outages: o.outages}, nil
 }
 
 // Limits returns the limits [ShowLimits] named.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,7 @@ func (t *topTalkers) sketch(name string) *topSketch {
 	if len(t.order) >= maxTopLimits {
 		return nil
 	}
+	name = strings.Clone(name) // it may come from request memory (a fiber header)
 	s := &topSketch{name: name, adm: newSpaceSaving(t.conf.Counters, t.conf.Names), den: newSpaceSaving(t.conf.Counters, t.conf.Names)}
 	t.byName[name] = s
 	t.order = append(t.order, s)
@@ -325,7 +327,8 @@ type Talkers struct {
 	AdmittedError, DeniedError int64
 	// Since is the start of the earliest window read: the counts cover
 	// Since until now, less what replicas have not flushed yet (up to
-	// one Flush), plus this limiter's own unflushed counts.
+	// one Flush), plus this limiter's own unflushed counts (less those of
+	// a flush of its own under way as Top reads).
 	Since time.Time
 }
 

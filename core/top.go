@@ -55,8 +55,8 @@ const maxTopLimits = 64
 // denials. Every decision of a key that returns a Result is counted: by the store,
 // the deny cache, the local fallback or a token lease, dry runs included
 // (a path's levels, see [PathRule], are not). An admission adds its cost
-// to each named limit of its rule; a denial adds 1 to the limit that
-// denied. Counting allocates nothing: the sketch is a Space-Saving sketch
+// to each named limit of its rule (a reservation its estimated cost, not
+// what it settles to); a denial adds 1 to the limit that denied. Counting allocates nothing: the sketch is a Space-Saving sketch
 // over 64-bit hashes of the keys, in memory fixed when the limit is first
 // seen (see [TopTalkers.Counters]), under one mutex per limit.
 //

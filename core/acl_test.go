@@ -35,6 +35,7 @@ var aclCommands = []string{
 	"zrangebyscore", "persist", "lastsave", // Acquire/Release, renewals: clamped scores, sets without expiry, restarts noticed
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
 	"ping", "info", "script|load", // Ready
+	"zincrby", "hincrby", "zrange", // WithTopTalkers: flushes (with hset, pexpire), Limiter.Top (with hgetall)
 }
 
 // warnings records the limiter's log lines at Warn and above.
@@ -87,7 +88,7 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 	}
 	log := &warnings{}
 	opts := []Option{WithPrefix(prefix), WithTimeout(5 * time.Second), WithLogger(slog.New(log)),
-		WithFleet(Fleet{Name: "acl", Heartbeat: 100 * time.Millisecond})}
+		WithFleet(Fleet{Name: "acl", Heartbeat: 100 * time.Millisecond}), WithTopTalkers(TopTalkers{})}
 	lim, err := New(rdb, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +114,11 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 	res, err = lim.Peek(ctx, "acl:allow", limit)
 	degraded("Peek", res, err)
 	fail("Reset", lim.Reset(ctx, "acl:allow", limit))
+	res, err = lim.Allow(ctx, "acl:top", limit.WithName("acl"))
+	degraded("Allow (top talkers)", res, err)
+	fail("top talkers' flush", lim.plans.top.flush(ctx))
+	_, err = lim.Top(ctx, "acl", 3)
+	fail("Top", err)
 	_, err = lim.PeekMany(ctx, []string{"acl:allow", "acl:wait"}, limit)
 	fail("PeekMany", err)
 	if pr, err := lim.PreparePath("acl", Level{Name: "org", Limits: []Limit{PerCalendarMonth(100, "UTC")}}, Level{Name: "user", Limits: []Limit{limit}}); err != nil {

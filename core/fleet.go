@@ -269,7 +269,9 @@ func (l *Limiter) FleetSize() int {
 }
 
 // Close stops what the limiter runs in the background (the fleet
-// heartbeat of [WithFleet], the renewal of concurrency leases) and removes
+// heartbeat of [WithFleet], the renewal of concurrency leases, the
+// flushes of [WithTopTalkers], after a last one within the limiter's
+// budget or 100ms) and removes
 // this instance from its fleet, so that the others count it out at once.
 // The limiter still decides after Close, with the fleet's size as last
 // counted; leases still held are no longer renewed, so their slots expire

@@ -19,7 +19,8 @@ import (
 //
 // A Limiter is safe for concurrent use. It holds no resources beyond memory
 // and the goroutines it starts as needed, each of which [Limiter.Close]
-// stops and waits for: with [WithFleet], one heartbeat loop; while
+// stops and waits for: with [WithFleet], one heartbeat loop; with
+// [WithTopTalkers], one flush loop (which flushes once more); while
 // concurrency slots are held, their renewal loop; while token leases are
 // held, their give-back loop; and short tasks (the implicit fleet's
 // heartbeats, a node's eviction policy read, warm-ups of a node's
@@ -80,7 +81,8 @@ func NewMemory(opts ...Option) (*Limiter, error) {
 		l.now = func() int64 { return clock().UnixMicro() }
 	}
 	l.denies = nil
-	l.store = memStore{l.local}
+	l.store = memStore{local: l.local, top: &memTop{}}
+	l.startTop()
 	return l, nil
 }
 
@@ -112,6 +114,13 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 	l.plans.canaryHash = newCanaryHash(o.slotKey)
 	if o.denyCache {
 		l.denies = newDenyCache(o.capacity)
+	}
+	if o.topOn {
+		t, err := newTopTalkers(o.top)
+		if err != nil {
+			return nil, o, err
+		}
+		l.plans.top = t
 	}
 	return l, o, nil
 }
@@ -227,9 +236,20 @@ func (l *Limiter) wait(ctx context.Context, key string, p *plan, n int) (Result,
 	}
 }
 
-// admit validates a request on key and decides it: from the deny cache,
-// the store, or, when the store is unavailable, under the failure policy.
+// admit decides a request on key (see decideKey) and counts it in the
+// plan's top-talkers sketches, if any.
 func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait int64) (Result, decision, error) {
+	res, d, err := l.decideKey(ctx, key, p, n, maxWait)
+	if p.top != nil && err == nil {
+		p.top.record(key, d.Allowed, int64(n), d.Index)
+	}
+	return res, d, err
+}
+
+// decideKey validates a request on key and decides it: from the deny
+// cache, the store, or, when the store is unavailable, under the failure
+// policy.
+func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, maxWait int64) (Result, decision, error) {
 	if key == "" {
 		return Result{}, decision{}, errEmptyKey
 	}

@@ -185,4 +185,5 @@ const (
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
 	OpOverrides = "overrides" // an overrides set read or changed (package overrides)
+	OpTop       = "top"       // top talkers flushed to a window, or read (WithTopTalkers, Limiter.Top)
 )

@@ -58,6 +58,8 @@ type options struct {
 	inflight    int
 	ack         ackConfig
 	clock       func() time.Time
+	top         TopTalkers // WithTopTalkers
+	topOn       bool
 }
 
 func defaultOptions() options {

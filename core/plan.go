@@ -33,6 +33,7 @@ type plan struct {
 	penalty int64   // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
 
 	lease *leaseConf // token leases (see Rule.WithTokenLeases); nil: none
+	top   topRefs    // its limits' top-talkers sketches (see WithTopTalkers); nil: none
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the
@@ -173,6 +174,7 @@ type planCache struct {
 	fallback   func(Limit) Limit
 	warn       func([]coarseFallback) // told of plans whose fallback was replaced; may be nil
 	canaryHash *canaryHash            // the keyed hash of canaries (see Rule.WithEnforce)
+	top        *topTalkers            // the top-talkers sketches (see WithTopTalkers); nil: none
 	last       atomic.Pointer[plan]   // the plan used last: a lock-free hit
 	mu         sync.RWMutex
 	plans      map[Limit]*plan // single-limit plans, the common case
@@ -189,6 +191,9 @@ func (c *planCache) compileScoped(scope string, limits []Limit) (*plan, error) {
 	p, err := newScopedPlan(scope, limits, c.fallback)
 	if err == nil && len(p.coarse) > 0 && c.warn != nil {
 		c.warn(p.coarse)
+	}
+	if err == nil && c.top != nil {
+		p.top = c.top.refs(p.limits)
 	}
 	return p, err
 }

@@ -65,6 +65,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l.store = redisstore.New(rdb, cfg, up)
 	l.remote = true
+	l.startTop()
 	if o.policy == FallbackLocal {
 		l.local.owed = newOwedStore(o.capacity)
 	}

@@ -61,6 +61,10 @@ type store interface {
 	// are live (see WithFleet); leaveFleet removes it.
 	Heartbeat(ctx context.Context, fleet, id string, ttl time.Duration) (int64, error)
 	LeaveFleet(ctx context.Context, fleet, id string) error
+	// FlushTop adds top-talkers sketches' counts to their windows;
+	// ReadTop reads a limit's windows, writing nothing (see top.go).
+	FlushTop(ctx context.Context, fl []model.TopFlush) error
+	ReadTop(ctx context.Context, limit string, windows []int64) ([]model.TopWindow, error)
 	// Lend returns what the store lends package overrides (see
 	// core/internal/redisstore/lend.go); budget is the limiter's.
 	Lend(log func() *slog.Logger, budget time.Duration) storeops.Store
@@ -117,7 +121,10 @@ func unanswered(err error, what, key string) error {
 // with the limits in full. It is the same arithmetic as the local
 // fallback of a Redis-backed limiter, which decides under a replica's
 // share of each limit instead.
-type memStore struct{ local *localStore }
+type memStore struct {
+	local *localStore
+	top   *memTop // the windows of top talkers (see WithTopTalkers)
+}
 
 func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
 	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil

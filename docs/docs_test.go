@@ -640,7 +640,26 @@ func exported(t *testing.T) map[string]family {
 		t.Fatal(err)
 	}
 	observeAll(obs)
+	if _, err := sluiceprom.NewTop(topLimiter(t), sluiceprom.WithRegisterer(reg)); err != nil {
+		t.Fatal(err)
+	}
 	return gather(t, reg, "sluiceprom")
+}
+
+// topLimiter returns a limiter keeping top talkers, with an admission and
+// a denial counted under a named limit, so that every top-talkers series
+// exists.
+func topLimiter(t *testing.T) *core.Limiter {
+	t.Helper()
+	lim, err := core.NewMemory(core.WithTopTalkers(core.TopTalkers{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	for range 2 {
+		lim.Allow(context.Background(), "tenant:acme", core.PerHour(1).WithName("api"))
+	}
+	return lim
 }
 
 // gather returns the metric families reg holds, with the label values each
@@ -682,6 +701,9 @@ func instruments(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	observeAll(obs)
+	if _, err := sluiceotel.RegisterTop(topLimiter(t), sluiceotel.WithMeterProvider(mp)); err != nil {
+		t.Fatal(err)
+	}
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

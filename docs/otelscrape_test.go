@@ -29,6 +29,9 @@ func otelExported(t *testing.T) map[string]family {
 		t.Fatal(err)
 	}
 	observeAll(obs)
+	if _, err := sluiceotel.RegisterTop(topLimiter(t), sluiceotel.WithMeterProvider(mp)); err != nil {
+		t.Fatal(err)
+	}
 	fams := gather(t, reg, "sluiceotel through the OpenTelemetry Prometheus exporter")
 	delete(fams, "target_info") // the exporter's own: the resource's attributes
 	return fams

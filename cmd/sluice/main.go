@@ -13,7 +13,10 @@
 //	sluice [flags] allow <set> <key-or-cidr>
 //	sluice [flags] deny <set> <key-or-cidr>
 //	sluice [flags] usage <key> <limits> [<scope>]
+//	sluice [flags] usage <limits> [<scope>] -- <key>...
+//	sluice [flags] usage cap <max> [<name>] -- <key>...
 //	sluice [flags] reset <key> <limits> [<scope>]
+//	sluice [flags] top <limit> [<k>]
 //	sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
 //	sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
 //	sluice [flags] ready
@@ -42,6 +45,27 @@
 //
 //	sluice usage tenant:acme 600/m
 //	sluice reset ip:203.0.113.7 "5/15m burst 2 name login" route:POST /login
+//
+// With "--", usage reads several keys at once, one line each, in one
+// round trip per Redis node and writing nothing (see core.Rule.PeekMany):
+// the limits and scope come first, then "--" and the keys. "usage cap"
+// shows how many slots of a concurrency cap (see core.ConcurrencyLimit:
+// its Max, and its Name if it has one) each key holds now, across the
+// fleet (see core.Concurrency.InFlight):
+//
+//	sluice usage 600/m -- tenant:acme tenant:globex tenant:initech
+//	sluice usage cap 5 uploads -- tenant:acme
+//
+// # Top talkers
+//
+// top prints a limit's heaviest keys over the fleet, as services with
+// core.WithTopTalkers flush them to Redis (see core.Limiter.Top): the k
+// most denied (default 10) and the k of largest admitted cost, with the
+// totals and the error bound of every count. Keys show as "#" and the hex
+// of their hash unless the services keep names (core.TopTalkers.Names).
+// -window must be the services' TopTalkers.Window (default 1m).
+//
+//	sluice top search
 //
 // path usage prints, for a path of keys decided by a core.PathRule (root
 // first, one key per level), what each level has left (see
@@ -131,7 +155,10 @@ const usage = `usage:
   sluice [flags] allow <set> <key-or-cidr>
   sluice [flags] deny <set> <key-or-cidr>
   sluice [flags] usage <key> <limits> [<scope>]
+  sluice [flags] usage <limits> [<scope>] -- <key>...
+  sluice [flags] usage cap <max> [<name>] -- <key>...
   sluice [flags] reset <key> <limits> [<scope>]
+  sluice [flags] top <limit> [<k>]
   sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
   sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
   sluice [flags] ready
@@ -174,6 +201,7 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	conn.define(fs, addr)
 	prefix := fs.String("prefix", "sluice:", "the services' key prefix (core.WithPrefix)")
 	timeout := fs.Duration("timeout", 5*time.Second, "time allowed for the command")
+	window := fs.Duration("window", time.Minute, "for top: the services' top-talkers window (core.TopTalkers.Window)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -199,11 +227,16 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	defer cancel()
 	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
-	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithTimeout(*timeout), core.WithLogger(slog.New(slog.DiscardHandler)))
+	limOpts := []core.Option{core.WithPrefix(*prefix), core.WithTimeout(*timeout), core.WithLogger(slog.New(slog.DiscardHandler))}
+	if cmd.op == "top" {
+		limOpts = append(limOpts, core.WithTopTalkers(core.TopTalkers{Window: *window, Flush: min(*window, 10*time.Second)}))
+	}
+	lim, err := core.New(rdb, limOpts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
+	defer lim.Close()
 	var ov *overrides.Set
 	if cmd.set != "" {
 		// The poller is not needed: refresh rarely, and Close at once.
@@ -233,12 +266,15 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // command is one parsed command line.
 type command struct {
-	op       string // "set", "list", "rm", "usage", "reset" or "ready"
+	op       string // "set", "list", "rm", "usage", "usage many", "usage cap", "reset", "top" or "ready"
 	set, key string
 	override overrides.Override // for usage and reset, the limits
 	scope    string             // for usage and reset, and a path's
 	levels   []core.Level       // for path usage and reset
 	path     []string           // for path usage and reset: the keys, root first
+	keys     []string           // for usage of several keys, or of a cap
+	capLimit core.ConcurrencyLimit
+	k        int // for top: how many keys of each kind
 }
 
 func parseCommand(args []string) (command, error) {
@@ -257,7 +293,12 @@ func parseCommand(args []string) (command, error) {
 			return command{}, fmt.Errorf("ready takes no arguments, got %d", len(args)-1)
 		}
 		return command{op: "ready"}, nil
+	case "top":
+		return parseTop(args)
 	case "usage", "reset":
+		if args[0] == "usage" && slices.Contains(args, "--") {
+			return parseUsageMany(args)
+		}
 		if len(args) != 3 && len(args) != 4 {
 			return command{}, fmt.Errorf("%s takes <key> <limits> [<scope>], got %d arguments", args[0], len(args)-1)
 		}
@@ -355,15 +396,11 @@ func (c command) exec(ctx context.Context, lim *core.Limiter, ov *overrides.Set,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%s under %s%s: %d of %d left, full in %s", quote(c.key), c.override, scopeText(c.scope),
-			res.Remaining, res.Limit.Burst, ceilSecond(res.ResetAfter))
-		switch {
-		case res.Locked:
-			fmt.Fprintf(out, "; locked for %s", ceilSecond(res.RetryAfter))
-		case !res.Allowed:
-			fmt.Fprintf(out, "; next admitted in %s", ceilSecond(res.RetryAfter))
-		}
-		fmt.Fprintln(out)
+		printUsage(out, c.key, c.override, c.scope, res)
+	case "usage many", "usage cap":
+		return c.execUsageMany(ctx, lim, out)
+	case "top":
+		return c.execTop(ctx, lim, out)
 	case "set":
 		if err := ov.Set(ctx, c.key, c.override); err != nil {
 			return err

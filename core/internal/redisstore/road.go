@@ -48,6 +48,7 @@ const (
 	OpOverrides   = "overrides"    // an overrides set read or changed (package overrides)
 	OpLease       = "lease"        // a token lease taken (with the request that asked, if any)
 	OpLeaseReturn = "lease_return" // a token lease's unspent tokens given back
+	OpTop         = "top"          // top talkers flushed to a window, or read (WithTopTalkers)
 )
 
 // fault says whose failure a store error is.

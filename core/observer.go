@@ -185,4 +185,5 @@ const (
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
 	OpOverrides = "overrides" // an overrides set read or changed (package overrides)
+	OpThreshold = "threshold" // a key's warning marker set, when it crossed a warning threshold (see Rule.WithWarning)
 )

@@ -58,6 +58,7 @@ type options struct {
 	inflight    int
 	ack         ackConfig
 	clock       func() time.Time
+	onThreshold func(ThresholdEvent) // WithThresholdHandler
 }
 
 func defaultOptions() options {

@@ -48,6 +48,7 @@ const (
 	OpOverrides   = "overrides"    // an overrides set read or changed (package overrides)
 	OpLease       = "lease"        // a token lease taken (with the request that asked, if any)
 	OpLeaseReturn = "lease_return" // a token lease's unspent tokens given back
+	OpThreshold   = "threshold"    // a key's warning marker set, on a crossing of a warning threshold
 )
 
 // fault says whose failure a store error is.

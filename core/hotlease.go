@@ -96,8 +96,8 @@ type leaseConf struct {
 // under the failure policy; [Limiter.Close] gives back what is unspent.
 // Observers that implement [LeaseObserver] are told of every lease.
 //
-// Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty] and
-// [Rule.WithEnforce] return rules without leases. It returns an error for
+// Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty],
+// [Rule.WithEnforce] and [Rule.WithWarning] return rules without leases. It returns an error for
 // an invalid bound, a rule with a stepped limit (see [Refill]), or a
 // bound too small for a lease to live 2 ms without exceeding it. On a
 // [NewMemory] limiter, which makes every decision in memory anyway, the

@@ -18,9 +18,9 @@ import (
 // threshold and was not before it, Burst − (Remaining + n) < ⌈at·Burst⌉.
 // Every decision by Redis is one atomic script call on one clock, so a
 // crossing is seen by exactly one decision in the fleet, which then asks
-// the store to set the key's warning marker (SET NX PX, one extra call,
-// made only on a crossing): only the decision that sets it raises the
-// event. The marker lives for the window:
+// the store to set the key's warning marker (warn.lua: PTTL, else SET PX;
+// one extra call, made only on a crossing): only the call that sets it
+// raises the event. The marker lives for the window:
 //
 //   - for a continuous bucket, from the crossing until the bucket would
 //     be full again if the key sent nothing more: the time it takes to
@@ -82,7 +82,9 @@ func (p *plan) marked(res *Result) {
 // against the replica's share, and raise no event; with token leases
 // ([Rule.WithTokenLeases]) a crossing is judged on the replica's view of
 // the bucket, so it may go unseen, but never raises more than one event
-// per window.
+// per window. Decisions of a dry run ([Rule.DryRun], a canary's keys
+// outside it) are marked and raise events as enforced ones do: the
+// threshold is about use, which a dry run counts too.
 //
 // The mark costs one comparison per decision, the event one extra store
 // call per crossing, and none without a handler or such an observer.

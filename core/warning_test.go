@@ -3,13 +3,17 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/redistest"
 )
@@ -22,6 +26,7 @@ type thresholdLog struct {
 	observed map[string]int // by limit name: ObserveThreshold calls
 	calls    map[string]int // store calls by op
 	last     core.ThresholdEvent
+	leased   atomic.Int64 // marked admissions from a token lease
 }
 
 func newThresholdLog() *thresholdLog {
@@ -47,9 +52,13 @@ func (g *thresholdLog) ObserveStore(c core.StoreCall) {
 	g.mu.Unlock()
 }
 
-func (*thresholdLog) ObserveDecision(core.Result, core.Source) {}
-func (*thresholdLog) ObserveDegraded(core.StoreOutage)         {}
-func (*thresholdLog) ObserveRecovered(core.StoreOutage)        {}
+func (g *thresholdLog) ObserveDecision(res core.Result, src core.Source) {
+	if src == core.SourceLease && res.Warning {
+		g.leased.Add(1)
+	}
+}
+func (*thresholdLog) ObserveDegraded(core.StoreOutage)  {}
+func (*thresholdLog) ObserveRecovered(core.StoreOutage) {}
 
 // total returns the handler's events, the observer's, and the store
 // calls of kind op.
@@ -312,4 +321,107 @@ func TestThresholdEventsAcrossFleet(t *testing.T) {
 	before = log.calls[core.OpThreshold]
 	fleetHammer(t, rules, keys, 10)
 	check("short limit, second window", 4*n, before+n, before+3*n)
+}
+
+// TestWarningFallback: while Redis cannot be reached, the local fallback
+// marks admissions over the threshold of the limit it enforces (here the
+// whole limit: one replica), and raises no event: no marker can be set.
+func TestWarningFallback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections are refused from now on
+	log := newThresholdLog()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	lim, err := core.New(rdb, core.WithFallbackReplicas(1), core.WithLogger(slog.New(slog.DiscardHandler)),
+		core.WithThresholdHandler(log.handle), core.WithObserver(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	r, err := lim.Prepare(core.PerMinute(4))
+	if err == nil {
+		r, err = r.WithWarning(0.5)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true, true, true, false} {
+		res, err := r.Allow(context.Background(), "k")
+		if err != nil || !res.Degraded || res.Warning != want || res.Allowed != (i < 4) {
+			t.Fatalf("request %d: %+v, %v; want degraded, Warning %v", i+1, res, err, want)
+		}
+	}
+	if e, o, c := log.total(core.OpThreshold); e != 0 || o != 0 || c != 0 {
+		t.Fatalf("%d events, %d observed, %d marker calls; want none", e, o, c)
+	}
+}
+
+// TestWarningTokenLeases: three instances with token leases hammer one
+// key past its threshold until it is denied. Admissions from leases are
+// marked as the store's are, and the key raises at most one event across
+// the three (a crossing judged on a replica's view of the bucket may go
+// unseen, never counted twice: the marker decides).
+func TestWarningTokenLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := fmt.Sprintf("warnlease%d:", time.Now().UnixNano())
+	log := newThresholdLog()
+	limit := core.Limit{Rate: 2000, Period: time.Second, Burst: 4000}
+	var marked, denied sync.Map
+	var wg sync.WaitGroup
+	for i := range 3 {
+		lim, err := core.New(redistest.NewClient(t, srv.Addr()), core.WithPrefix(prefix), core.WithTimeout(10*time.Second), core.WithFallbackReplicas(1),
+			core.WithThresholdHandler(log.handle), core.WithObserver(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		r, err := lim.Prepare(limit)
+		if err == nil {
+			r, err = r.WithWarning(0.5)
+		}
+		if err == nil {
+			r, err = r.WithTokenLeases(core.LeaseBound{Fraction: 0.05})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Warning() != 0.5 {
+			t.Fatalf("WithTokenLeases dropped the threshold: %v", r.Warning())
+		}
+		for g := range 4 {
+			wg.Go(func() {
+				for range 50_000 { // a hang guard: the key is denied well before
+					res, err := r.Allow(context.Background(), "hot")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !res.Allowed {
+						denied.Store(i*4+g, true)
+						return
+					}
+					if res.Warning {
+						marked.Store(i*4+g, true)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	count := func(m *sync.Map) (n int) {
+		m.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	if count(&denied) != 12 || count(&marked) == 0 || log.leased.Load() == 0 {
+		t.Fatalf("%d of 12 goroutines denied, %d saw a marked admission, %d marked from leases; want 12, some, some", count(&denied), count(&marked), log.leased.Load())
+	}
+	if e, _, _ := log.total(core.OpThreshold); e > 1 {
+		t.Fatalf("%d threshold events for one key in one window, want at most 1", e)
+	} else {
+		t.Logf("%d threshold event(s)", e)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -117,7 +118,7 @@ func (r *Rule) Warning() float64 {
 // [Rule.WithWarning]), raised once per key, limit and window across the
 // fleet.
 type ThresholdEvent struct {
-	// Key is the key that crossed.
+	// Key is the key that crossed: a copy, which the handler may keep.
 	Key string
 	// Limit is the limit whose threshold it crossed.
 	Limit Limit
@@ -230,7 +231,9 @@ func (l *Limiter) warned(ctx context.Context, key string, p *plan, res *Result, 
 		return
 	}
 	t.remember(k, now, now+window)
-	ev := ThresholdEvent{Key: key, Limit: res.Limit, Threshold: p.warn.at, Remaining: res.Remaining, Window: time.Duration(window) * time.Microsecond}
+	// A copy: the handler may keep it, and fiber's keys live in buffers
+	// it reuses after the request.
+	ev := ThresholdEvent{Key: strings.Clone(key), Limit: res.Limit, Threshold: p.warn.at, Remaining: res.Remaining, Window: time.Duration(window) * time.Microsecond}
 	if t.obs != nil {
 		t.obs.ObserveThreshold(ev.Limit)
 	}

@@ -132,6 +132,8 @@ type Middleware struct {
 	Enforce float64
 	// DryRunReport maps to WithDryRunHandler.
 	DryRunReport func(Call, policy.DryRunReport)
+	// Warning maps to WithWarning; zero means "do not pass the option".
+	Warning float64
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -451,6 +453,9 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.DryRunReport != nil {
 		opts = append(opts, policy.WithDryRunHandler[C, H](func(c C, rep policy.DryRunReport) { m.DryRunReport(call(c), rep) }))
+	}
+	if m.Warning != 0 {
+		opts = append(opts, policy.WithWarning[C, H](m.Warning))
 	}
 	return opts
 }

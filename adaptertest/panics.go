@@ -16,9 +16,10 @@ import (
 // RunPanics checks that an adapter's constructor panics on each programming
 // mistake it must catch at setup: a nil limiter, a nil key function, an
 // invalid limit, extra limit or concurrency cap, a negative wait, an
-// unknown header style and a WithEnforce fraction outside [0, 1]. The panic message must begin with pkg and ": ",
-// and for an invalid limit or cap the panic value must be an error
-// wrapping [core.ErrInvalidLimit].
+// unknown header style, a WithEnforce fraction outside [0, 1] and a
+// WithWarning threshold outside (0, 1]. The panic message must begin with
+// pkg and ": ", and for an invalid limit or cap the panic value must be an
+// error wrapping [core.ErrInvalidLimit].
 //
 // mk builds the adapter's middleware for m on lim, as a [Build] does.
 func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middleware)) {
@@ -41,6 +42,8 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: policy.HeadersNone + 1}},
 		{name: "enforce above 1", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: 1.5}},
 		{name: "enforce NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: math.NaN()}},
+		{name: "warning above 1", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Warning: 1.5}},
+		{name: "warning NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Warning: math.NaN()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

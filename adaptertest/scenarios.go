@@ -59,6 +59,8 @@ func Scenarios() []Scenario {
 		},
 		severalLimits(),
 		canary(),
+		warning("legacy"),
+		warning("none"),
 		perRoute(),
 		scopes(),
 		nativeKey(),

@@ -239,3 +239,31 @@ func BenchmarkOwnWork(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMemoryAllowWarning is BenchmarkMemoryAllow with a warning
+// threshold and a threshold handler: a key over the threshold, marked on
+// every decision, crossing it no more (its event was raised once).
+func BenchmarkMemoryAllowWarning(b *testing.B) {
+	lim, _ := NewMemory(WithThresholdHandler(func(ThresholdEvent) {}))
+	ctx := context.Background()
+	// 10⁵ a second refills fewer tokens than the loop takes, and a burst
+	// of 2²⁰ lasts the loop; the threshold is 2 tokens used.
+	r, err := lim.Prepare(Limit{Rate: 100_000, Period: time.Second, Burst: 1 << 20})
+	if err == nil {
+		r, err = r.WithWarning(0.000001)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 2000 {
+		r.Allow(ctx, "known")
+	}
+	b.ReportAllocs()
+	var res Result
+	for b.Loop() {
+		res, _ = r.Allow(ctx, "known")
+	}
+	if !res.Warning {
+		b.Fatalf("%+v: not over the threshold", res)
+	}
+}

@@ -94,9 +94,9 @@ func (p *plan) dry(key string) bool {
 }
 
 // modesOf gives p the modes of q, a plan of the same limits and scope:
-// dry run, canary and penalty (not token leases).
+// dry run, canary, penalty and warning threshold (not token leases).
 func (p *plan) modesOf(q *plan) {
-	p.dryRun, p.canary, p.penalty = q.dryRun, q.canary, q.penalty
+	p.dryRun, p.canary, p.penalty, p.warn = q.dryRun, q.canary, q.penalty, q.warn
 }
 
 // WithEnforce returns a rule with the same limits, scope, penalty, dry run

@@ -96,8 +96,8 @@ type leaseConf struct {
 // under the failure policy; [Limiter.Close] gives back what is unspent.
 // Observers that implement [LeaseObserver] are told of every lease.
 //
-// Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty] and
-// [Rule.WithEnforce] return rules without leases. It returns an error for
+// Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty],
+// [Rule.WithEnforce] and [Rule.WithWarning] return rules without leases. It returns an error for
 // an invalid bound, a rule with a stepped limit (see [Refill]), or a
 // bound too small for a lease to live 2 ms without exceeding it. On a
 // [NewMemory] limiter, which makes every decision in memory anyway, the
@@ -354,6 +354,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		hk.lastUse = now
 		res = hk.result(p, now)
 		res.DryRun = p.dry(key)
+		p.marked(&res)
 		idx := hk.index
 		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
 		if more {
@@ -366,7 +367,11 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		if more {
 			_, _ = l.leaseTake(ctx, hk, 0, now)
 		}
-		return res, decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}, true, nil
+		d = decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}
+		if res.Warning {
+			l.warned(ctx, key, p, &res, d, cost, now)
+		}
+		return res, d, true, nil
 	}
 	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
 		// Taking already, exhausted, or cold: as without leases.
@@ -379,7 +384,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 	d, na := l.leaseTake(ctx, hk, cost, now)
 	if na == nil {
 		l.answered(key, p, d, cost, now)
-		res, d, err = l.done(d, p, p.dry(key), SourceStore, false)
+		res, d, err = l.decided(ctx, key, p, d, cost, now)
 		return res, d, true, err
 	}
 	if na.Gone != nil {

@@ -112,6 +112,7 @@ func newLimiter(opts []Option) (*Limiter, options, error) {
 	l.plans.fallback = fallbackFunc(o)
 	l.plans.warn = l.warnCoarse
 	l.plans.canaryHash = newCanaryHash(o.slotKey)
+	l.plans.thresholds = newThresholds(o)
 	if o.denyCache {
 		l.denies = newDenyCache(o.capacity)
 	}
@@ -294,7 +295,7 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
-		return l.done(d, p, p.dry(key), SourceStore, false)
+		return l.decided(ctx, key, p, d, cost, now)
 	}
 	if na.Gone != nil {
 		return Result{}, decision{}, na.Gone // the caller gave up: no decision
@@ -437,6 +438,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, dry
+	p.marked(&res)
 	if l.obs != nil {
 		l.obs.ObserveDecision(res, SourceFallback)
 	}
@@ -490,10 +492,22 @@ func (l *Limiter) done(d decision, p *plan, dry bool, src Source, degraded bool)
 	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
+	p.marked(&res)
 	if l.obs != nil {
 		l.obs.ObserveDecision(res, src)
 	}
 	return res, d, nil
+}
+
+// decided is done for d, the store's answer to a request of cost on key
+// under p at now, with its threshold event if it crossed p's warning
+// threshold (see Rule.WithWarning).
+func (l *Limiter) decided(ctx context.Context, key string, p *plan, d decision, cost, now int64) (Result, decision, error) {
+	res, d, err := l.done(d, p, p.dry(key), SourceStore, false)
+	if p.warn != nil {
+		l.warned(ctx, key, p, &res, d, cost, now)
+	}
+	return res, d, err
 }
 
 // Logger returns the logger the limiter writes to: the one given to

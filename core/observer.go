@@ -186,4 +186,5 @@ const (
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
 	OpOverrides = "overrides" // an overrides set read or changed (package overrides)
 	OpTop       = "top"       // top talkers flushed to a window, or read (WithTopTalkers, Limiter.Top)
+	OpThreshold = "threshold" // a key's warning marker set, when it crossed a warning threshold (see Rule.WithWarning)
 )

@@ -60,6 +60,7 @@ type options struct {
 	clock       func() time.Time
 	top         TopTalkers // WithTopTalkers
 	topOn       bool
+	onThreshold func(ThresholdEvent) // WithThresholdHandler
 }
 
 func defaultOptions() options {

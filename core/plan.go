@@ -27,10 +27,11 @@ type plan struct {
 
 	coarse []coarseFallback // fallback limits that could not be used as given
 
-	scope   string  // the scope it was compiled for (see Limiter.PrepareScoped)
-	dryRun  bool    // its results are marked DryRun (see Rule.DryRun)
-	canary  *canary // the keys it enforces (see Rule.WithEnforce); nil: all
-	penalty int64   // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
+	scope   string    // the scope it was compiled for (see Limiter.PrepareScoped)
+	dryRun  bool      // its results are marked DryRun (see Rule.DryRun)
+	canary  *canary   // the keys it enforces (see Rule.WithEnforce); nil: all
+	warn    *warnConf // its warning threshold (see Rule.WithWarning); nil: none
+	penalty int64     // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
 
 	lease *leaseConf // token leases (see Rule.WithTokenLeases); nil: none
 	top   topRefs    // its limits' top-talkers sketches (see WithTopTalkers); nil: none
@@ -175,6 +176,7 @@ type planCache struct {
 	warn       func([]coarseFallback) // told of plans whose fallback was replaced; may be nil
 	canaryHash *canaryHash            // the keyed hash of canaries (see Rule.WithEnforce)
 	top        *topTalkers            // the top-talkers sketches (see WithTopTalkers); nil: none
+	thresholds *thresholds            // told of threshold events (see Rule.WithWarning); nil: nothing listens
 	last       atomic.Pointer[plan]   // the plan used last: a lock-free hit
 	mu         sync.RWMutex
 	plans      map[Limit]*plan // single-limit plans, the common case

@@ -38,6 +38,10 @@ type Result struct {
 	// key a canary leaves in dry run ([Rule.WithEnforce]): Allowed says
 	// what would have happened; the caller lets the request through.
 	DryRun bool
+	// Warning marks an admission of a key that has used at least the
+	// rule's warning threshold of Limit (see [Rule.WithWarning]): close
+	// to the limit, not yet denied. False without a threshold.
+	Warning bool
 	// Level is, for a decision of a path of keys ([PathRule]), the name
 	// of the level that decided, as the rule gives it (never request
 	// data); Limit is then one of that level's limits. Empty for a

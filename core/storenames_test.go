@@ -16,6 +16,7 @@ func TestStoreNamesMatchCore(t *testing.T) {
 		{OpAcquire, redisstore.OpAcquire}, {OpRelease, redisstore.OpRelease}, {OpRenew, redisstore.OpRenew},
 		{OpReset, redisstore.OpReset}, {OpHeartbeat, redisstore.OpHeartbeat}, {OpPath, redisstore.OpPath},
 		{OpOverrides, redisstore.OpOverrides}, {OpLease, redisstore.OpLease}, {OpLeaseReturn, redisstore.OpLeaseReturn}, {OpTop, redisstore.OpTop},
+		{OpThreshold, redisstore.OpThreshold},
 		{ReasonTimeout, redisstore.ReasonTimeout}, {ReasonRefused, redisstore.ReasonRefused},
 		{ReasonConnection, redisstore.ReasonConnection}, {ReasonLoading, redisstore.ReasonLoading},
 		{ReasonReadOnly, redisstore.ReasonReadOnly}, {ReasonClusterDown, redisstore.ReasonClusterDown},

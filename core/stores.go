@@ -76,6 +76,11 @@ type store interface {
 	// Settle applies a settlement of a reservation this store admitted,
 	// and reports whether it was applied (false: it had been already).
 	Settle(ctx context.Context, a settleAsk) (bool, error)
+	// Warn sets the warning marker of key under limit index of p for
+	// window microseconds, if it is not set (see Rule.WithWarning):
+	// first reports that this call set it; otherwise left is how long
+	// the marker set before still holds.
+	Warn(ctx context.Context, key string, p *model.Plan, index int, window, now int64) (first bool, left int64, err error)
 	// InProcess reports whether every decision is made in this
 	// process's memory: there are no round trips to save (token leases
 	// change nothing) and nothing to fail.
@@ -229,7 +234,14 @@ func (m memStore) Settle(_ context.Context, a settleAsk) (bool, error) {
 	return true, nil
 }
 
-func (memStore) InProcess() bool             { return true }
+func (memStore) InProcess() bool { return true }
+
+// Warn is first for every crossing: the engine's memory of the markers
+// it set (see thresholds) is the marker of a process's own store.
+func (memStore) Warn(context.Context, string, *model.Plan, int, int64, int64) (bool, int64, error) {
+	return true, 0, nil
+}
+
 func (memStore) Ready(context.Context) error { return nil }
 func (memStore) AckMisses() int64            { return 0 }
 

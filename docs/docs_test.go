@@ -626,6 +626,11 @@ func observeAll(obs core.Observer) {
 			lo.ObserveTokenLease(limit, core.LeaseEvent{Taken: 10, Spent: 4, Returned: 3, Lost: 1})
 		}
 	}
+	if to, ok := obs.(core.ThresholdObserver); ok {
+		for _, limit := range []core.Limit{core.PerMinute(60).WithName("api"), core.PerMinute(60)} {
+			to.ObserveThreshold(limit)
+		}
+	}
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})
 }

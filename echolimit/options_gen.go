@@ -540,3 +540,28 @@ func WithTokenLeases(bound core.LeaseBound) Option {
 func WithWait(max time.Duration) Option {
 	return policy.WithWait[echo.Context, Handlers](max)
 }
+
+// WithWarning marks the responses of requests admitted over a warning
+// threshold, at, the fraction of the deciding limit a key has used (0.8:
+// 80%), so that clients and dashboards see "close to the limit" before a
+// 429. A marked response carries X-RateLimit-Warning, whose value is the
+// threshold as a percentage ("80"), in every header style, HeadersNone
+// included (gRPC: x-ratelimit-warning metadata); its core.Result.Warning
+// is set. A key is over the threshold when Burst − Remaining ≥ ⌈at·Burst⌉
+// (see core.Rule.WithWarning). The responses of denied requests are never
+// marked, nor those of dry-run decisions, which carry no rate-limit field.
+//
+// The same threshold raises the engine's threshold events: once per key,
+// limit and window across every replica, to the limiter's
+// core.WithThresholdHandler and to observers that implement
+// core.ThresholdObserver (the sluiceprom and sluiceotel packages do).
+// docs/middleware.md ("Warnings before the wall") defines the window.
+// The constructor fails (an adapter panics) for a threshold that is NaN,
+// 0 or less, or above 1, and beside [policy.WithPath].
+//
+// Default: none, no response is marked.
+//
+// The same option as every adapter's: [policy.WithWarning], for echo v4.
+func WithWarning(at float64) Option {
+	return policy.WithWarning[echo.Context, Handlers](at)
+}

@@ -658,6 +658,9 @@ func TestNewPanics(t *testing.T) {
 		if m.Enforce != 0 {
 			opts = append(opts, WithEnforce(m.Enforce))
 		}
+		if m.Warning != 0 {
+			opts = append(opts, WithWarning(m.Warning))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {

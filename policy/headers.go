@@ -60,6 +60,7 @@ const (
 	fReset
 	fPolicy
 	fRateLimit
+	fWarning
 	numFields
 )
 
@@ -99,6 +100,12 @@ var fields = [numFields]field{
 		return currentPolicy(d.rule) // d.rule.policyField, with calendar periods updated
 	}},
 	fRateLimit: {"RateLimit", "Ratelimit", serviceLimit},
+	fWarning: {"X-RateLimit-Warning", "X-Ratelimit-Warning", func(d decided) string {
+		if !d.warning {
+			return ""
+		}
+		return d.rule.warnField
+	}},
 }
 
 // styleFields lists the rate-limit fields of each style; Retry-After comes
@@ -123,6 +130,7 @@ type decided struct {
 	reset     time.Duration // until the limit's bucket is full again
 	window    time.Duration // the draft's effective window: until the limit has more than remaining to give
 	deny      bool
+	warning   bool          // admitted over the warning threshold (see WithWarning)
 	retry     time.Duration // Retry-After's wait, jitter included; for a Deny
 }
 
@@ -138,7 +146,7 @@ func (v *Verdict) decide(d *decided) bool {
 		return true
 	}
 	res := &v.Result
-	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, level: res.Level, remaining: res.Remaining, reset: res.ResetAfter}
+	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, level: res.Level, remaining: res.Remaining, reset: res.ResetAfter, warning: res.Warning && v.Action != Deny}
 	for i, l := range v.rule.limits {
 		if l == res.Limit && (v.rule.levels == nil || v.rule.levels[i] == res.Level) {
 			d.idx = i
@@ -185,6 +193,7 @@ func (v *Verdict) values(vals *[numFields]string) {
 			vals[f] = fields[f].value(d)
 		}
 	}
+	vals[fWarning] = fields[fWarning].value(d) // whatever the style: WithWarning asks for it
 }
 
 // Headers calls set for each response field the verdict carries: the

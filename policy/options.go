@@ -31,6 +31,8 @@ type Config[C, H any] struct {
 	dryRun    bool
 	enforce   float64 // WithEnforce's fraction, if enforceSet
 	enforceOn bool
+	warnAt    float64 // WithWarning's threshold, if warnSet
+	warnSet   bool
 	report    func(C, DryRunReport)
 	wait      time.Duration
 	problem   bool
@@ -143,6 +145,29 @@ func WithDryRun[C, H any](on bool) Option[C, H] {
 // Default: 1, every key enforced.
 func WithEnforce[C, H any](fraction float64) Option[C, H] {
 	return func(c *Config[C, H]) { c.enforce, c.enforceOn = fraction, true }
+}
+
+// WithWarning marks the responses of requests admitted over a warning
+// threshold, at, the fraction of the deciding limit a key has used (0.8:
+// 80%), so that clients and dashboards see "close to the limit" before a
+// 429. A marked response carries X-RateLimit-Warning, whose value is the
+// threshold as a percentage ("80"), in every header style, HeadersNone
+// included (gRPC: x-ratelimit-warning metadata); its core.Result.Warning
+// is set. A key is over the threshold when Burst − Remaining ≥ ⌈at·Burst⌉
+// (see core.Rule.WithWarning). The responses of denied requests are never
+// marked, nor those of dry-run decisions, which carry no rate-limit field.
+//
+// The same threshold raises the engine's threshold events: once per key,
+// limit and window across every replica, to the limiter's
+// core.WithThresholdHandler and to observers that implement
+// core.ThresholdObserver (the sluiceprom and sluiceotel packages do).
+// docs/middleware.md ("Warnings before the wall") defines the window.
+// The constructor fails (an adapter panics) for a threshold that is NaN,
+// 0 or less, or above 1, and beside [WithPath].
+//
+// Default: none, no response is marked.
+func WithWarning[C, H any](at float64) Option[C, H] {
+	return func(c *Config[C, H]) { c.warnAt, c.warnSet = at, true }
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -348,6 +373,20 @@ func WithRoute[C, H any](pattern string) Option[C, H] {
 
 // checkEnforce validates cfg's WithEnforce and reports whether it makes a
 // canary: a fraction below 1.
+// checkWarning validates WithWarning, and returns its threshold (0 for
+// none).
+func checkWarning[C, H any](cfg *Config[C, H]) (float64, error) {
+	switch at := cfg.warnAt; {
+	case !cfg.warnSet:
+		return 0, nil
+	case !(at > 0 && at <= 1):
+		return 0, fmt.Errorf("WithWarning: threshold %v is not in (0, 1]", at)
+	case cfg.pathSet:
+		return 0, errors.New("WithWarning cannot be used with WithPath yet: a path's levels have no warning threshold")
+	}
+	return cfg.warnAt, nil
+}
+
 func checkEnforce[C, H any](cfg *Config[C, H]) (bool, error) {
 	if !cfg.enforceOn {
 		return false, nil

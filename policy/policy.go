@@ -90,6 +90,10 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if err != nil {
 		return nil, cfg.Adapter, err
 	}
+	warnAt, err := checkWarning(&cfg)
+	if err != nil {
+		return nil, cfg.Adapter, err
+	}
 	if cfg.report != nil && !cfg.dryRun && !canary {
 		return nil, cfg.Adapter, errors.New("WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1: the handler is told only about dry-run decisions")
 	}
@@ -118,6 +122,7 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if canary {
 		p.rules.set.canary, p.rules.set.enforce = true, cfg.enforce
 	}
+	p.rules.set.warn = warnAt
 	p.jitter, p.cap = cfg.jitter, capr
 	if cfg.leaseSet {
 		b := cfg.leases

@@ -24,6 +24,7 @@ type rule struct {
 	items       []string       // each limit's RateLimit item name
 	cap         *capRule       // the policy's concurrency cap; nil: none
 	slots       string         // put before a key to name its concurrency slots: the scope's
+	warnField   string         // X-RateLimit-Warning's value (see WithWarning)
 	path        *core.PathRule // a path's rule (see WithPath); engine is then nil
 	levels      []string       // a path's: the level of each of limits
 }
@@ -35,6 +36,7 @@ type ruleSettings struct {
 	dryRun     bool   // prepare dry-run engine rules (see WithDryRun)
 	canary     bool   // prepare canaries enforced on enforce of keys (see WithEnforce)
 	enforce    float64
+	warn       float64       // prepare rules with this warning threshold (see WithWarning); 0: none
 	unit       string        // the RateLimit-Policy quota unit; "" leaves it out (see WithQuotaUnit)
 	cap        *capRule      // the concurrency cap (see WithConcurrency); nil: none
 	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
@@ -101,8 +103,11 @@ func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Li
 	if err == nil && set.dryRun {
 		r, err = r.DryRun()
 	}
+	if err == nil && set.warn > 0 {
+		r, err = r.WithWarning(set.warn)
+	}
 	if err == nil && set.leases != nil {
-		// Last: DryRun, WithPenalty and WithEnforce return rules without leases.
+		// Last: DryRun, WithPenalty, WithEnforce and WithWarning return rules without leases.
 		r, err = r.WithTokenLeases(*set.leases)
 		if err != nil {
 			err = fmt.Errorf("WithTokenLeases: %w", err)
@@ -112,6 +117,9 @@ func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Li
 		return nil, err
 	}
 	rl := &rule{engine: r, limits: r.Limits(), cap: set.cap}
+	if set.warn > 0 {
+		rl.warnField = strconv.FormatFloat(set.warn*100, 'g', 6, 64)
+	}
 	if set.cap != nil {
 		rl.slots = slotPrefix(scope)
 	}

@@ -64,6 +64,7 @@ type Observer struct {
 	inFlight metric.Int64UpDownCounter
 	leased   metric.Int64Counter
 	inHand   metric.Int64UpDownCounter
+	warned   metric.Int64Counter
 	up       metric.Int64ObservableGauge
 	downTime metric.Float64ObservableCounter
 	common   []attribute.KeyValue
@@ -145,7 +146,7 @@ func New(opts ...Option) (*Observer, error) {
 		waits:     make(map[waitKey][]metric.RecordOption),
 		nodes:     make(map[string]*node),
 	}
-	var errs [10]error
+	var errs [11]error
 	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
@@ -177,6 +178,9 @@ func New(opts ...Option) (*Observer, error) {
 	obs.inHand, errs[9] = m.Int64UpDownCounter("sluice.lease.in_hand",
 		metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens this process holds in token leases, by policy, as of each lease's last call."))
+	obs.warned, errs[10] = m.Int64Counter("sluice.rate_limiting.threshold_events",
+		metric.WithUnit("{event}"),
+		metric.WithDescription("Keys that crossed a rule's warning threshold (core.Rule.WithWarning), by policy (the limit's name): once per key, limit and window across the fleet, counted by the replica that raised the event."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("sluiceotel: %w", err)
 	}
@@ -334,7 +338,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of db.operation.name, from core's Op constants; a
 // kind of call not listed is recorded as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, policyOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, core.OpThreshold, policyOther}
 
 // opResult names one attribute set of the store duration histogram.
 type opResult struct{ op, reason string }
@@ -389,6 +393,18 @@ func (obs *Observer) ObserveTokenLease(limit core.Limit, ev core.LeaseEvent) {
 	if d := ev.Taken - ev.Spent - ev.Returned - ev.Lost; d != 0 {
 		obs.inHand.Add(ctx, d, obs.attrs(p))
 	}
+}
+
+// ObserveThreshold implements core.ThresholdObserver. It runs once per
+// threshold event, not per decision; the key is not recorded.
+func (obs *Observer) ObserveThreshold(limit core.Limit) {
+	obs.mu.RLock()
+	policy := obs.policy(limit)
+	obs.mu.RUnlock()
+	if policy == "" {
+		policy = policyUnnamed
+	}
+	obs.warned.Add(context.Background(), 1, obs.attrs(keyPolicy.String(validUTF8(policy))))
 }
 
 // ObserveRelease implements core.ConcurrencyObserver.
@@ -489,3 +505,4 @@ func validUTF8(s string) string {
 var _ core.Observer = (*Observer)(nil)
 var _ core.ConcurrencyObserver = (*Observer)(nil)
 var _ core.LeaseObserver = (*Observer)(nil)
+var _ core.ThresholdObserver = (*Observer)(nil)

@@ -575,3 +575,20 @@ func TestConcurrencyInstruments(t *testing.T) {
 		}
 	}
 }
+
+// TestThresholdEvents: sluice.rate_limiting.threshold_events counts
+// threshold events by policy, never by key.
+func TestThresholdEvents(t *testing.T) {
+	obs, reader := newTest(t)
+	api := core.PerMinute(100).WithName("api")
+	obs.ObserveDecision(core.Result{Allowed: true, Warning: true, Limit: api}, core.SourceStore)
+	obs.ObserveThreshold(api)
+	obs.ObserveThreshold(api)
+	obs.ObserveThreshold(core.PerSecond(5))
+	_, ps := collect(t, reader)
+	for policy, want := range map[string]float64{"api": 2, "unnamed": 1} {
+		if got, _ := find(ps, "sluice.rate_limiting.threshold_events", "sluice.rate_limiting.policy="+policy); got != want {
+			t.Errorf("threshold events of %s = %v, want %v (points %v)", policy, got, want, ps)
+		}
+	}
+}

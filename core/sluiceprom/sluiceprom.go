@@ -36,6 +36,7 @@ type Collector struct {
 	inFlight   *prometheus.GaugeVec
 	leased     *prometheus.CounterVec
 	inHand     *prometheus.GaugeVec
+	warned     *prometheus.CounterVec
 
 	maxNames int
 
@@ -72,7 +73,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of the op label, from core's Op constants; a kind
 // of call not listed counts as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, labelOther}
+	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, core.OpThreshold, labelOther}
 
 // capKey names one series of the acquisitions counter; limit is a label
 // value (see limitName).
@@ -184,6 +185,11 @@ func New(opts ...Option) (*Collector, error) {
 			Help:        "Tokens this process holds in token leases, by limit, as of each lease's last call; the sum over replicas is at most the rule's LeaseBound.",
 			ConstLabels: o.constLabels,
 		}, []string{"limit"}),
+		warned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("threshold_events_total"),
+			Help:        "Keys that crossed a rule's warning threshold (core.Rule.WithWarning), by limit (its name, \"unnamed\" or \"other\"): once per key, limit and window across the fleet, counted by the replica that raised the event.",
+			ConstLabels: o.constLabels,
+		}, []string{"limit"}),
 		maxNames:   o.maxNames,
 		names:      make(map[string]struct{}),
 		series:     make(map[seriesKey]prometheus.Counter),
@@ -292,7 +298,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand}
+	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand, c.warned}
 }
 
 // ObserveDecision implements core.Observer.
@@ -489,6 +495,18 @@ func (c *Collector) ObserveTokenLease(limit core.Limit, ev core.LeaseEvent) {
 	c.inHand.WithLabelValues(label).Add(float64(ev.Taken - ev.Spent - ev.Returned - ev.Lost))
 }
 
+// ObserveThreshold implements core.ThresholdObserver. It runs once per
+// threshold event, not per decision; the key is never a label.
+func (c *Collector) ObserveThreshold(limit core.Limit) {
+	c.mu.RLock()
+	label := c.limitLabel(limit)
+	if _, ok := c.names[label]; !ok && limit.Name != "" {
+		label = labelOther // the name was never admitted by a decision
+	}
+	c.mu.RUnlock()
+	c.warned.WithLabelValues(validUTF8(label)).Inc()
+}
+
 // limitName is limitLabel for a name alone (a concurrency cap's). The
 // caller holds c.mu, for reading at least.
 func (c *Collector) limitName(name string) string {
@@ -532,4 +550,5 @@ func (c *Collector) addCapSeries(k capKey) (prometheus.Counter, prometheus.Gauge
 var _ core.Observer = (*Collector)(nil)
 var _ core.ConcurrencyObserver = (*Collector)(nil)
 var _ core.LeaseObserver = (*Collector)(nil)
+var _ core.ThresholdObserver = (*Collector)(nil)
 var _ prometheus.Collector = (*Collector)(nil)

@@ -694,3 +694,24 @@ sluice_concurrency_in_flight{limit="uploads"} 1
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+// TestThresholdEvents: sluice_threshold_events_total counts threshold
+// events by limit, never by key: a named limit a decision admitted as a
+// label, an unnamed one as "unnamed".
+func TestThresholdEvents(t *testing.T) {
+	c, reg := newTest(t)
+	api := core.PerMinute(100).WithName("api")
+	c.ObserveDecision(core.Result{Allowed: true, Warning: true, Limit: api}, core.SourceStore)
+	c.ObserveThreshold(api)
+	c.ObserveThreshold(api)
+	c.ObserveThreshold(core.PerSecond(5))
+	want := `
+# HELP sluice_threshold_events_total Keys that crossed a rule's warning threshold (core.Rule.WithWarning), by limit (its name, "unnamed" or "other"): once per key, limit and window across the fleet, counted by the replica that raised the event.
+# TYPE sluice_threshold_events_total counter
+sluice_threshold_events_total{limit="api"} 2
+sluice_threshold_events_total{limit="unnamed"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_threshold_events_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -49,6 +49,7 @@ const (
 	OpLease       = "lease"        // a token lease taken (with the request that asked, if any)
 	OpLeaseReturn = "lease_return" // a token lease's unspent tokens given back
 	OpTop         = "top"          // top talkers flushed to a window, or read (WithTopTalkers)
+	OpThreshold   = "threshold"    // a key's warning marker set, on a crossing of a warning threshold
 )
 
 // fault says whose failure a store error is.

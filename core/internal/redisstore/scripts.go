@@ -58,7 +58,7 @@ var (
 // record the empty reply of a command not yet sent as the script's hash.)
 func scriptSources() []string {
 	return []string{BucketLua, SettleLua, clockLua + leasesLua + acquireLua, clockLua + leasesLua + renewLua, clockLua + leasesLua + releaseLua,
-		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, PathLua, clockLua + inflightLua, topFlushLua, topReadLua}
+		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, PathLua, clockLua + inflightLua, topFlushLua, topReadLua, warnLua}
 }
 
 //go:embed foreign.lua

@@ -281,7 +281,12 @@ func (b *Budget) entry(key string) *upstream {
 // lower decides key under l from now on where l is lower than what key
 // is decided under (the configured limit, or a lower one learned
 // before), and reports whether it did. A higher limit changes nothing.
-func (b *Budget) lower(key string, l core.Limit) bool {
+// The lower limit's bucket is new (its limits name it), and full: lower
+// takes its burst (when it has it), since the calls this replica sent
+// before count against the upstream's quota too. Each replica does so
+// once, as it learns the limit, which costs the fleet at most a burst of
+// the lower limit per replica.
+func (b *Budget) lower(ctx context.Context, key string, l core.Limit) bool {
 	cur := b.Limit(key)
 	next, lower := lowered(cur, l)
 	if !lower {
@@ -296,6 +301,16 @@ func (b *Budget) lower(key string, l core.Limit) bool {
 			return false
 		}
 	}
+	if !b.use(key, next, r) {
+		return false
+	}
+	_, _ = r.AllowN(context.WithoutCancel(ctx), key, next.Burst)
+	return true
+}
+
+// use decides key under next, whose rule is r, unless key is decided
+// under a limit as low already; it reports whether it changed.
+func (b *Budget) use(key string, next core.Limit, r *core.Rule) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.rules) < maxKeys {

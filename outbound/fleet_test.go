@@ -40,7 +40,8 @@ func replicas(t *testing.T, lims []*core.Limiter, limit core.Limit, opts ...Opti
 // callers overran while they learned the policy), and the draft gives a
 // pause's end in whole seconds, rounded up, so it can end up to a second
 // into the second window; a second is half of a 2 s window, and 1/60 of a
-// minute's.
+// minute's. A window in which this process stalled (the machine was
+// busy) may admit less, by what the stalls could lose (see stalls).
 func TestFleetKeepsToUpstreamWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10 s load test")
@@ -51,6 +52,10 @@ func TestFleetKeepsToUpstreamWindow(t *testing.T) {
 	budgets, clients := replicas(t, fleet(t, 3), core.Limit{Rate: quota, Period: window, Burst: quota})
 	ctx, cancel := context.WithDeadline(context.Background(), up.start.Add(windows*window))
 	defer cancel()
+	// A token of the lowered limit comes every 2 s / 98; its burst of 2
+	// lasts two of them.
+	interval := window / 98
+	stalled := stalls(ctx, up.start, window, 2*interval)
 	statuses, errs := hammer(ctx, clients, 20, up.srv.URL)
 	for _, err := range errs {
 		if !errors.Is(err, ErrLimited) { // a wait the deadline cut short
@@ -63,8 +68,12 @@ func TestFleetKeepsToUpstreamWindow(t *testing.T) {
 		if win >= 1 && (arrived > quota || refused > 0) {
 			t.Errorf("window %d: %d calls arrived, %d refused; want at most %d and none", win, arrived, refused, quota)
 		}
-		if win >= 2 && admitted < 95 {
-			t.Errorf("window %d: %d calls admitted, want at least 95", win, admitted)
+		lost := int(stalled(win) / interval)
+		if lost > 0 {
+			t.Logf("window %d: this process stalled long enough to lose up to %d calls", win, lost)
+		}
+		if win >= 2 && admitted < 95-lost {
+			t.Errorf("window %d: %d calls admitted, want at least 95 (less %d lost to stalls)", win, admitted, lost)
 		}
 	}
 	for i, b := range budgets {

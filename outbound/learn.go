@@ -75,13 +75,22 @@ func field(h http.Header, name string) string {
 	return strings.TrimSpace(v)
 }
 
-// number reads a non-negative decimal integer; ok false for anything else.
+// number reads a non-negative decimal integer, saturating at the
+// largest int64; ok false for anything else.
 func number(s string) (int64, bool) {
-	if s == "" || len(s) > 19 {
+	if s == "" || len(s) > maxField {
 		return 0, false
 	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
 	v, err := strconv.ParseInt(s, 10, 64)
-	return v, err == nil && v >= 0
+	if err != nil { // all digits: out of range
+		return math.MaxInt64, true
+	}
+	return v, true
 }
 
 // seconds is n seconds, at most maxSeconds.

@@ -126,3 +126,34 @@ func hammer(ctx context.Context, clients []*http.Client, per int, url string) (s
 	wg.Wait()
 	return statuses, errs
 }
+
+// stalls watches this process's scheduling until ctx ends: a goroutine
+// that asks to sleep for a millisecond at a time, and records, per
+// window of length window since start, how long beyond that it slept,
+// summed over the sleeps that overran by more than grace. A busy machine
+// (the tests run beside others on two cores) stalls the callers as much,
+// and a bucket whose callers stall for longer than its burst lasts loses
+// what it would have refilled: the throughput tests allow for it.
+func stalls(ctx context.Context, start time.Time, window, grace time.Duration) func(win int) time.Duration {
+	var mu sync.Mutex
+	lost := map[int]time.Duration{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(time.Millisecond)
+			if over := time.Since(t0) - time.Millisecond; over > grace {
+				mu.Lock()
+				lost[int(t0.Sub(start)/window)] += over - grace
+				mu.Unlock()
+			}
+		}
+	}()
+	return func(win int) time.Duration {
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return lost[win]
+	}
+}

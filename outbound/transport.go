@@ -15,12 +15,12 @@ import (
 func (b *Budget) Learn(ctx context.Context, key string, status int, h http.Header) (time.Duration, error) {
 	a := readAdvice(status, h, time.Now(), b.o.maxPause)
 	if a.policy.Rate > 0 {
-		b.lower(key, a.policy)
+		b.lower(ctx, key, a.policy)
 	}
 	if a.burst > 0 {
 		l := b.Limit(key)
 		l.Burst = a.burst
-		b.lower(key, l)
+		b.lower(ctx, key, l)
 	}
 	if a.pause <= 0 {
 		return 0, nil

@@ -61,7 +61,8 @@ type Budget struct {
 	keys  map[string]*upstream // learned limits and pauses, by key
 	rules map[core.Limit]*core.Rule
 
-	counts counters
+	counts   counters
+	policies policyMemo // the last RateLimit-Policy field read
 }
 
 // upstream is what this replica learned of one upstream key; b.mu guards

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -33,15 +34,16 @@ const maxField = 4096
 const maxSeconds = int64(core.MaxPenalty / time.Second)
 
 // readAdvice reads what a response of status with header h, received at
-// now, says; a pause is at most maxPause.
-func readAdvice(status int, h http.Header, now time.Time, maxPause time.Duration) advice {
+// now, says; a pause is at most maxPause. memo may remember the last
+// policy field read (nil: none).
+func readAdvice(status int, h http.Header, now time.Time, maxPause time.Duration, memo *policyMemo) advice {
 	var a advice
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if v := field(h, "Retry-After"); v != "" {
 			a.pause = retryAfter(v, now)
 		}
 	}
-	if v := field(h, "RateLimit"); v != "" {
+	if v := field(h, "Ratelimit"); strings.Contains(v, "r=0") { // (nothing else pauses: skip the parse)
 		for _, it := range items(v) {
 			if r, ok := it.int("r"); ok && r == 0 {
 				if t, ok := it.int("t"); ok && t > 0 {
@@ -50,25 +52,30 @@ func readAdvice(status int, h http.Header, now time.Time, maxPause time.Duration
 			}
 		}
 	}
-	if field(h, "X-RateLimit-Remaining") == "0" {
-		if v, ok := number(field(h, "X-RateLimit-Reset")); ok && v > 0 {
+	if field(h, "X-Ratelimit-Remaining") == "0" {
+		if v, ok := number(field(h, "X-Ratelimit-Reset")); ok && v > 0 {
 			a.pause = max(a.pause, resetIn(v, now))
 		}
 	}
-	if v := field(h, "RateLimit-Policy"); v != "" {
-		a.policy = lowestPolicy(items(v))
+	if v := field(h, "Ratelimit-Policy"); v != "" {
+		a.policy = memo.policy(v)
 	}
-	if v, ok := number(field(h, "X-RateLimit-Limit")); ok && v >= 1 && v <= math.MaxInt32 {
+	if v, ok := number(field(h, "X-Ratelimit-Limit")); ok && v >= 1 && v <= math.MaxInt32 {
 		a.burst = int(v)
 	}
 	a.pause = min(a.pause, maxPause)
 	return a
 }
 
-// field returns h's first value of name, trimmed; "" when it is absent or
+// field returns h's first value of name (in its canonical form, so that
+// the lookup costs no allocation), trimmed; "" when it is absent or
 // longer than maxField.
 func field(h http.Header, name string) string {
-	v := h.Get(name)
+	vs := h[name]
+	if len(vs) == 0 {
+		return ""
+	}
+	v := vs[0]
 	if len(v) > maxField {
 		return ""
 	}
@@ -147,6 +154,31 @@ func lowestPolicy(its []item) core.Limit {
 		}
 	}
 	return low
+}
+
+// policyMemo remembers the last RateLimit-Policy field read and its
+// limit: an upstream sends the same one on every response. Its zero value
+// and nil remember nothing yet; it is safe for concurrent use.
+type policyMemo struct {
+	last atomic.Pointer[policyRead]
+}
+
+type policyRead struct {
+	field string
+	limit core.Limit
+}
+
+// policy returns lowestPolicy of field's items.
+func (m *policyMemo) policy(field string) core.Limit {
+	if m == nil {
+		return lowestPolicy(items(field))
+	}
+	if r := m.last.Load(); r != nil && r.field == field {
+		return r.limit
+	}
+	l := lowestPolicy(items(field))
+	m.last.Store(&policyRead{field: strings.Clone(field), limit: l})
+	return l
 }
 
 // policyLimit is q calls per w seconds as a token bucket: at most

@@ -35,7 +35,7 @@ func TestReadAdvice(t *testing.T) {
 		{"policy, quoted comma", 200, []string{"RateLimit-Policy", `"a,b;c";q=10;w=1`}, advice{policy: core.Limit{Rate: 9, Period: time.Second, Burst: 1}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := readAdvice(c.status, header(c.fields...), t0, time.Hour); got != c.want {
+			if got := readAdvice(c.status, header(c.fields...), t0, time.Hour, nil); got != c.want {
 				t.Errorf("readAdvice = %+v, want %+v", got, c.want)
 			}
 		})
@@ -93,7 +93,7 @@ func TestHostileFields(t *testing.T) {
 		{"many items", 200, []string{"RateLimit-Policy", strings.Repeat(`"x";q=1000;w=1,`, 10000)}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := readAdvice(c.status, header(c.fields...), t0, time.Hour)
+			got := readAdvice(c.status, header(c.fields...), t0, time.Hour, nil)
 			if got.pause != c.wantPause {
 				t.Errorf("pause %v, want %v", got.pause, c.wantPause)
 			}
@@ -134,7 +134,7 @@ func FuzzReadAdvice(f *testing.F) {
 	f.Fuzz(func(t *testing.T, status int, retry, rl, pol, xlimit, xrem, xreset string) {
 		h := header("Retry-After", retry, "RateLimit", rl, "RateLimit-Policy", pol,
 			"X-RateLimit-Limit", xlimit, "X-RateLimit-Remaining", xrem, "X-RateLimit-Reset", xreset)
-		a := readAdvice(status, h, t0, time.Hour)
+		a := readAdvice(status, h, t0, time.Hour, nil)
 		if a.pause < 0 || a.pause > time.Hour {
 			t.Fatalf("pause %v, outside [0, 1h]", a.pause)
 		}

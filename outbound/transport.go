@@ -13,7 +13,7 @@ import (
 // for responses you read another way. It returns the pause it applied
 // (0 for none) and the error of writing it to Redis, if any.
 func (b *Budget) Learn(ctx context.Context, key string, status int, h http.Header) (time.Duration, error) {
-	a := readAdvice(status, h, time.Now(), b.o.maxPause)
+	a := readAdvice(status, h, time.Now(), b.o.maxPause, &b.policies)
 	if a.policy.Rate > 0 {
 		b.lower(ctx, key, a.policy)
 	}

@@ -151,12 +151,12 @@ func (b *Budget) rule(key string) *core.Rule {
 func (b *Budget) Take(ctx context.Context, key string) error {
 	res, err := b.rule(key).Allow(ctx, key)
 	if err != nil || res.Allowed {
-		return b.taken(err, 0)
+		return b.taken(err, 0, false)
 	}
 	if b.o.failFast {
 		return b.refuse(key, res)
 	}
-	start := time.Now()
+	start, paused := time.Now(), res.Locked
 	if turn := b.turn(key); turn != nil {
 		select {
 		case turn <- struct{}{}:
@@ -166,8 +166,9 @@ func (b *Budget) Take(ctx context.Context, key string) error {
 		}
 		// The turn may come long after the denial: ask again.
 		if res, err = b.rule(key).Allow(ctx, key); err != nil || res.Allowed {
-			return b.taken(err, time.Since(start))
+			return b.taken(err, time.Since(start), paused)
 		}
+		paused = paused || res.Locked
 	}
 	for {
 		d := max(res.RetryAfter, time.Millisecond)
@@ -182,20 +183,21 @@ func (b *Budget) Take(ctx context.Context, key string) error {
 			return ctx.Err()
 		}
 		if res, err = b.rule(key).Allow(ctx, key); err != nil || res.Allowed {
-			return b.taken(err, time.Since(start))
+			return b.taken(err, time.Since(start), paused)
 		}
+		paused = paused || res.Locked
 	}
 }
 
 // taken ends a Take that the limiter answered with err, or admitted
-// after waiting for waited.
-func (b *Budget) taken(err error, waited time.Duration) error {
+// after waiting for waited (paused: an upstream's pause made it wait).
+func (b *Budget) taken(err error, waited time.Duration, paused bool) error {
 	if err != nil {
 		return err
 	}
 	b.counts.sent.Add(1)
 	if waited > 0 {
-		b.observe(Waited, waited, false)
+		b.observe(Waited, waited, paused)
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ func TestEndToEndAgainstHTTPLimit(t *testing.T) {
 	const windows = 10
 	ctx, cancel := context.WithTimeout(context.Background(), windows*time.Second)
 	defer cancel()
-	stalled := stalls(ctx, time.Now(), time.Second, time.Second/19)
+	stalled := stalls(ctx, time.Now(), time.Second, time.Second/19/4)
 	statuses, errs := hammer(ctx, clients, 20, srv.URL)
 	for _, err := range errs {
 		if !errors.Is(err, ErrLimited) {

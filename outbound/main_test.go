@@ -132,8 +132,10 @@ func hammer(ctx context.Context, clients []*http.Client, per int, url string) (s
 // window of length window since start, how long beyond that it slept,
 // summed over the sleeps that overran by more than grace. A busy machine
 // (the tests run beside others on two cores) stalls the callers as much,
-// and a bucket whose callers stall for longer than its burst lasts loses
-// what it would have refilled: the throughput tests allow for it.
+// and callers that come late for their tokens, each after the other,
+// lose what the bucket refills beyond its burst meanwhile: the
+// throughput tests allow for it. On a quiet machine a sleep overruns by
+// well under a millisecond, and nothing is allowed for.
 func stalls(ctx context.Context, start time.Time, window, grace time.Duration) func(win int) time.Duration {
 	var mu sync.Mutex
 	lost := map[int]time.Duration{}

@@ -170,6 +170,7 @@ var packages = map[string]string{
 	"errdetails": "google.golang.org/genproto/googleapis/rpc/errdetails",
 	"policy":     "github.com/sluicehq/sluice/policy",
 	"overrides":  "github.com/sluicehq/sluice/overrides",
+	"sluicepage": "github.com/sluicehq/sluice/sluicepage",
 	"prometheus": "github.com/prometheus/client_golang/prometheus",
 	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
 	"gin":        "github.com/gin-gonic/gin",

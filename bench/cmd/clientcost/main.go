@@ -234,11 +234,21 @@ func session(cmd *exec.Cmd, atReady, atDone func(pid int) error) error {
 	}
 	lines := bufio.NewScanner(stdout)
 	step := func(want string, f func(int) error) error {
-		if !lines.Scan() {
-			return fmt.Errorf("the child ended before %q", want)
-		}
-		if got := lines.Text(); got != want {
-			return fmt.Errorf("the child said %q, want %q", got, want)
+		// A peer's library may print lines of its own (go-zero's
+		// package stat logs usage every minute once imported); they
+		// go to stderr, and the steps are the child's only words.
+		for {
+			if !lines.Scan() {
+				return fmt.Errorf("the child ended before %q", want)
+			}
+			got := lines.Text()
+			if got == want {
+				break
+			}
+			if got == "ready" || got == "done" {
+				return fmt.Errorf("the child said %q, want %q", got, want)
+			}
+			fmt.Fprintln(os.Stderr, "clientcost: the child printed:", got)
 		}
 		if err := f(cmd.Process.Pid); err != nil {
 			return err

@@ -209,6 +209,26 @@ func refuse(b *bucket, out decision, retry, now, penalty int64, locked bool, ful
 	return out, true
 }
 
+// lockBucket locks b, under ticks, until the microsecond until, unless a
+// lock that ends later holds it (a lock is never shortened); a missing
+// bucket is written as full. It returns when b's lock ends.
+func lockBucket(b *bucket, now int64, ticks []tickLimit, until int64) int64 {
+	if !b.set {
+		ws := windowsAt(now, ticks)
+		b.tats = b.tats[:0]
+		for i, t := range ticks {
+			if t.Stepped() {
+				b.tats = append(b.tats, tat{us: 0, frac: ws[i].Idx})
+			} else {
+				b.tats = append(b.tats, tat{us: now})
+			}
+		}
+		b.set = true
+	}
+	b.lock = max(b.lock, until)
+	return b.lock
+}
+
 // stepMixed is stepBucket for limits of which some are stepped.
 func stepMixed(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
 	ws := windowsAt(now, ticks)

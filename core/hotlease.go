@@ -348,7 +348,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 	lc := p.lease
 	hk.mu.Lock()
 	hk.count(now, cost, lc.life)
-	if hk.hand >= cost && now < hk.expires {
+	if hk.hand >= cost && now < hk.expires && now >= hk.noLease { // (noLease: exhausted, or locked; see Rule.Lock)
 		hk.hand -= cost
 		hk.spent += cost
 		hk.lastUse = now

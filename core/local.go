@@ -288,6 +288,20 @@ func (s *localStore) take(id uint64, key string, now int64, ticks []tickLimit, c
 	return d
 }
 
+// lock locks key's bucket under ticks until the microsecond until (see
+// lockBucket) and returns when its lock ends.
+func (s *localStore) lock(id uint64, key string, now int64, ticks []tickLimit, until int64) int64 {
+	k := makeLocalKey(id, key)
+	sh := s.m.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.m.entry(sh, k, now, true)
+	if !e.b.set && e.b.tats == nil {
+		e.b.tats = e.buf[:0]
+	}
+	return lockBucket(&e.b, now, ticks, until)
+}
+
 // charge records, without ever refusing, that cost tokens were spent on key
 // elsewhere (in Redis), so that a switch to the local store starts from the
 // key's recent use instead of a full bucket. The debt is capped at one full

@@ -182,6 +182,7 @@ const (
 	OpRelease   = "release"   // a concurrency slot given back
 	OpRenew     = "renew"     // a concurrency lease renewed by the lease keeper
 	OpReset     = "reset"     // Reset: a key's state deleted
+	OpLock      = "lock"      // Rule.Lock: a key locked for a time
 	OpHeartbeat = "heartbeat" // the fleet heartbeat (WithFleet)
 	OpPath      = "path"      // a path of keys decided as one (PathRule)
 	OpOverrides = "overrides" // an overrides set read or changed (package overrides)

@@ -14,7 +14,7 @@ func TestStoreNamesMatchCore(t *testing.T) {
 	for _, c := range []struct{ core, store string }{
 		{OpDecide, redisstore.OpDecide}, {OpPeek, redisstore.OpPeek}, {OpSettle, redisstore.OpSettle},
 		{OpAcquire, redisstore.OpAcquire}, {OpRelease, redisstore.OpRelease}, {OpRenew, redisstore.OpRenew},
-		{OpReset, redisstore.OpReset}, {OpHeartbeat, redisstore.OpHeartbeat}, {OpPath, redisstore.OpPath},
+		{OpReset, redisstore.OpReset}, {OpLock, redisstore.OpLock}, {OpHeartbeat, redisstore.OpHeartbeat}, {OpPath, redisstore.OpPath},
 		{OpOverrides, redisstore.OpOverrides}, {OpLease, redisstore.OpLease}, {OpLeaseReturn, redisstore.OpLeaseReturn}, {OpTop, redisstore.OpTop},
 		{OpThreshold, redisstore.OpThreshold},
 		{ReasonTimeout, redisstore.ReasonTimeout}, {ReasonRefused, redisstore.ReasonRefused},

@@ -48,6 +48,9 @@ type store interface {
 	DecidePath(ctx context.Context, q *pathAsk) (decision, int, error)
 	// Reset deletes key's state under p.
 	Reset(ctx context.Context, p *model.Plan, key string) error
+	// Lock locks key's bucket under p for d microseconds from now (a
+	// lock that ends later stays) and returns how long its lock lasts.
+	Lock(ctx context.Context, p *model.Plan, key string, d, now int64) (int64, error)
 	// Acquire takes a slot of key under c's cap, or reports it full. A
 	// slot the store may hold though nobody heard it was given comes
 	// back as lost, for the lease keeper to give back.
@@ -168,6 +171,10 @@ func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, erro
 func (m memStore) Reset(_ context.Context, p *model.Plan, key string) error {
 	m.local.delete(p.ID, key)
 	return nil
+}
+
+func (m memStore) Lock(_ context.Context, p *model.Plan, key string, d, now int64) (int64, error) {
+	return m.local.lock(p.ID, key, now, p.Ticks, now+d) - now, nil
 }
 
 // Acquire takes a slot in the local store's counts, as the fallback

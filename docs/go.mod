@@ -10,6 +10,8 @@ replace (
 	github.com/sluicehq/sluice/fiberlimit => ../fiberlimit
 	github.com/sluicehq/sluice/ginlimit => ../ginlimit
 	github.com/sluicehq/sluice/grpclimit => ../grpclimit
+	github.com/sluicehq/sluice/outbound => ../outbound
+	github.com/sluicehq/sluice/outbound/grpcout => ../outbound/grpcout
 )
 
 require (
@@ -22,6 +24,8 @@ require (
 	github.com/sluicehq/sluice/fiberlimit v0.1.0
 	github.com/sluicehq/sluice/ginlimit v0.1.0
 	github.com/sluicehq/sluice/grpclimit v0.1.0
+	github.com/sluicehq/sluice/outbound v0.1.0
+	github.com/sluicehq/sluice/outbound/grpcout v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0

@@ -8,7 +8,10 @@ import (
 	_ "github.com/sluicehq/sluice/fiberlimit"
 	_ "github.com/sluicehq/sluice/ginlimit"
 	_ "github.com/sluicehq/sluice/grpclimit"
+	_ "github.com/sluicehq/sluice/outbound"
+	_ "github.com/sluicehq/sluice/outbound/grpcout"
 	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
+	_ "google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health/grpc_health_v1"
 	_ "google.golang.org/grpc/status"
 )

@@ -12,6 +12,7 @@ replace (
 	github.com/sluicehq/sluice/fiberv3limit => ../fiberv3limit
 	github.com/sluicehq/sluice/ginlimit => ../ginlimit
 	github.com/sluicehq/sluice/grpclimit => ../grpclimit
+	github.com/sluicehq/sluice/outbound => ../outbound
 )
 
 require (
@@ -75,6 +76,7 @@ require (
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/sluicehq/sluice/outbound v0.1.0
 	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect

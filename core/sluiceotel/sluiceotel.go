@@ -338,7 +338,7 @@ var reasons = [...]string{core.ReasonTimeout, core.ReasonRefused, core.ReasonCon
 // ops are the values of db.operation.name, from core's Op constants; a
 // kind of call not listed is recorded as "other".
 var ops = [...]string{core.OpDecide, core.OpPeek, core.OpSettle, core.OpAcquire, core.OpRelease,
-	core.OpRenew, core.OpReset, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, core.OpThreshold, policyOther}
+	core.OpRenew, core.OpReset, core.OpLock, core.OpHeartbeat, core.OpLease, core.OpLeaseReturn, core.OpPath, core.OpOverrides, core.OpTop, core.OpThreshold, policyOther}
 
 // opResult names one attribute set of the store duration histogram.
 type opResult struct{ op, reason string }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core/internal/batch"
@@ -461,4 +462,29 @@ func (s *Store) LeaveFleet(ctx context.Context, name, id string) error {
 		return fmt.Errorf("core: leaving fleet %s: %w", s.fleetKey(name), err)
 	}
 	return nil
+}
+
+// Lock locks key's bucket under p for d microseconds from Redis's clock
+// (lock.lua), unless a lock that ends later holds it, and returns how
+// long, from Redis's clock, the key's lock lasts. now is the engine's
+// clock when it asked, for the road.
+func (s *Store) Lock(ctx context.Context, p *plan, key string, d, now int64) (int64, error) {
+	rkey := s.RKey(p.FP, key)
+	nd := s.node(ctx, rkey)
+	full := strings.Repeat(" 0 0", len(p.Ticks))
+	var left int64
+	routed, err := s.onNode(ctx, nd, now, OpLock, rkey, func(budget time.Duration) (time.Duration, error) {
+		vals, took, err := s.runOp(ctx, nd, &op{script: lockScript, keys: []string{rkey}, args: []any{d, full}}, budget)
+		if err == nil && (len(vals) != 1 || vals[0] < 0) {
+			err = fmt.Errorf("%w %v from the lock script", errBadReply, vals)
+		}
+		if err == nil {
+			left = vals[0]
+		}
+		return took, err
+	})
+	if !routed || err != nil {
+		return 0, s.unrouted(ctx, nd, now, routed, err, false)
+	}
+	return left, nil
 }

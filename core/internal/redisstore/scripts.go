@@ -29,6 +29,8 @@ var (
 	fleetLeaveLua string
 	//go:embed reset.lua
 	resetLua string
+	//go:embed lock.lua
+	lockLua string
 	//go:embed ready.lua
 	readyLua string
 	//go:embed overrides_set.lua
@@ -46,6 +48,7 @@ var (
 	fleetScript          = redis.NewScript(clockLua + fleetLua)
 	fleetLeaveScript     = redis.NewScript(fleetLeaveLua)
 	ResetScript          = redis.NewScript(resetLua)
+	lockScript           = redis.NewScript(lockLua)
 	readyScript          = redis.NewScript(readyLua)
 	overrideSetScript    = redis.NewScript(overridesSetLua)
 	overrideRemoveScript = redis.NewScript(overridesRemoveLua)
@@ -58,7 +61,7 @@ var (
 // record the empty reply of a command not yet sent as the script's hash.)
 func scriptSources() []string {
 	return []string{BucketLua, SettleLua, clockLua + leasesLua + acquireLua, clockLua + leasesLua + renewLua, clockLua + leasesLua + releaseLua,
-		clockLua + fleetLua, fleetLeaveLua, resetLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, PathLua, clockLua + inflightLua, topFlushLua, topReadLua, warnLua}
+		clockLua + fleetLua, fleetLeaveLua, resetLua, lockLua, overridesSetLua, overridesRemoveLua, overridesLoadLua, foreignLua, leaseLua, PathLua, clockLua + inflightLua, topFlushLua, topReadLua, warnLua}
 }
 
 //go:embed foreign.lua

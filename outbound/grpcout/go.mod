@@ -1,0 +1,25 @@
+module github.com/sluicehq/sluice/outbound/grpcout
+
+go 1.26.0
+
+replace (
+	github.com/sluicehq/sluice => ../..
+	github.com/sluicehq/sluice/outbound => ..
+)
+
+require (
+	github.com/sluicehq/sluice v0.1.0
+	github.com/sluicehq/sluice/outbound v0.1.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)

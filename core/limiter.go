@@ -263,7 +263,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			// (A denial cached from a rule of the same bucket without a
 			// penalty, see Rule.WithPenalty, is not this rule's: its
 			// denial must reach the store to lock the key.)
-			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index}
+			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index, At: now}
 			return l.done(d, p, p.dry(key), SourceDenyCache, false)
 		case st == denyProbe:
 			defer l.denies.release(p.ID, key, ch)
@@ -271,6 +271,9 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 	d, na := l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
+		if d.At == 0 { // a store that does not say when it decided decides at now
+			d.At = now
+		}
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
@@ -411,6 +414,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
+	d.At = now
 	if d.Allowed && l.local.owed != nil {
 		l.local.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
 	}

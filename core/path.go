@@ -244,6 +244,9 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	}
 	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
+		if d.At == 0 { // a store that does not say when it decided decides at now
+			d.At = now
+		}
 		if d.Allowed && l.remote {
 			for i, p := range plans {
 				l.local.charge(p.ID, pd.keys[i], now, l.share(p).ticks, cost, 2*d.Remaining < int64(plans[lv].limits[d.Index].Burst))
@@ -271,6 +274,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		minB = min(minB, shares[i].minB)
 	}
 	d, lv = l.local.takePath(q.IDs, pd.keys, now, q.Levels, minB, 0, penalty)
+	d.At = now
 	res := l.resultPath(d, r, lv, true)
 	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
 	l.observe(res, SourceFallback)

@@ -263,7 +263,7 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 			// (A denial cached from a rule of the same bucket without a
 			// penalty, see Rule.WithPenalty, is not this rule's: its
 			// denial must reach the store to lock the key.)
-			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index, At: now}
+			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: int(dn.index), At: now + dn.skew}
 			return l.done(d, p, p.dry(key), SourceDenyCache, false)
 		case st == denyProbe:
 			defer l.denies.release(p.ID, key, ch)
@@ -271,9 +271,6 @@ func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait
 	}
 	d, na := l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now)
 	if na == nil {
-		if d.At == 0 { // a store that does not say when it decided decides at now
-			d.At = now
-		}
 		if l.remote { // a NewMemory limiter has nothing to take in
 			l.answered(key, p, d, cost, now)
 		}
@@ -334,7 +331,7 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// and a quota spent until midnight should be named by the
 		// denials it causes.
 		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(d.Next, denyMaxAge),
-			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: d.Index})
+			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: int32(d.Index), skew: d.At - now})
 	}
 	if !l.remote {
 		return

@@ -244,9 +244,6 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	}
 	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
-		if d.At == 0 { // a store that does not say when it decided decides at now
-			d.At = now
-		}
 		if d.Allowed && l.remote {
 			for i, p := range plans {
 				l.local.charge(p.ID, pd.keys[i], now, l.share(p).ticks, cost, 2*d.Remaining < int64(plans[lv].limits[d.Index].Burst))

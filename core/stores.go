@@ -120,7 +120,9 @@ func unanswered(err error, what, key string) error {
 type memStore struct{ local *localStore }
 
 func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil
+	d := m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty)
+	d.At = now // this store's clock is the limiter's
+	return d, nil
 }
 
 func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {
@@ -150,6 +152,7 @@ func (m memStore) InFlight(_ context.Context, a slotAsk) (int, error) {
 
 func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, error) {
 	d, lv := m.local.takePath(q.IDs, q.Keys, q.Now, q.Levels, q.Cost, 0, q.Penalty)
+	d.At = q.Now
 	return d, lv, nil
 }
 

@@ -10,21 +10,31 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// Sort puts events in the order a replay decides them: by time, and, of
-// events at the same microsecond, admitted ones before the others, each
-// group in its recorded order. Redis decides the keys of one batch in
-// its queue's order under one reading of its clock, which a recording
-// does not see; admitting first is an order that gives every event of
-// such a batch its recorded decision (a denial charges nothing, so
-// the admissions of one instant fit together whatever their order, and
-// a denial that set a penalty lock came after every admission of its
-// key at that instant).
+// Sort puts events in the order a replay decides them: by time; of
+// events at the same microsecond, admitted ones first, then the others by
+// cost, the largest first; otherwise in their recorded order.
+//
+// Redis decides the keys of one batch in its queue's order under one
+// reading of its clock, an order a recording does not see. This one
+// gives every event of such a batch its recorded decision. A denial
+// charges nothing, so the admissions of one instant fit together
+// whatever their order, and the denials still do not fit after all of
+// them. A denial that sets a penalty lock comes after every admission of
+// its key at that instant, and locks out the requests after it, even
+// those that would fit: the largest denied cost did not fit either, so
+// it sets the lock first.
 func Sort(events []Event) {
 	slices.SortStableFunc(events, func(a, b Event) int {
 		if c := a.Time.Compare(b.Time); c != 0 {
 			return c
 		}
-		return cmp.Compare(rank(a.Outcome), rank(b.Outcome))
+		if c := cmp.Compare(rank(a.Outcome), rank(b.Outcome)); c != 0 {
+			return c
+		}
+		if a.Outcome == Admitted {
+			return 0
+		}
+		return cmp.Compare(b.Cost, a.Cost)
 	})
 }
 

@@ -99,7 +99,7 @@ func parseRule(s string) (Rule, error) {
 	parts := strings.Split(s, "|")
 	f := strings.Fields(parts[0])
 	if len(f) < 3 {
-		return Rule{}, fmt.Errorf("%q: want <name> key|path <limits> [| <option>]...", s)
+		return Rule{}, fmt.Errorf("%q: want <name> key|path <limits>, then any | <option>", s)
 	}
 	rl := Rule{Name: f[0]}
 	spec := strings.TrimSpace(parts[0])

@@ -155,3 +155,25 @@ func TestSimulateReport(t *testing.T) {
 		t.Fatalf("smallest %v (found %v, denies %d), want 3/s", lr.Smallest, lr.Found, lr.SmallestDenied)
 	}
 }
+
+// TestSimulateSmallestOnAPath checks the search on a path's levels: each
+// level's limit is replayed with the other levels unlimited.
+func TestSimulateSmallestOnAPath(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 22, 0, 0, 0, time.UTC)
+	var events []replay.Event
+	for i, p := range [][]string{{"acme", "alice"}, {"acme", "alice"}, {"acme", "bob"}, {"acme", "alice"}, {"acme"}} {
+		events = append(events, replay.Event{Time: t0.Add(time.Duration(i) * 100 * time.Millisecond), Path: p, Cost: 1})
+	}
+	rule := replay.Rule{Name: "api", Levels: []core.Level{{Name: "org", Limits: []core.Limit{core.PerSecond(3)}}, {Name: "user", Limits: []core.Limit{core.PerSecond(1)}}}}
+	reps, err := replay.Simulate(events, []replay.Rule{rule}, replay.Options{DenyAtMost: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	org, user := reps[0].Limits[0], reps[0].Limits[1]
+	// Of five requests, one may be denied. Alone, the org at 3 a second
+	// denies the one at 0.3 s (0.9 tokens), at 2 three; alice's user
+	// level at 2 a second denies her third (0.6 tokens), at 1 two.
+	if !org.Found || org.Smallest != core.PerSecond(3) || !user.Found || user.Smallest != core.PerSecond(2) {
+		t.Fatalf("smallest: org %v (%v), user %v (%v); want 3/s and 2/s", org.Smallest, org.Found, user.Smallest, user.Found)
+	}
+}

@@ -59,8 +59,8 @@ type LimitReport struct {
 	// Smallest is, with [Options.DenyAtMost], the smallest version of
 	// the limit (its Rate, with Burst in the same proportion and no
 	// smaller than the largest cost) that, alone, denies at most that
-	// fraction of the rule's events; Found is false when none up to
-	// 2^40 does.
+	// fraction of the rule's events; Found is false when none the
+	// engine accepts (up to 2^40 a period) does.
 	Smallest core.Limit
 	// SmallestDenied is how many events Smallest denies.
 	SmallestDenied int
@@ -220,7 +220,7 @@ func smallest(events []Event, r *Rule, lr *LimitReport, n int, frac float64) err
 		if r.Levels != nil {
 			alone.Levels = make([]core.Level, len(r.Levels))
 			for i, lv := range r.Levels {
-				alone.Levels[i] = core.Level{Name: lv.Name, Limits: []core.Limit{unlimited(lv.Limits[0], maxCost)}}
+				alone.Levels[i] = core.Level{Name: lv.Name, Limits: []core.Limit{unlimited()}}
 				if lv.Name == lr.Level {
 					alone.Levels[i].Limits = []core.Limit{l}
 				}
@@ -280,10 +280,11 @@ func scaled(l core.Limit, rate, maxCost int) core.Limit {
 	return s
 }
 
-// unlimited is a limit that never denies events of at most maxCost on a
-// level whose own limit is not under study: like l, but with 2^40 tokens.
-func unlimited(l core.Limit, maxCost int) core.Limit {
-	return scaled(core.Limit{Rate: 1 << 40, Period: time.Second, Burst: 1 << 40}, 1<<40, maxCost)
+// unlimited is a limit for a level whose own limits are not under
+// study: 2^30 tokens a second, which no event of a log denies (a cost
+// above 2^30 is not one a limit admits either).
+func unlimited() core.Limit {
+	return core.Limit{Rate: 1 << 30, Period: time.Second, Burst: 1 << 30}
 }
 
 // Print writes reports as text, one block per rule.
@@ -311,7 +312,7 @@ func Print(w io.Writer, reports []RuleReport, o Options) {
 			case lr.Found:
 				fmt.Fprintf(w, "    smallest alone denying at most %g%%: %s (denies %d)\n", o.DenyAtMost*100, lr.Smallest.String(), lr.SmallestDenied)
 			default:
-				fmt.Fprintf(w, "    no version up to 2^40 a period denies at most %g%%\n", o.DenyAtMost*100)
+				fmt.Fprintf(w, "    no version the engine can count exactly denies at most %g%%\n", o.DenyAtMost*100)
 			}
 		}
 	}

@@ -126,13 +126,16 @@ func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, max
 }
 
 func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {
-	return m.local.peek(p.ID, key, now, p.Ticks), nil
+	d := m.local.peek(p.ID, key, now, p.Ticks)
+	d.At = now
+	return d, nil
 }
 
 func (m memStore) PeekMany(_ context.Context, b *buckets) ([]decision, error) {
 	ds := make([]decision, len(b.Keys))
 	for i, key := range b.Keys {
 		ds[i] = m.local.peek(b.Plans[i].ID, key, b.Now, b.Plans[i].Ticks)
+		ds[i].At = b.Now
 	}
 	return ds, nil
 }

@@ -88,6 +88,7 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*redisstore.Query, decisi
 				model[c.RKey] = b
 			}
 			want, _ := stepBucket(b, now.UnixMicro(), c.Plan.Ticks, c.Cost, c.MaxWait, c.Penalty)
+			want.At = now.UnixMicro() // the script says the instant it decided at
 			if m.Res != want {
 				t.Fatalf("batch member %d (%s): script %+v, model %+v", i, c.Key, m.Res, want)
 			}

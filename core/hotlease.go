@@ -354,6 +354,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		hk.lastUse = now
 		res = hk.result(p, now)
 		res.DryRun = p.dry(key)
+		res.Time = instant(now)
 		p.marked(&res)
 		idx := hk.index
 		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)

@@ -284,7 +284,7 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 			// (A denial cached from a rule of the same bucket without a
 			// penalty, see Rule.WithPenalty, is not this rule's: its
 			// denial must reach the store to lock the key.)
-			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: dn.index}
+			d := decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: int(dn.index), At: now + dn.skew}
 			return l.done(d, p, p.dry(key), SourceDenyCache, false)
 		case st == denyProbe:
 			defer l.denies.release(p.ID, key, ch)
@@ -352,7 +352,7 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// and a quota spent until midnight should be named by the
 		// denials it causes.
 		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(d.Next, denyMaxAge),
-			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: d.Index})
+			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: int32(d.Index), skew: d.At - now})
 	}
 	if !l.remote {
 		return
@@ -432,6 +432,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	// as the outage lasts.
 	sh := l.share(p)
 	d := l.local.take(p.ID, key, now, sh.ticks, min(cost, sh.minB), maxWait, l.penaltyOf(p))
+	d.At = now
 	if d.Allowed && l.local.owed != nil {
 		l.local.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
 	}

@@ -356,8 +356,13 @@ type denial struct {
 	// for at most that long.
 	expires int64
 	reset   int64 // local microsecond the bucket is full again
-	locked  bool
-	index   int
+	// skew is Redis's clock less this limiter's when Redis answered (see
+	// Result.Time): a denial answered from the cache is at its local
+	// instant plus skew on Redis's clock, so that a replay decides it at
+	// an instant after the answer it comes from, and before until.
+	skew   int64
+	locked bool
+	index  int32
 	// probe is open while one request, after until, asks Redis for the
 	// key's new state; requests arriving meanwhile wait for its answer
 	// instead of all asking at once.

@@ -271,6 +271,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		minB = min(minB, shares[i].minB)
 	}
 	d, lv = l.local.takePath(q.IDs, pd.keys, now, q.Levels, minB, 0, penalty)
+	d.At = now
 	res := l.resultPath(d, r, lv, true)
 	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
 	l.observe(res, SourceFallback)

@@ -199,7 +199,7 @@ func TestPathDifferential(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seq %d step %d: %v", seq, step, err)
 				}
-				if len(vals) != redisstore.PathReplyWidth*len(batch) {
+				if len(vals) != redisstore.PathReplyWidth*len(batch)+redisstore.ReplyTime {
 					t.Fatalf("seq %d step %d: %d values for %d paths", seq, step, len(vals), len(batch))
 				}
 				for i, o := range batch {

@@ -47,6 +47,13 @@ type Result struct {
 	// data); Limit is then one of that level's limits. Empty for a
 	// decision of one key.
 	Level string
+	// Time is the instant the decision was made at, on the clock that
+	// made it: Redis's (the TIME its script read) for a decision of the
+	// store, this limiter's own for one of its deny cache, its local
+	// fallback or a [NewMemory] limiter. A decision replayed through the
+	// same arithmetic at Time decides the same (see package
+	// core/replay). Zero for a fail-open admission.
+	Time time.Time
 }
 
 // resultOf is d, a decision under p, as the caller's Result.
@@ -59,7 +66,17 @@ func resultOf(d decision, p *plan) Result {
 		ResetAfter: time.Duration(d.Reset) * time.Microsecond,
 		Limit:      p.limits[d.Index],
 		Locked:     d.Locked,
+		Time:       instant(d.At),
 	}
+}
+
+// instant is the Time of a decision made at us, unix microseconds; the
+// zero Time for 0.
+func instant(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
 }
 
 // LevelLimit returns r's Limit as metrics and headers name it: for a

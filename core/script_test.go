@@ -100,7 +100,7 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the call failed: %v", err)
 			}
-			if len(vals) != redisstore.ReplyWidth*len(calls) {
+			if len(vals) != redisstore.ReplyWidth*len(calls)+redisstore.ReplyTime {
 				t.Fatalf("%d integers for %d keys", len(vals), len(calls))
 			}
 			for i, c := range calls {
@@ -188,7 +188,7 @@ func TestScriptServerErrorFailsCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-	if err != nil || len(vals) != 2*redisstore.ReplyWidth || vals[0] != 2 || vals[redisstore.ReplyWidth] != 1 {
+	if err != nil || len(vals) != 2*redisstore.ReplyWidth+redisstore.ReplyTime || vals[0] != 2 || vals[redisstore.ReplyWidth] != 1 {
 		t.Fatalf("with memory again: %v, %v; want the first key locked, the second admitted", vals, err)
 	}
 }

@@ -94,6 +94,7 @@ func settleBatchAgainstModel(t *testing.T, decide batch.Sender[*redisstore.Query
 				model[c.RKey] = b
 			}
 			want, _ := stepBucket(b, now.UnixMicro(), c.Plan.Ticks, c.Cost, 0, 0)
+			want.At = now.UnixMicro() // the script says the instant it decided at
 			if m.Res != want {
 				t.Fatalf("round %d reservation %d: script %+v, model %+v", round, i, m.Res, want)
 			}

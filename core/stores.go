@@ -135,17 +135,22 @@ type memStore struct {
 }
 
 func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil
+	d := m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty)
+	d.At = now // this store's clock is the limiter's
+	return d, nil
 }
 
 func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {
-	return m.local.peek(p.ID, key, now, p.Ticks), nil
+	d := m.local.peek(p.ID, key, now, p.Ticks)
+	d.At = now
+	return d, nil
 }
 
 func (m memStore) PeekMany(_ context.Context, b *buckets) ([]decision, error) {
 	ds := make([]decision, len(b.Keys))
 	for i, key := range b.Keys {
 		ds[i] = m.local.peek(b.Plans[i].ID, key, b.Now, b.Plans[i].Ticks)
+		ds[i].At = b.Now
 	}
 	return ds, nil
 }
@@ -165,6 +170,7 @@ func (m memStore) InFlight(_ context.Context, a slotAsk) (int, error) {
 
 func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, error) {
 	d, lv := m.local.takePath(q.IDs, q.Keys, q.Now, q.Levels, q.Cost, 0, q.Penalty)
+	d.At = q.Now
 	return d, lv, nil
 }
 

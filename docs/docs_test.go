@@ -155,6 +155,7 @@ var packages = map[string]string{
 	"core":       "github.com/sluicehq/sluice/core",
 	"sluiceprom": "github.com/sluicehq/sluice/core/sluiceprom",
 	"sluiceotel": "github.com/sluicehq/sluice/core/sluiceotel",
+	"replay":     "github.com/sluicehq/sluice/core/replay",
 	"keyfunc":    "github.com/sluicehq/sluice/keyfunc",
 	"httplimit":  "github.com/sluicehq/sluice/httplimit",
 	"ginlimit":   "github.com/sluicehq/sluice/ginlimit",

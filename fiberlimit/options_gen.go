@@ -438,6 +438,30 @@ func WithQuotaUnit(unit string) Option {
 	return policy.WithQuotaUnit[*fiber.Ctx, Handlers](unit)
 }
 
+// WithRecord records the middleware's decisions to rec, in the log
+// format that `sluice simulate` replays (package core/replay): for each
+// request of a sampled key, the instant of its decision
+// ([core.Result.Time]: Redis's clock for a decision of the store), its
+// key or path, its cost, whether it was admitted, and its status when the
+// middleware knows it (429 for a denial; a response's own under
+// [policy.WithChargeIf] or [policy.WithFinalCost], whose events are recorded when the
+// response settles them; none otherwise). A decision made without the
+// store (the local fallback) is recorded without its outcome, and one
+// let through under core.FailOpen not at all: neither is the engine's
+// decision to replay.
+//
+// rec samples by key, so a replay sees every request of the keys it
+// sees; see replay.NewRecorder for the fraction, and for why recording
+// never blocks nor fails a request. The middleware copies the strings it
+// records. A nil rec records nothing.
+//
+// Default: none.
+//
+// The same option as every adapter's: [policy.WithRecord], for fiber v2.
+func WithRecord(rec policy.Recorder) Option {
+	return policy.WithRecord[*fiber.Ctx, Handlers](rec)
+}
+
 // WithRetryJitter adds a random delay from 0 to max to each denial's
 // Retry-After field (and to the retry time a problem-details body gives),
 // so that clients denied together do not all come back at the same

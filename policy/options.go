@@ -59,6 +59,7 @@ type Config[C, H any] struct {
 	pathSet   bool
 	leases    core.LeaseBound // WithTokenLeases
 	leaseSet  bool
+	rec       Recorder // WithRecord; nil: none
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

@@ -40,6 +40,7 @@ type Policy struct {
 	mount   *mount         // where a middleware without a scope is mounted; nil: it has one (see sharing.go)
 	matched atomic.Bool    // per route: a request with a route was seen
 	blind   atomic.Bool    // per route: the warning of a middleware that sees no route was logged
+	rec     Recorder       // WithRecord; nil: none
 }
 
 // New returns the policy limiting requests by key under limit on lim,
@@ -123,7 +124,7 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 		p.rules.set.canary, p.rules.set.enforce = true, cfg.enforce
 	}
 	p.rules.set.warn = warnAt
-	p.jitter, p.cap = cfg.jitter, capr
+	p.jitter, p.cap, p.rec = cfg.jitter, capr, cfg.rec
 	if cfg.leaseSet {
 		b := cfg.leases
 		p.rules.set.leases = &b
@@ -263,8 +264,8 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	var res core.Result
 	var st *settlement
 	capKey := key
+	var keys []string // a path's
 	if p.path != nil {
-		var keys []string
 		var at stage
 		if rl, keys, at, err = p.pathOf(r, key, rl); err != nil {
 			return p.fail(r, key, err, at)
@@ -283,6 +284,9 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 	}
 	if err != nil {
 		return p.failAs(r, key, err, atDecide, p.dryRun || rl.engine != nil && !rl.engine.Enforced(key))
+	}
+	if p.rec != nil {
+		p.record(key, keys, n, res, st)
 	}
 	// A dry run's, or a key's a canary leaves in dry run (see WithEnforce).
 	dry := p.dryRun || res.DryRun

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/replay"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
@@ -137,6 +138,8 @@ type settlement struct {
 	ctx  context.Context // the request's, whose values the settlement keeps
 	cost atomic.Int64    // SetCost's value; -1: none
 	done atomic.Bool
+	rec  Recorder     // WithRecord's, when it samples the key: records ev with the response's status
+	ev   replay.Event // what rec records
 }
 
 // errSettleWait is New's error for WithWait beside charging by the
@@ -227,6 +230,11 @@ func (s *settlement) apply(r keyfunc.Request, resp Response) (int64, bool) {
 	}
 	if set.chargeIf != nil && !set.chargeIf(resp.Status) {
 		final = 0
+	}
+	if s.rec != nil {
+		ev := s.ev
+		ev.Status = resp.Status
+		s.rec.Record(ev)
 	}
 	if final == resp.Reserved {
 		return 0, false

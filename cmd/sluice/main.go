@@ -20,6 +20,8 @@
 //	sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
 //	sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
 //	sluice [flags] ready
+//	sluice simulate -limits FILE -log FILE [-top N] [-deny-at-most PERCENT]
+//	sluice convert -key FIELD [-prefix TEXT] [-in FILE] [-out FILE]
 //
 // An override is "allow", "deny", or limits as core.ParseLimit reads them,
 // several separated by ";": "600/1m burst 600", "10/s; 1000/h". A key is
@@ -79,6 +81,23 @@
 // ready checks the limiter's Redis as a readiness probe does (see
 // core.Limiter.Ready): it prints "ready" and exits 0, or prints the cause
 // and exits 1.
+//
+// # Replay
+//
+// simulate replays a recorded log through sluice's own arithmetic, under
+// each rule of a limits file, without Redis (see package core/replay and
+// docs/replay.md):
+//
+//	sluice simulate -limits limits.txt -log requests.jsonl -deny-at-most 1
+//
+// It prints, per rule and per limit (per level of a path), the requests
+// admitted and denied, the first denial, the -top most denied keys, and
+// the smallest version of each limit that alone would have denied at most
+// -deny-at-most percent of them. A bad line of the log is reported with
+// its number and skipped. convert turns an access log in the combined
+// format into the log simulate reads, the key taken from one field:
+//
+//	sluice convert -key ip -in access.log -out requests.jsonl
 //
 // # Reaching Redis
 //
@@ -162,6 +181,8 @@ const usage = `usage:
   sluice [flags] path usage <scope> <name>=<limits>... -- <key>...
   sluice [flags] path reset <scope> <name>=<limits>... -- <key>...
   sluice [flags] ready
+  sluice simulate -limits FILE -log FILE [-top N] [-deny-at-most PERCENT]
+  sluice convert -key FIELD [-prefix TEXT] [-in FILE] [-out FILE]
 
 <override> is allow, deny, or limits such as "600/1m burst 600" or "10/s; 1000/h".
 <limits> are the middleware's limits, such as "600/m" or "10/s; 1000/h"; <scope> its
@@ -190,6 +211,9 @@ func runEnv(ctx context.Context, args []string, getenv func(string) string, stdo
 	// as soon as they are read: no message prints one, whatever it quotes.
 	var secrets []string
 	stdout, stderr = redactor{stdout, &secrets}, redactor{stderr, &secrets}
+	if offline(args) {
+		return runOffline(args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := getenv("REDIS_ADDR")

@@ -11,4 +11,5 @@ type Decision struct {
 	Next      int64 // until a unit request could be admitted, after this decision
 	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 	Epoch     int64 // the Redis store's: the epoch of a stepped key's hash tag as its script read it; 0: not read
+	At        int64 // the Redis store's: the instant its script decided at (TIME), unix microseconds; 0: not said
 }

@@ -25,6 +25,11 @@ var BucketScript = redis.NewScript(BucketLua)
 // layout table at the top of core/internal/redisstore/bucket.lua).
 const ReplyWidth = 5
 
+// ReplyTime is the number of integers the script returns once per call,
+// after its keys' replies and epochs: the instant the keys were decided
+// at (see the layout table).
+const ReplyTime = 1
+
 // ErrKeyFailed is a key's answer in a batch when the script failed on that
 // key alone (its reply flags are -1); the other keys of the batch have
 // their answers.
@@ -54,7 +59,7 @@ func (c *Query) loneKeys() []string {
 
 // decode checks and decodes the reply of a call that decided c alone.
 func (c *Query) decode(vals []int64) (decision, error) {
-	want := ReplyWidth
+	want := ReplyWidth + ReplyTime
 	if c.quota != nil {
 		want++
 	}
@@ -64,6 +69,9 @@ func (c *Query) decode(vals []int64) (decision, error) {
 	d, err := ParseReply(vals[:ReplyWidth], c.Plan)
 	if c.quota != nil {
 		d.Epoch = vals[ReplyWidth]
+	}
+	if err == nil {
+		d.At = vals[len(vals)-1]
 	}
 	return d, err
 }

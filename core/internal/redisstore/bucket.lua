@@ -66,7 +66,10 @@
 --
 -- Reply: five integers per key, in key order, then, with a quota section,
 -- one per entry in its order: the tag's epoch as read (its first 13 hex
--- digits; 0 when the key failed before it was read).
+-- digits; 0 when the key failed before it was read), and last, once per
+-- call, now: the instant every key was decided at (TIME, unix
+-- microseconds), which a recorded decision carries so that a replay
+-- through the Go model decides at the same instant (core.Result.Time).
 --   | 1 | flags     | 1 if admitted, +2 if locked, +4 times the index    |
 --   |   |           | (0-based) of the limit that decided: of those that |
 --   |   |           | deny, the one with the longest retry, else the one |
@@ -241,7 +244,8 @@ if nargs < 8 then
       if nargs > 5 then penalty_us = argv[6] + 0 end
     end
   end
-  return { decide_one(keys[1], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, argv[3] * ticks_per_event) }
+  local flags, remaining, delay_us, reset_us, next_us = decide_one(keys[1], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, argv[3] * ticks_per_event)
+  return { flags, remaining, delay_us, reset_us, next_us, now }
 end
 
 -- The batch form. Each key's decision may fail alone: the keys are decided
@@ -399,4 +403,5 @@ end
 if qepoch then
   for j = 1, #qepoch do reply[5 * nkeys + j] = qepoch[j] end
 end
+reply[#reply + 1] = now
 return reply

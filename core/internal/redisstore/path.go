@@ -94,7 +94,7 @@ func deliverPaths(members []*batch.Member[*PathQuery, PathAnswer], vals []int64,
 			quotas++
 		}
 	}
-	if err == nil && len(vals) != PathReplyWidth*len(members)+quotas {
+	if err == nil && len(vals) != PathReplyWidth*len(members)+quotas+ReplyTime {
 		err = fmt.Errorf("%w of %d values for %d paths", errBadReply, len(vals), len(members))
 	}
 	q := PathReplyWidth * len(members)
@@ -115,6 +115,9 @@ func deliverPaths(members []*batch.Member[*PathQuery, PathAnswer], vals []int64,
 		}
 		m.Res, m.Err = parsePathAnswer(v, m.Req.Plans)
 		m.Res.Epoch = epoch
+		if m.Err == nil {
+			m.Res.D.At = vals[len(vals)-1]
+		}
 	}
 }
 
@@ -136,14 +139,20 @@ type PathQuery struct {
 
 // decode checks and decodes the reply of a call that decided c alone.
 func (c *PathQuery) decode(vals []int64) (PathAnswer, error) {
-	if !c.quota {
-		return parsePathAnswer(vals, c.Plans)
+	want := PathReplyWidth + ReplyTime
+	if c.quota {
+		want++
 	}
-	if len(vals) != PathReplyWidth+1 {
-		return PathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(vals), PathReplyWidth+1)
+	if len(vals) != want {
+		return PathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(vals), want)
 	}
 	a, err := parsePathAnswer(vals[:PathReplyWidth], c.Plans)
-	a.Epoch = vals[PathReplyWidth]
+	if c.quota {
+		a.Epoch = vals[PathReplyWidth]
+	}
+	if err == nil {
+		a.D.At = vals[len(vals)-1]
+	}
 	return a, err
 }
 

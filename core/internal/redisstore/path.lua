@@ -62,12 +62,14 @@
 --   |   |           | (see read_level), if any                               |
 --
 -- With a quota section, a seventh: the tag's epoch as read (its first 13
--- hex digits).
+-- hex digits). Last, always: now, the instant the path was decided at
+-- (TIME, unix microseconds), as in bucket.lua.
 --
 -- Batch form reply: six integers per path, in order; flags -1 (and five
 -- zeros) for a path that raised an error of its own (WRONGTYPE, ERR): it
 -- wrote nothing, and the other paths are decided. Then one integer per
 -- path with a quota section, in order: its epoch (0 for a failed path).
+-- Last, once per call: now, as in the lone form.
 --
 -- Errors: a path's error is raised before it writes anything (every level
 -- is read and judged first), so a failed path charges nothing. In the lone
@@ -301,6 +303,7 @@ if ARGV[1] ~= '0' then -- the lone form
   if nkeys ~= #KEYS then error('ERR sluice: path.lua wants one key per level, and one for a quota section') end
   local res, epoch = decide_path(0, 1, #ARGV)
   if epoch then res[7] = epoch end
+  res[#res + 1] = now
   return res
 end
 
@@ -333,4 +336,5 @@ for i = 1, npaths do
 end
 if nfailed == npaths then error(first_error, 0) end
 for j = 1, #epochs do reply[6 * npaths + j] = epochs[j] end
+reply[#reply + 1] = now
 return reply

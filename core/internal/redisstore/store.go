@@ -437,7 +437,7 @@ func deliver(members []*batch.Member[*Query, decision], vals []int64, err error)
 			quotas++
 		}
 	}
-	if err == nil && len(vals) != ReplyWidth*len(members)+quotas {
+	if err == nil && len(vals) != ReplyWidth*len(members)+quotas+ReplyTime {
 		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), len(members))
 	}
 	q := ReplyWidth * len(members)
@@ -450,6 +450,9 @@ func deliver(members []*batch.Member[*Query, decision], vals []int64, err error)
 		if m.Req.quota != nil {
 			m.Res.Epoch = vals[q]
 			q++
+		}
+		if m.Err == nil {
+			m.Res.At = vals[len(vals)-1]
 		}
 	}
 }

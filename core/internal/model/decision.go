@@ -11,4 +11,5 @@ type Decision struct {
 	Next      int64 // until a unit request could be admitted, after this decision
 	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 	Epoch     int64 // the Redis store's: the epoch of a stepped key's hash tag as its script read it; 0: not read
+	Reason    int   // a path's shared level's denial beyond its bucket: 1 fair share, 2 a class's reserve; 0: none
 }

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,17 +13,6 @@ import (
 	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
-
-// injectedShareScript is injectedPathScript with the share records'
-// expiries stretched too, so that a record never expires in real time
-// before the virtual clock has left its windows.
-var injectedShareScript = func() *redis.Script {
-	const px = "'PX', px)"
-	if strings.Count(injectedPathSrc, px) != 2 {
-		panic("path.lua no longer writes its two share records as the test expects")
-	}
-	return redis.NewScript(strings.ReplaceAll(injectedPathSrc, px, fmt.Sprintf("'PX', px + %d)", expiryStretch.Milliseconds())))
-}()
 
 // shareModel is the model's side of TestPathShareDifferential: every
 // bucket and record by its stored name.
@@ -154,7 +142,7 @@ func TestPathShareDifferential(t *testing.T) {
 					args = append(append(args, len(o.args)), o.args...)
 				}
 			}
-			vals, err := injectedShareScript.Run(ctx, rdb, keys, append(args, now)...).Int64Slice()
+			vals, err := injectedPathScript.Run(ctx, rdb, keys, append(args, now)...).Int64Slice()
 			if err != nil {
 				t.Fatalf("seq %d step %d: %v", seq, step, err)
 			}
@@ -223,5 +211,58 @@ func checkShareStored(t *testing.T, ctx context.Context, rdb *redis.Client, m *s
 		if v, _ := vals[i].(string); v != want[k] {
 			t.Fatalf("%s: %s holds %q, model %q", at, k, v, want[k])
 		}
+	}
+}
+
+// TestShareModelMaxMin runs the model alone (stepPathShare on a parent of
+// 1,000/s, burst 100, a 1 s window) for 10 s of Poisson traffic from
+// three children offering 50/s, 400/s and 5,000/s: max-min gives them
+// 50, 400 and the remaining 550. The two that ask less than an equal
+// share of what is left get at least 97% of what they offered, and the
+// parent admits at least 99% of what it allows.
+func TestShareModelMaxMin(t *testing.T) {
+	lim, err := NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := lim.PreparePath("maxmin", Level{Name: "up", Limits: []Limit{{Rate: 1000, Period: time.Second, Burst: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	levels := [][]tickLimit{pr.plans[0].Ticks}
+	b, p := &bucket{}, &fairParent{}
+	rates := []float64{50, 400, 5000}
+	children := []*fairChild{{}, {}, {}}
+	type arrival struct {
+		at    int64
+		child int
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var arrivals []arrival
+	const d = 10_000_000
+	for k, rate := range rates {
+		for at := int64(r.ExpFloat64() * 1e6 / rate); at < d; at += int64(r.ExpFloat64() * 1e6 / rate) {
+			arrivals = append(arrivals, arrival{at, k})
+		}
+	}
+	slices.SortFunc(arrivals, func(a, b arrival) int { return int(a.at - b.at) })
+	got, offered := make([]int, 3), make([]int, 3)
+	const t0 = 1_800_000_000_000_000
+	for _, a := range arrivals {
+		g := &shareGate{Fair: true, Weight: 1, Window: 1_000_000, Contend: 50}
+		dec, _, _ := stepPathShare([]*bucket{b}, t0+a.at, levels, 1, 0, 0, g, p, children[a.child])
+		offered[a.child]++
+		if dec.Allowed {
+			got[a.child]++
+		}
+	}
+	t.Logf("offered %v, admitted %v", offered, got)
+	for k := range 2 {
+		if got[k]*100 < offered[k]*97 {
+			t.Errorf("child %d (%.0f/s): %d of %d admitted, want at least 97%%", k, rates[k], got[k], offered[k])
+		}
+	}
+	if total := got[0] + got[1] + got[2]; total*100 < 99*10_100 {
+		t.Errorf("%d admitted in all, want at least 99%% of the 10,100 the parent allows", total)
 	}
 }

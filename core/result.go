@@ -43,6 +43,12 @@ type Result struct {
 	// data); Limit is then one of that level's limits. Empty for a
 	// decision of one key.
 	Level string
+	// Class is, for a path whose shared level has classes ([Share]), the
+	// request's class as the rule names it. Empty otherwise.
+	Class string
+	// Reason is, for a denial by a path's shared level beyond its bucket,
+	// why: [ReasonFairShare] or [ReasonReserve]. Empty otherwise.
+	Reason string
 }
 
 // resultOf is d, a decision under p, as the caller's Result.

@@ -189,4 +189,3 @@ func TestShareOneCommandPerDecision(t *testing.T) {
 		t.Errorf("evalsha calls = %d, want %d", after["evalsha"]-before["evalsha"], n)
 	}
 }
-

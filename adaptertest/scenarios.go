@@ -64,6 +64,7 @@ func Scenarios() []Scenario {
 		nativeKey(),
 		tenantPlans(),
 		paths(),
+		shared(),
 		customKey(),
 		{
 			Name:    "skipped requests pass without headers",

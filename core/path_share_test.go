@@ -170,6 +170,19 @@ func TestPathShareDifferential(t *testing.T) {
 					lowerDenials++
 				}
 			}
+			for _, o := range batch {
+				if !o.gate.Fair {
+					continue
+				}
+				// The records expire when the model says (stretched by
+				// the test's script, less the real time since).
+				want := ceilDiv(shareTTL(now, o.gate), 1000) + expiryStretch.Milliseconds()
+				for _, k := range o.rkeys[len(o.rkeys)-2:] {
+					if px := rdb.PTTL(ctx, k).Val().Milliseconds(); px > want || px < want-5000 {
+						t.Fatalf("seq %d step %d: %s expires in %d ms, want %d (less the real time since)", seq, step, k, px, want)
+					}
+				}
+			}
 			checkShareStored(t, ctx, rdb, m, fmt.Sprintf("seq %d step %d", seq, step))
 		}
 	}

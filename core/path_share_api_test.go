@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/redisstore"
 	"github.com/sluicehq/sluice/redistest"
 )
 
@@ -187,5 +188,40 @@ func TestShareOneCommandPerDecision(t *testing.T) {
 	}
 	if after["evalsha"]-before["evalsha"] != n {
 		t.Errorf("evalsha calls = %d, want %d", after["evalsha"]-before["evalsha"], n)
+	}
+}
+
+// TestShareForeignRecord: a share record of another type (a hash another
+// program wrote) or of no shape a script writes (10 MB) is read as empty
+// and overwritten: the decision is Redis's, never the fallback's.
+func TestShareForeignRecord(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	lim := newRedisLimiter(t, addr, WithPrefix(uniquePrefix()))
+	r, err := lim.PreparePath("foreign", upstreamLevels(nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := redisOf(lim).Prefix()
+	var rkeys []string
+	for lv, p := range r.plans {
+		rkeys = append(rkeys, redisstore.RedisKeyFrom(prefix, p.FP, "upstream", pathKeyOf([]string{"upstream", "acme"}, lv), nil))
+	}
+	parent, child := redisstore.ShareKeys(rkeys, 0)
+	if err := rdb.HSet(ctx, parent, "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, child, strings.Repeat("9", 10<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Allow(ctx, "upstream", "acme")
+	if err != nil || !res.Allowed || res.Degraded {
+		t.Fatalf("the decision over foreign records: %+v, %v; want admitted by Redis", res, err)
+	}
+	for _, k := range []string{parent, child} {
+		if v, err := rdb.Get(ctx, k).Result(); err != nil || len(v) > 100 {
+			t.Errorf("%s after the decision: %d bytes, %v; want the script's record", k, len(v), err)
+		}
 	}
 }

@@ -184,10 +184,10 @@ local function read_share(key, n)
     call('DEL', key)
     return nil
   end
-  if not v then return nil end
+  if not v or #v > 24 * n then return nil end
   local f = {}
   for x in string.gmatch(v, '%-?%d+') do f[#f + 1] = x + 0 end
-  if #f ~= n or #v > 24 * n then return nil end
+  if #f ~= n then return nil end
   return f
 end
 

@@ -658,6 +658,12 @@ func TestNewPanics(t *testing.T) {
 		if m.Enforce != 0 {
 			opts = append(opts, WithEnforce(m.Enforce))
 		}
+		if m.PathRoot != "" {
+			opts = append(opts, WithPath(m.PathRoot, m.Path...))
+		}
+		if m.Share != nil {
+			opts = append(opts, WithShare(m.ShareLevel, *m.Share))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {

@@ -53,7 +53,9 @@ const (
 type Share struct {
 	// Fair shares the level fairly among its children when contended.
 	Fair bool
-	// Weights weighs children by their key (the level below's); a child
+	// Weights weighs children by their key (the level below's, as the
+	// path gives it: behind a middleware, as the level's key function
+	// returns it, its prefix included, such as "tenant:acme"); a child
 	// not named weighs 1. Each weight is 1 to [MaxWeight]. Default: all 1.
 	Weights map[string]int
 	// Window is the span over which a child's consumption is counted.

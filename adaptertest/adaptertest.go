@@ -127,6 +127,11 @@ type Middleware struct {
 	// pass the option".
 	PathRoot string
 	Path     []policy.PathLevel
+	// Share and ShareLevel map to WithShare, when Share is not nil; Class
+	// to WithClass.
+	Share      *core.Share
+	ShareLevel string
+	Class      keyfunc.Func
 	// Enforce maps to WithEnforce; zero means "do not pass the option"
 	// (a canary enforcing no key is a dry run: DryRun).
 	Enforce float64
@@ -447,6 +452,12 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.PathRoot != "" {
 		opts = append(opts, policy.WithPath[C, H](m.PathRoot, m.Path...))
+	}
+	if m.Share != nil {
+		opts = append(opts, policy.WithShare[C, H](m.ShareLevel, *m.Share))
+	}
+	if m.Class != nil {
+		opts = append(opts, policy.WithClass[C, H](m.Class))
 	}
 	if m.Enforce != 0 {
 		opts = append(opts, policy.WithEnforce[C, H](m.Enforce))

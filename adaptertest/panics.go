@@ -16,10 +16,11 @@ import (
 // RunPanics checks that an adapter's constructor panics on each programming
 // mistake it must catch at setup: a nil limiter, a nil key function, an
 // invalid limit, extra limit or concurrency cap, a negative wait, an
-// unknown header style, a WithEnforce fraction outside [0, 1] and a
-// WithWarning threshold outside (0, 1]. The panic message must begin with
-// pkg and ": ", and for an invalid limit or cap the panic value must be an
-// error wrapping [core.ErrInvalidLimit].
+// unknown header style, a WithEnforce fraction outside [0, 1], a
+// WithWarning threshold outside (0, 1], and a WithShare the core refuses
+// (a weight of 0, reserves over 1) or of a level WithPath does not name.
+// The panic message must begin with pkg and ": ", and for an invalid limit
+// or cap the panic value must be an error wrapping [core.ErrInvalidLimit].
 //
 // mk builds the adapter's middleware for m on lim, as a [Build] does.
 func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middleware)) {
@@ -44,6 +45,9 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "enforce NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: math.NaN()}},
 		{name: "warning above 1", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Warning: 1.5}},
 		{name: "warning NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Warning: math.NaN()}},
+		{name: "share weight 0", lim: lim, m: shareMistake(core.Share{Fair: true, Weights: map[string]int{"a": 0}}, "up")},
+		{name: "share reserves over 1", lim: lim, m: shareMistake(core.Share{Classes: []core.Class{{Name: "a", Reserve: 0.6}, {Name: "b", Reserve: 0.6}}}, "up")},
+		{name: "share of an unknown level", lim: lim, m: shareMistake(core.Share{Fair: true}, "org")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
@@ -61,5 +65,15 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 			m := tc.m
 			mk(tc.lim, &m)
 		})
+	}
+}
+
+// shareMistake is a middleware on a path "up" over "tenant" whose level
+// named level is shared as s.
+func shareMistake(s core.Share, level string) Middleware {
+	return Middleware{
+		Limit: core.PerSecond(10), Key: keyfunc.IP(), PathRoot: "up",
+		Path:  []policy.PathLevel{{Name: "tenant", Key: keyfunc.Header("X-Tenant"), Limits: []core.Limit{core.PerSecond(5)}}},
+		Share: &s, ShareLevel: level,
 	}
 }

@@ -46,3 +46,43 @@ func paths() Scenario {
 		},
 	}
 }
+
+// shared is the conformance case of a shared level (WithShare, WithClass):
+// an upstream of 10 a minute whose "critical" class holds half its burst
+// from the "rest". A request of the rest that would spend the reserve is a
+// 429 whose problem names the reason and the class; a critical request is
+// still admitted.
+func shared() Scenario {
+	call := func(priority string) Request {
+		return req("/items/1", "X-Tenant", "acme", "X-Priority", priority)
+	}
+	return Scenario{
+		Name:    "a shared level's classes and reserves",
+		Limiter: Frozen,
+		Use: &Middleware{
+			Limit: core.PerMinute(10), Key: keyfunc.Static("upstream"),
+			ProblemJSON: true, Scope: "api",
+			PathRoot:   "upstream",
+			Path:       []policy.PathLevel{{Name: "tenant", Key: keyfunc.Header("X-Tenant"), Limits: []core.Limit{core.PerMinute(100)}}},
+			Share:      &core.Share{Classes: []core.Class{{Name: "critical", Reserve: 0.5}, {Name: "rest"}}},
+			ShareLevel: "upstream",
+			Class: func(r keyfunc.Request) (string, error) {
+				return r.Header("X-Priority"), nil
+			},
+		},
+		Routes: []Route{{Method: "GET", Pattern: "/items/{id}"}},
+		Steps: []Step{
+			{Request: call("rest"), Want: Want{Status: 200}},
+			{Request: call("rest"), Want: Want{Status: 200}},
+			{Request: call("rest"), Want: Want{Status: 200}},
+			{Request: call("rest"), Want: Want{Status: 200}},
+			{Request: call("rest"), Want: Want{Status: 200}},
+			// Five left: the rest may not take the critical half.
+			{Request: call("rest"), Want: Want{Status: 429, ContentType: problemJSON,
+				Body: `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Rate limit exceeded; retry after 6 s.","violated-policies":["upstream.10/m"],"reason":"class reserve","class":"rest"}`}},
+			{Request: call("critical"), Want: Want{Status: 200}},
+			{Request: call(""), Want: Want{Status: 429}}, // no class: the last
+			{Request: call("gold"), Want: Want{Status: 500}},
+		},
+	}
+}

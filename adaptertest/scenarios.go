@@ -66,6 +66,7 @@ func Scenarios() []Scenario {
 		nativeKey(),
 		tenantPlans(),
 		paths(),
+		shared(),
 		customKey(),
 		{
 			Name:    "skipped requests pass without headers",

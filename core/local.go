@@ -262,13 +262,14 @@ func (e *localEntry) weight(now int64) int64 {
 // in bytes, since no entry holds more than maxLocalKey bytes of its key. It
 // runs the same arithmetic as the Redis script (gcra.go).
 type localStore struct {
-	m     *shardedMap[localEntry]
-	slotc slotCounts // slots in flight (see Concurrency); bounded by them
-	owed  *owedStore // what the fallback admitted that Redis has not seen (owed.go); nil but for New under FallbackLocal
+	m      *shardedMap[localEntry]
+	slotc  slotCounts         // slots in flight (see Concurrency); bounded by them
+	owed   *owedStore         // what the fallback admitted that Redis has not seen (owed.go); nil but for New under FallbackLocal
+	shares *shareLocalRecords // the records of paths' shared levels (path_share.go)
 }
 
 func newLocalStore(capacity int) *localStore {
-	return &localStore{m: newShardedMap(capacity, (*localEntry).weight), slotc: slotCounts{n: make(map[localKey]int)}}
+	return &localStore{m: newShardedMap(capacity, (*localEntry).weight), slotc: slotCounts{n: make(map[localKey]int)}, shares: newShareLocalRecords()}
 }
 
 // slots returns the counts of concurrency slots held in memory.

@@ -19,6 +19,7 @@ type (
 	lostSlot    = model.LostSlot
 	settleAsk   = model.SettleAsk
 	pathAsk     = model.PathAsk
+	shareGate   = model.ShareAsk
 	buckets     = model.Buckets
 	renewal     = model.Renewal
 	leaseCall   = model.LeaseCall

@@ -27,6 +27,7 @@ const maxLevelName = 64
 type Level struct {
 	Name   string
 	Limits []Limit
+	Share  *Share // the level is a parent its children share (see Share); nil: not shared
 }
 
 // PathRule decides a path of keys, such as an organisation, one of its
@@ -65,6 +66,8 @@ type PathRule struct {
 	minB    int64         // the smallest Burst of every level
 	penalty int64         // microseconds; -1: the limiter's (see PathRule.WithPenalty)
 	dryRun  bool
+	share   *pathShare // the shared level's, if any (see Share)
+	class   int        // the requests' class (see PathRule.InClass); -1: none
 }
 
 // PreparePath validates and compiles a path's levels, root first, into a
@@ -73,12 +76,15 @@ type PathRule struct {
 // error for no level or more than [MaxLevels], a level without a name,
 // with a name longer than 64 bytes or used twice, and (wrapping
 // [ErrInvalidLimit]) a level without limits, with more than eight, or with
-// an invalid one.
+// an invalid one; and for a [Share] that is not valid (see there): on more
+// than one level, on a level of other than one continuous limit, fair
+// with no level below, a weight below 1, a class without a name or with
+// one used twice, a reserve outside 0 to 1, or reserves summing over 1.
 func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) {
 	if len(levels) == 0 || len(levels) > MaxLevels {
 		return nil, fmt.Errorf("core: PreparePath: %d levels, want 1 to %d", len(levels), MaxLevels)
 	}
-	r := &PathRule{lim: l, scope: scope, penalty: -1}
+	r := &PathRule{lim: l, scope: scope, penalty: -1, class: -1}
 	for i, lv := range levels {
 		switch {
 		case lv.Name == "":
@@ -97,6 +103,15 @@ func (l *Limiter) PreparePath(scope string, levels ...Level) (*PathRule, error) 
 		r.views = append(r.views, &p.Plan)
 		if i == 0 || p.minB < r.minB {
 			r.minB = p.minB
+		}
+		if lv.Share == nil {
+			continue
+		}
+		if r.share != nil {
+			return nil, fmt.Errorf("core: PreparePath: levels %q and %q have a Share; at most one level of a path is shared", r.names[r.share.level], lv.Name)
+		}
+		if r.share, err = compileShare(lv.Share, i, levels, p); err != nil {
+			return nil, err
 		}
 	}
 	return r, nil
@@ -242,6 +257,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		q.IDs[i] = plans[i].ID
 		q.Levels[i] = plans[i].Ticks
 	}
+	q.Share = r.gate(path, q.Levels)
 	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
 		if d.Allowed && l.remote {
@@ -270,7 +286,8 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		q.Levels[i] = shares[i].ticks
 		minB = min(minB, shares[i].minB)
 	}
-	d, lv = l.local.takePath(q.IDs, pd.keys, now, q.Levels, minB, 0, penalty)
+	q.Share = r.gate(path, q.Levels) // the fallback's share of the parent: its reserves and contention in its Burst
+	d, lv = l.local.takePath(q, minB)
 	d.At = now
 	res := l.resultPath(d, r, lv, true)
 	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
@@ -282,6 +299,8 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Result {
 	res := resultOf(d, r.plans[lv])
 	res.Level = r.names[lv]
+	res.Class = r.className()
+	res.Reason = reasonOf(d)
 	res.Degraded = degraded
 	res.DryRun = r.dryRun
 	if d.Remaining < 0 { // fail-open: nothing was counted
@@ -304,11 +323,14 @@ func (l *Limiter) observe(res Result, src Source) {
 	}
 }
 
-// takePath decides a request on a path in local memory, all or nothing
-// (see stepPath): every level's shard is locked, in shard order, for the
-// whole decision. Level i is keys[i] under the plan of id ids[i] and
-// limits levels[i].
-func (s *localStore) takePath(ids []uint64, keys []string, now int64, levels [][]tickLimit, cost, maxWait, penalty int64) (decision, int) {
+// takePath decides q, a request on a path, in local memory, all or
+// nothing (see stepPath), at cost (q's, or less in a fallback): every
+// level's shard is locked, in shard order, for the whole decision. Level
+// i is q.Keys[i] under the plan of id q.IDs[i] and limits q.Levels[i]; a
+// shared level's records are the store's (see stepPathShare).
+func (s *localStore) takePath(q *pathAsk, cost int64) (decision, int) {
+	ids, keys, now, levels, penalty := q.IDs, q.Keys, q.Now, q.Levels, q.Penalty
+	const maxWait = 0
 	n := len(keys)
 	lks := make([]localKey, n)
 	idx := make([]int, n)
@@ -336,7 +358,17 @@ func (s *localStore) takePath(ids []uint64, keys []string, now int64, levels [][
 		}
 		bs[i] = b
 	}
-	d, lv, wrote := stepPath(bs, now, levels, cost, maxWait, penalty)
+	var d decision
+	var lv int
+	var wrote []bool
+	if g := q.Share; g != nil && g.Fair {
+		pk, ck := shareRecordKeys(ids, keys, g)
+		s.shares.take(pk, ck, now, g.Window, func(p *fairParent, c *fairChild) {
+			d, lv, wrote = stepPathShare(bs, now, levels, cost, maxWait, penalty, g, p, c)
+		})
+	} else {
+		d, lv, wrote = stepPathShare(bs, now, levels, cost, maxWait, penalty, q.Share, nil, nil)
+	}
 	for i := range keys {
 		if !wrote[i] {
 			continue

@@ -17,17 +17,32 @@ package core
 // the fewest requests left (the first of equals), as core/internal/redisstore/path.lua's
 // reply says.
 func stepPath(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, penalty int64) (decision, int, []bool) {
+	return stepPathShare(bs, now, levels, cost, maxWait, penalty, nil, nil, nil)
+}
+
+// stepPathShare is stepPath with a shared level (see path_share_model.go):
+// with g, the child is counted as asking in the records p and c first;
+// the shared level's bucket, when it admits, is then judged by the gate
+// too, whose denial is a denial of that level that never locks (the
+// penalty is for a bucket's own denials); when every level admits, the
+// child's cost is counted. The decision's Reason is the gate's, if it
+// decided.
+func stepPathShare(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, penalty int64, g *shareGate, p *fairParent, c *fairChild) (decision, int, []bool) {
 	n := len(levels)
+	if g != nil && g.Fair {
+		shareRoll(p, c, now, g)
+	}
 	trial := make([]bucket, n)
 	ds := make([]decision, n)
 	allAdmit := true
 	deciding := -1
 	var maxWaitUS, maxNext int64
 	for i := range levels {
-		b := *bs[i]
-		b.tats = append([]tat(nil), bs[i].tats...)
-		trial[i] = b
-		d, _ := stepBucket(&trial[i], now, levels[i], cost, maxWait, 0)
+		var d decision
+		trial[i], d = judgeLevel(bs[i], now, levels[i], cost, maxWait)
+		if g != nil && i == g.Level {
+			d = gateShare(bs[i], d, levels[i][0], now, cost, g, p, c)
+		}
 		ds[i] = d
 		take := false
 		if d.Allowed {
@@ -49,15 +64,27 @@ func stepPath(bs []*bucket, now int64, levels [][]tickLimit, cost, maxWait, pena
 				wrote[i] = true
 			}
 		}
+		if g != nil && g.Fair && cost > 0 {
+			shareCharge(p, c, cost)
+		}
 		d := ds[deciding]
 		d.Wait, d.Next = maxWaitUS, maxNext
 		return d, deciding, wrote
 	}
 	d := ds[deciding]
-	if penalty > 0 && !d.Locked {
+	if penalty > 0 && !d.Locked && d.Reason == reasonBucket {
 		// Judged again on the real bucket, with the penalty: the same
 		// denial, which now locks the key.
 		d, wrote[deciding] = stepBucket(bs[deciding], now, levels[deciding], cost, maxWait, penalty)
 	}
 	return d, deciding, wrote
+}
+
+// judgeLevel judges one level of a path alone, as stepBucket would, on a
+// copy of its bucket b: the copy, charged if admitted, and the decision.
+func judgeLevel(b *bucket, now int64, ticks []tickLimit, cost, maxWait int64) (bucket, decision) {
+	trial := *b
+	trial.tats = append([]tat(nil), b.tats...)
+	d, _ := stepBucket(&trial, now, ticks, cost, maxWait, 0)
+	return trial, d
 }

@@ -29,7 +29,7 @@ func TestCalendarQuotaAcrossRestart(t *testing.T) {
 			return func() (Result, error) { return rule.Allow(context.Background(), "org:acme") }
 		}},
 		{"path", func(t *testing.T, lim *Limiter) func() (Result, error) {
-			pr, err := lim.PreparePath("q", Level{"org", []Limit{quota}}, Level{"user", []Limit{PerMinute(1000)}})
+			pr, err := lim.PreparePath("q", Level{Name: "org", Limits: []Limit{quota}}, Level{Name: "user", Limits: []Limit{PerMinute(1000)}})
 			if err != nil {
 				t.Fatal(err)
 			}

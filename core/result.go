@@ -54,6 +54,12 @@ type Result struct {
 	// same arithmetic at Time decides the same (see package
 	// core/replay). Zero for a fail-open admission.
 	Time time.Time
+	// Class is, for a path whose shared level has classes ([Share]), the
+	// request's class as the rule names it. Empty otherwise.
+	Class string
+	// Reason is, for a denial by a path's shared level beyond its bucket,
+	// why: [ReasonFairShare] or [ReasonReserve]. Empty otherwise.
+	Reason string
 }
 
 // resultOf is d, a decision under p, as the caller's Result.

@@ -101,7 +101,7 @@ var steppedSettleCases = []settleCase{
 	}},
 	{"path: the org's monthly quota charged by the tokens used", func(t *testing.T, lim *Limiter, now *time.Time) {
 		ctx := context.Background()
-		pr, err := lim.PreparePath("tokens", Level{"org", []Limit{PerCalendarMonth(1000, "UTC")}}, Level{"user", []Limit{PerMinute(5000)}})
+		pr, err := lim.PreparePath("tokens", Level{Name: "org", Limits: []Limit{PerCalendarMonth(1000, "UTC")}}, Level{Name: "user", Limits: []Limit{PerMinute(5000)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -169,7 +169,7 @@ func (m memStore) InFlight(_ context.Context, a slotAsk) (int, error) {
 }
 
 func (m memStore) DecidePath(_ context.Context, q *pathAsk) (decision, int, error) {
-	d, lv := m.local.takePath(q.IDs, q.Keys, q.Now, q.Levels, q.Cost, 0, q.Penalty)
+	d, lv := m.local.takePath(q, q.Cost)
 	d.At = q.Now
 	return d, lv, nil
 }

@@ -64,6 +64,20 @@ func WithChargeIf(pred func(status int) bool) Option {
 	return policy.WithChargeIf[*echo.Context, Handlers](pred)
 }
 
+// WithClass picks each request's priority class of the [policy.WithShare] level
+// with f, a function of the request as a key function is: its result is a
+// class's name. A request whose class f does not find ([keyfunc.ErrNoKey],
+// or "") is of the last class; a name the level has no class of fails the
+// request as a limit function's error does. f must be safe for
+// concurrent use.
+//
+// Default: every request is of the last class.
+//
+// The same option as every adapter's: [policy.WithClass], for echo v5.
+func WithClass(f keyfunc.Func) Option {
+	return policy.WithClass[*echo.Context, Handlers](f)
+}
+
 // WithConcurrency caps the requests in flight per key: at most c.Max
 // requests of one key run at once, across every replica sharing the
 // limiter's Redis (an upload endpoint capped at 4 per tenant, say). A
@@ -516,6 +530,31 @@ func WithRoute(pattern string) Option {
 // The same option as every adapter's: [policy.WithScope], for echo v5.
 func WithScope(name string) Option {
 	return policy.WithScope[*echo.Context, Handlers](name)
+}
+
+// WithShare makes the level named level of [policy.WithPath] (its root or a
+// level below) a parent shared by its children, the keys of the level
+// below it, as [core.Share] says: fair share among them when it is
+// contended (with weights), and priority classes with reserves of its
+// burst, a request's class chosen by [policy.WithClass]. An upstream's quota
+// shared fairly by tenants, say:
+//
+//	httplimit.New(lim, core.PerSecond(1000).WithBurst(100), keyfunc.Static("payments-api"),
+//		httplimit.WithPath("upstream", policy.PathLevel{Name: "tenant", Key: keyfunc.Header("X-Tenant"), Limits: []core.Limit{core.PerSecond(500)}}),
+//		httplimit.WithShare("upstream", core.Share{Fair: true}))
+//
+// A denial by the shared level beyond its bucket is a 429 like any, whose
+// [core.Result.Reason] says "fair share" or "class reserve" (the problem
+// body's reason member, with [policy.WithProblemJSON]); the level must have one
+// continuous limit. New panics (or returns an error, for the policy) for
+// a level WithPath does not name, and for a Share [core.Limiter.PreparePath]
+// refuses.
+//
+// Default: none; no level is shared.
+//
+// The same option as every adapter's: [policy.WithShare], for echo v5.
+func WithShare(level string, s core.Share) Option {
+	return policy.WithShare[*echo.Context, Handlers](level, s)
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

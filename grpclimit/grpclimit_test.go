@@ -661,6 +661,12 @@ func TestNewPanics(t *testing.T) {
 		if m.Warning != 0 {
 			opts = append(opts, WithWarning(m.Warning))
 		}
+		if m.PathRoot != "" {
+			opts = append(opts, WithPath(m.PathRoot, m.Path...))
+		}
+		if m.Share != nil {
+			opts = append(opts, WithShare(m.ShareLevel, *m.Share))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {
@@ -758,5 +764,32 @@ func TestDenyList(t *testing.T) {
 	}
 	if got := s.handled.Load(); got != 1 {
 		t.Errorf("%d calls reached the service, want 1", got)
+	}
+}
+
+// TestSharedLevel: on a real Redis, a path whose root is shared with
+// classes (WithShare, WithClass): calls of the last class (no priority
+// in their metadata) are refused with ResourceExhausted once they would
+// spend the reserve the critical class holds, half the root's burst,
+// though the root's bucket still has tokens.
+func TestSharedLevel(t *testing.T) {
+	lim, _ := redisLimiter(t)
+	s := serve(t, New(lim, core.PerMinute(10), keyfunc.Static("upstream"),
+		WithPath("upstream", policy.PathLevel{Name: "peer", Key: keyfunc.IP(), Limits: []core.Limit{core.PerMinute(100)}}),
+		WithShare("upstream", core.Share{Classes: []core.Class{{Name: "critical", Reserve: 0.5}, {Name: "rest"}}}),
+		WithClass(func(r keyfunc.Request) (string, error) { return r.Header("x-priority"), nil })))
+	c := s.dial("203.0.113.7:5000")
+	for i := range 6 {
+		a := check(t, c)
+		want := codes.OK
+		if i == 5 {
+			want = codes.ResourceExhausted
+		}
+		if a.code != want {
+			t.Fatalf("call %d: %v, want %v", i+1, a.err, want)
+		}
+	}
+	if got := s.handled.Load(); got != 5 {
+		t.Errorf("%d calls reached the service, want 5 (the other five tokens are the critical class's)", got)
 	}
 }

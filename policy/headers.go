@@ -126,6 +126,8 @@ type decided struct {
 	idx       int      // the deciding limit's index in rule.limits; -1 for one not in it (the local fallback's share)
 	limit     core.Limit
 	level     string // the deciding level of a path (see WithPath); "" for a key
+	reason    string // a shared level's denial beyond its bucket (see WithShare); "" otherwise
+	class     string // the request's class (see WithClass); "" for none
 	remaining int
 	reset     time.Duration // until the limit's bucket is full again
 	window    time.Duration // the draft's effective window: until the limit has more than remaining to give
@@ -146,7 +148,7 @@ func (v *Verdict) decide(d *decided) bool {
 		return true
 	}
 	res := &v.Result
-	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, level: res.Level, remaining: res.Remaining, reset: res.ResetAfter, warning: res.Warning && v.Action != Deny}
+	*d = decided{rule: v.rule, idx: -1, limit: res.Limit, level: res.Level, remaining: res.Remaining, reset: res.ResetAfter, warning: res.Warning && v.Action != Deny, reason: res.Reason, class: res.Class}
 	for i, l := range v.rule.limits {
 		if l == res.Limit && (v.rule.levels == nil || v.rule.levels[i] == res.Level) {
 			d.idx = i

@@ -142,7 +142,9 @@ func writeQuotaExceeded(b *strings.Builder, d *decided) {
 		what+"; retry after "+strconv.FormatInt(ceilSeconds(d.retry), 10)+" s.")
 	b.WriteString(`,"` + violatedPolicies + `":[`)
 	b.WriteString(d.item())
-	b.WriteString("]}")
+	b.WriteString("]")
+	writeShareMembers(b, d)
+	b.WriteString("}")
 }
 
 // refillSeconds is how long l's bucket takes to refill its Burst,

@@ -23,43 +23,46 @@ type Config[C, H any] struct {
 	// Adapter holds the adapter's own settings.
 	Adapter H
 
-	skip      func(C) bool
-	cost      func(C) int
-	limitFn   func(C) (core.Limit, error)
-	extra     []core.Limit
-	headers   HeaderStyle
-	dryRun    bool
-	enforce   float64 // WithEnforce's fraction, if enforceSet
-	enforceOn bool
-	warnAt    float64 // WithWarning's threshold, if warnSet
-	warnSet   bool
-	report    func(C, DryRunReport)
-	wait      time.Duration
-	problem   bool
-	scope     string
-	scopeSet  bool
-	perRoute  bool   // WithPerRoute
-	route     string // WithRoute
-	routeSet  bool
-	penalty   time.Duration // WithPenalty
-	penSet    bool
-	jitter    time.Duration
-	unit      string
-	conc      core.ConcurrencyLimit
-	concSet   bool
-	chargeIf  func(int) bool
-	finalCost func(C, Response) int
-	finalSet  bool
-	allow     []string           // WithAllow
-	deny      []string           // WithDeny
-	listIP    []keyfunc.IPOption // WithListClientIP
-	ovr       *overrides.Set     // WithOverrides
-	pathRoot  string             // WithPath's root level
-	path      []PathLevel        // WithPath's levels below the root
-	pathSet   bool
-	leases    core.LeaseBound // WithTokenLeases
-	leaseSet  bool
-	rec       Recorder // WithRecord; nil: none
+	skip       func(C) bool
+	cost       func(C) int
+	limitFn    func(C) (core.Limit, error)
+	extra      []core.Limit
+	headers    HeaderStyle
+	dryRun     bool
+	enforce    float64 // WithEnforce's fraction, if enforceSet
+	enforceOn  bool
+	warnAt     float64 // WithWarning's threshold, if warnSet
+	warnSet    bool
+	report     func(C, DryRunReport)
+	wait       time.Duration
+	problem    bool
+	scope      string
+	scopeSet   bool
+	perRoute   bool   // WithPerRoute
+	route      string // WithRoute
+	routeSet   bool
+	penalty    time.Duration // WithPenalty
+	penSet     bool
+	jitter     time.Duration
+	unit       string
+	conc       core.ConcurrencyLimit
+	concSet    bool
+	chargeIf   func(int) bool
+	finalCost  func(C, Response) int
+	finalSet   bool
+	allow      []string           // WithAllow
+	deny       []string           // WithDeny
+	listIP     []keyfunc.IPOption // WithListClientIP
+	ovr        *overrides.Set     // WithOverrides
+	pathRoot   string             // WithPath's root level
+	path       []PathLevel        // WithPath's levels below the root
+	pathSet    bool
+	leases     core.LeaseBound // WithTokenLeases
+	leaseSet   bool
+	rec        Recorder    // WithRecord; nil: none
+	share      *core.Share // WithShare's, on the level named shareLevel
+	shareLevel string
+	classOf    keyfunc.Func // WithClass
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks

@@ -76,9 +76,12 @@ func WithPath[C, H any](root string, below ...PathLevel) Option[C, H] {
 
 // pathSet is a policy's path: its root's name and the levels below.
 type pathSet struct {
-	root  string
-	below []PathLevel
-	rules pathRules
+	root    string
+	below   []PathLevel
+	rules   pathRules
+	share   *core.Share  // WithShare's; nil: none
+	shareAt int          // the shared level's index, the root 0
+	classOf keyfunc.Func // WithClass's; nil: none
 }
 
 // checkPath validates WithPath's levels against the rest of cfg.
@@ -169,6 +172,9 @@ func (p *Policy) pathOf(r keyfunc.Request, key string, root *rule) (*rule, []str
 		}
 	}
 	rl, err := ps.rules.get(id.String(), func() (*rule, error) { return p.newPathRule(scope, levels) })
+	if err == nil {
+		rl, err = ps.classRule(r, rl)
+	}
 	if err != nil {
 		return nil, nil, atLimit, err
 	}
@@ -212,6 +218,9 @@ func (p *Policy) newPathRule(scope string, levels [][]core.Limit) (*rule, error)
 	cls := make([]core.Level, len(levels))
 	for i, ls := range levels {
 		cls[i] = core.Level{Name: names[i], Limits: ls}
+		if ps.share != nil && i == ps.shareAt {
+			cls[i].Share = ps.share
+		}
 	}
 	pr, err := p.lim.PreparePath(scope, cls...)
 	if err != nil {
@@ -244,7 +253,7 @@ func (p *Policy) newPathRule(scope string, levels [][]core.Limit) (*rule, error)
 		items = append(items, set.cap.policyItem)
 	}
 	rl.policyField = strings.Join(items, ", ")
-	return rl, nil
+	return rl, ps.shareRules(rl)
 }
 
 // pathKey is the key of a whole path, for its concurrency slots: each key

@@ -136,6 +136,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if err != nil {
 		return nil, cfg.Adapter, err
 	}
+	if err := checkShare(&cfg, lim, append([]core.Limit{limit}, cfg.extra...), ps); err != nil {
+		return nil, cfg.Adapter, err
+	}
 	p.path = ps
 	if f := cfg.report; f != nil {
 		p.report = func(r keyfunc.Request, rep DryRunReport) { f(native(r), rep) }

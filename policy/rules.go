@@ -19,14 +19,15 @@ type rule struct {
 	engine      *core.Rule
 	id          ruleID // what it was prepared for (see ruleCache)
 	limits      []core.Limit
-	policyField string         // the RateLimit-Policy value
-	burstField  []string       // X-RateLimit-Limit per limit
-	items       []string       // each limit's RateLimit item name
-	cap         *capRule       // the policy's concurrency cap; nil: none
-	slots       string         // put before a key to name its concurrency slots: the scope's
-	warnField   string         // X-RateLimit-Warning's value (see WithWarning)
-	path        *core.PathRule // a path's rule (see WithPath); engine is then nil
-	levels      []string       // a path's: the level of each of limits
+	policyField string           // the RateLimit-Policy value
+	burstField  []string         // X-RateLimit-Limit per limit
+	items       []string         // each limit's RateLimit item name
+	cap         *capRule         // the policy's concurrency cap; nil: none
+	slots       string           // put before a key to name its concurrency slots: the scope's
+	warnField   string           // X-RateLimit-Warning's value (see WithWarning)
+	path        *core.PathRule   // a path's rule (see WithPath); engine is then nil
+	levels      []string         // a path's: the level of each of limits
+	classes     map[string]*rule // a path's with classes (see WithClass): the rule of each
 }
 
 // ruleSettings are a policy's settings that every rule it prepares shares.

@@ -44,3 +44,37 @@ sluice_decisions_total{dry_run="false",limit="user.unnamed",outcome="denied",sou
 		t.Fatal(err)
 	}
 }
+
+// TestShareDenialLabels: a shared level's denial beyond its bucket is
+// counted by limit, reason and class.
+func TestShareDenialLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	obs, err := sluiceprom.New(sluiceprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := core.NewMemory(core.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.PreparePath("api",
+		core.Level{Name: "upstream", Limits: []core.Limit{core.PerHour(10).WithName("hourly")},
+			Share: &core.Share{Classes: []core.Class{{Name: "critical", Reserve: 0.5}, {Name: "rest"}}}},
+		core.Level{Name: "tenant", Limits: []core.Limit{core.PerMinute(100)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 7 { // five admitted, two refused for the critical reserve
+		if _, err := r.Allow(context.Background(), "upstream", "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `
+# HELP sluice_share_denials_total Denials by a path's shared level beyond its bucket (core.Share), by limit (as decisions_total's), reason (fair share, class reserve) and class (the request's, "" for none).
+# TYPE sluice_share_denials_total counter
+sluice_share_denials_total{class="rest",limit="upstream.hourly",reason="class reserve"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_share_denials_total"); err != nil {
+		t.Fatal(err)
+	}
+}

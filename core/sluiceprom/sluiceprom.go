@@ -25,6 +25,7 @@ const (
 // on a series seen before does not allocate.
 type Collector struct {
 	decisions  *prometheus.CounterVec
+	shares     *prometheus.CounterVec // denials by a shared level's gate (see core.Share)
 	up         *prometheus.GaugeVec
 	outages    *prometheus.CounterVec
 	outageSecs *prometheus.Desc // computed at each scrape, see Collect
@@ -130,6 +131,11 @@ func New(opts ...Option) (*Collector, error) {
 			Help:        "Rate-limit decisions by outcome (allowed, denied, locked), source (store, deny_cache, fallback, fail_open, fail_closed), limit (its name, \"unnamed\" or \"other\") and dry_run (true, false).",
 			ConstLabels: o.constLabels,
 		}, []string{"outcome", "source", "limit", "dry_run"}),
+		shares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("share_denials_total"),
+			Help:        "Denials by a path's shared level beyond its bucket (core.Share), by limit (as decisions_total's), reason (fair share, class reserve) and class (the request's, \"\" for none).",
+			ConstLabels: o.constLabels,
+		}, []string{"limit", "reason", "class"}),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        name("store_up"),
 			Help:        "Per store node: 1 while it answers, 0 while its circuit breaker is open.",
@@ -213,7 +219,7 @@ func New(opts ...Option) (*Collector, error) {
 }
 
 // reservedLabels are the Collector's own label names.
-var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "op", "le"}
+var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "op", "le", "class"}
 
 func (o *options) validate() error {
 	for name := range o.constLabels {
@@ -298,7 +304,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand, c.warned}
+	return []prometheus.Collector{c.decisions, c.shares, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand, c.warned}
 }
 
 // ObserveDecision implements core.Observer.
@@ -325,6 +331,11 @@ func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
 		ctr, k.limit = c.addSeries(k)
 	}
 	ctr.Inc()
+	if res.Reason != "" {
+		// Bounded: the reasons are two, the classes a rule's own (at most
+		// eight a level, named in its configuration).
+		c.shares.WithLabelValues(k.limit, res.Reason, res.Class).Inc()
+	}
 	if !waited {
 		return
 	}

@@ -12,4 +12,5 @@ type Decision struct {
 	Index     int   // the limit that decided: the one that denied, else the one with the fewest tokens left
 	Epoch     int64 // the Redis store's: the epoch of a stepped key's hash tag as its script read it; 0: not read
 	At        int64 // the Redis store's: the instant its script decided at (TIME), unix microseconds; 0: not said
+	Reason    int   // a path's shared level's denial beyond its bucket: 1 fair share, 2 a class's reserve; 0: none
 }

@@ -88,8 +88,24 @@ type PathAsk struct {
 	IDs     []uint64 // each level's plan ID, for local maps
 	Levels  [][]Tick // each level's limits: its plan's, or in a fallback its share
 	Cost    int64
-	Penalty int64 // microseconds
-	Now     int64 // the limiter's clock, microseconds
+	Penalty int64     // microseconds
+	Now     int64     // the limiter's clock, microseconds
+	Share   *ShareAsk // the path's shared level; nil: none
+}
+
+// ShareAsk is a path's shared level (core's Share) as one decision asks
+// it: the level whose key is the parent, whether its children (the keys
+// of the level below) share it fairly, the asking child's weight, the
+// window its consumption records count in, and in tokens of the level's
+// one continuous limit, the contention level and the floor the request's
+// class must leave. Arithmetic: core/path_share_model.go.
+type ShareAsk struct {
+	Level   int   // 0-based
+	Fair    bool  // fair share among the children
+	Weight  int64 // the child's, >= 1
+	Window  int64 // microseconds, >= 1
+	Contend int64 // tokens: a take that leaves fewer is under contention
+	Floor   int64 // tokens: the request's class leaves as many
 }
 
 // Buckets names several buckets to a store at once: to read them, writing

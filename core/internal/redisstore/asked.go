@@ -94,7 +94,15 @@ func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, erro
 	}
 	pc := &PathQuery{RKeys: rkeys, Args: args, Plans: q.Plans}
 	if quotas != nil {
-		pc.Args, pc.RKeys, pc.quota = appendPathQuota(args, quotas), append(rkeys, epochKey(rkeys[0], s.cfg.Prefix)), true
+		pc.Args, pc.quota = appendPathQuota(args, quotas), true
+	}
+	if q.Share != nil {
+		parent, child := ShareKeys(rkeys, q.Share.Level)
+		pc.RKeys = append(pc.RKeys, parent, child)
+		pc.Args = AppendShare(pc.Args, q.Share)
+	}
+	if quotas != nil {
+		pc.RKeys = append(pc.RKeys, epochKey(rkeys[0], s.cfg.Prefix))
 	}
 	nd := s.node(ctx, rkeys[0])
 	var ans PathAnswer

@@ -15,6 +15,7 @@ type (
 	lostSlot    = model.LostSlot
 	settleAsk   = model.SettleAsk
 	pathAsk     = model.PathAsk
+	shareAsk    = model.ShareAsk
 	buckets     = model.Buckets
 	renewal     = model.Renewal
 	leaseCall   = model.LeaseCall

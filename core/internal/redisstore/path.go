@@ -72,6 +72,27 @@ var pathForm = &form[*PathQuery, PathAnswer]{
 	},
 }
 
+// ShareKeys returns the names of a shared level's records (see the share
+// section of path.lua's layout table): the parent's, beside the level's
+// bucket rkeys[level], and the child's, beside the child level's bucket,
+// or for a path that stops at the shared level, beside the parent's.
+func ShareKeys(rkeys []string, level int) (parent, child string) {
+	parent = rkeys[level] + "~fair"
+	if level+1 < len(rkeys) {
+		return parent, rkeys[level+1] + "~fair"
+	}
+	return parent, parent + "~"
+}
+
+// AppendShare appends a's share section (path.lua's layout table) to args.
+func AppendShare(args []any, a *shareAsk) []any {
+	fair := "0"
+	if a.Fair {
+		fair = "1"
+	}
+	return append(args, strconv.Itoa(a.Level+1), fair, strconv.FormatInt(a.Weight, 10), strconv.FormatInt(a.Window, 10), strconv.FormatInt(a.Contend, 10), strconv.FormatInt(a.Floor, 10), "s")
+}
+
 // pathBatchArgs returns the keys and arguments of path.lua's batch form
 // deciding members in order.
 func pathBatchArgs(members []*batch.Member[*PathQuery, PathAnswer]) ([]string, []any) {
@@ -129,7 +150,8 @@ func (s *Store) sendPaths(split bool, pipeline func() redis.Pipeliner) batch.Sen
 }
 
 // PathQuery is one path decision asked of Redis: its stored names, root
-// first, and its arguments in path.lua's lone form.
+// first (then a shared level's records, then a quota's epoch key), and its
+// arguments in path.lua's lone form.
 type PathQuery struct {
 	RKeys []string // with a quota section, the root tag's epoch key last
 	Args  []any
@@ -177,10 +199,11 @@ func parsePathAnswer(v []int64, plans []*plan) (PathAnswer, error) {
 	if len(v) != PathReplyWidth {
 		return PathAnswer{}, fmt.Errorf("%w of %d values, want %d", errBadReply, len(v), PathReplyWidth)
 	}
-	lv, foreign := int(v[5]%16), int(v[5]/16)
-	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) {
+	lv, foreign, reason := int(v[5]%16), int(v[5]/16%16), int(v[5]/256)
+	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) || reason > 2 || reason > 0 && v[0]&1 == 1 {
 		return PathAnswer{}, fmt.Errorf("%w %v", errBadReply, v)
 	}
 	d, err := ParseReply(v[:ReplyWidth], plans[lv])
+	d.Reason = reason
 	return PathAnswer{D: d, Level: lv, Foreign: foreign}, err
 }

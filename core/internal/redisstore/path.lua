@@ -36,6 +36,25 @@
 --   |           | window,| level's limit (1-based) in the window (its   |
 --   |           | count  | index, as stored)                            |
 --   | q         | the marker, the path's last argument              |
+--   A path with a shared level (fair share, priority classes; see
+--   core/path_share_model.go and docs/fairshare.md) ends with a share
+--   section of seven arguments, after its quota section if any; its two
+--   KEYS entries follow the levels' (before the epoch key): the shared
+--   level's record of its children (<level's key>~fair) and the child's
+--   (<child level's key>~fair).
+--   | level     | the shared level, 1-based; its one continuous limit |
+--   | fair      | 1: fair share among its children; 0: classes only   |
+--   | weight    | the child's weight, >= 1                            |
+--   | window    | the records' window, microseconds                   |
+--   | contend   | tokens: a take leaving fewer is under contention    |
+--   | floor     | tokens the request's class must leave               |
+--   | s         | the marker, the path's last argument                |
+--   Records, each a string expiring at the end of the window after the
+--   one it was written in: the parent's "win cur prev wcur wprev" (the
+--   window, the cost its children were admitted in it and in the one
+--   before, the weight of the children that last asked in each), the
+--   child's "win cur prev weight" (the window it last asked in, its
+--   admitted cost then and in the one before, its weight).
 --
 -- ARGV, batch form (ARGV[1] == '0'): several paths, decided in order.
 --   | 1         | 0                | the marker                            |
@@ -59,7 +78,9 @@
 --   |   |           | when all admit, the one with the fewest requests left  |
 --   |   |           | (the first of equals); plus 16 times the 1-based index |
 --   |   |           | of a level whose value of another type was deleted     |
---   |   |           | (see read_level), if any                               |
+--   |   |           | (see read_level), if any; plus 256 times the reason of |
+--   |   |           | a shared level's denial: 1 fair share, 2 a class's     |
+--   |   |           | reserve (0: its bucket, or an admission)               |
 --
 -- With a quota section, a seventh: the tag's epoch as read (its first 13
 -- hex digits). Last, always: now, the instant the path was decided at
@@ -157,6 +178,89 @@ local function judge_one(key, L, lv)
   return 1, 0, 0, floordiv(max(0, capacity - after), p), wait_us, until_us(after, r, nil), until_us(after + p - capacity, r, nil)
 end
 
+-- read_share reads a share record at key as n integers, or nil for none:
+-- a value of another shape (or type, then deleted) is no record.
+local function read_share(key, n)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    call('DEL', key)
+    return nil
+  end
+  if not v or #v > 24 * n then return nil end
+  local f = {}
+  for x in string.gmatch(v, '%-?%d+') do f[#f + 1] = x + 0 end
+  if #f ~= n then return nil end
+  return f
+end
+
+-- share_roll reads the records of S (the share section) and brings them
+-- to the window holding now, the child counted as asking in it, as
+-- shareRoll in core/path_share_model.go does.
+local function share_roll(S)
+  local w = floordiv(now, S.window)
+  local P = { w, 0, 0, 0, 0 }
+  local f = read_share(S.pkey, 5)
+  if f and f[1] == w then
+    P = f
+  elseif f and f[1] == w - 1 then
+    P = { w, 0, f[2], 0, f[4] }
+  end
+  local c = read_share(S.ckey, 4)
+  local C = { w, 0, 0, S.weight }
+  if c and c[1] == w then
+    P[4] = P[4] + S.weight - c[4]
+    C[2], C[3] = c[2], c[3]
+  elseif c and c[1] == w - 1 then
+    P[5] = P[5] - c[4]
+    P[4] = P[4] + S.weight
+    C[3] = c[2]
+  else
+    P[4] = P[4] + S.weight
+  end
+  P[4] = max(P[4], S.weight)
+  P[5] = max(P[5], 0)
+  P[2] = max(P[2], C[2])
+  P[3] = max(P[3], C[3])
+  S.P, S.C = P, C
+end
+
+-- share_gate judges the shared level L (one continuous limit), whose
+-- bucket admitted, as gateShare does: the class's floor, then under
+-- contention the child's fair share. It returns nil, or the denial's
+-- reason (1 fair share, 2 a class's reserve) and its decision (as
+-- judge_one's, from remaining on).
+local function share_gate(S, L)
+  local r, p, d = L.r1, L.p1, L.debt1
+  local left = L.b1 * p - d - L.cost * p
+  local thr, why = nil, 0
+  if left < S.floor * p then
+    thr, why = S.floor, 2
+  elseif S.fair and left < S.contend * p then
+    local P, C, win = S.P, S.C, S.window
+    local e = now - P[1] * win
+    local lhs = (C[2] * win + C[3] * (win - e)) * (P[4] + P[5])
+    local rhs = (P[2] * win + P[3] * (win - e)) * S.weight
+    rhs = rhs * (S.contend * 2 + floordiv(left, p))
+    lhs = lhs * (S.contend * 2)
+    if lhs > rhs then thr, why = S.contend, 1 end
+  end
+  if not thr then return nil end
+  local limit = L.b1 * p - thr * p
+  return why, floordiv(max(0, limit - d), p), ceildiv(d + L.cost * p - limit, r), until_us(d, r, nil), max(0, ceildiv(d + p - limit, r))
+end
+
+-- share_write stores S's records, charged cost when admitted.
+local function share_write(S, admitted, cost)
+  local P, C = S.P, S.C
+  if admitted then
+    C[2] = C[2] + cost
+    P[2] = P[2] + cost
+  end
+  local px = ceildiv((P[1] + 2) * S.window - now, 1000)
+  call('SET', S.pkey, format('%d %d %d %d %d', P[1], P[2], P[3], P[4], P[5]), 'PX', px)
+  call('SET', S.ckey, format('%d %d %d %d', C[1], C[2], C[3], C[4]), 'PX', px)
+end
+
 -- quota_path reads a path's quota section, from ARGV[at] (see the layout
 -- table), for its levels (parsed) whose keys are keys; ekey is the root
 -- tag's epoch key. After a loss it re-asserts each level's counts and
@@ -198,6 +302,12 @@ local function decide_path(k0, at, last)
   foreign = 0
   -- Parse the levels.
   local nlevels = ARGV[at] + 0
+  local S, ks = nil, 0 -- the share section; its keys, which come before the epoch key
+  if ARGV[last] == 's' then
+    S = { lv = ARGV[last - 6] + 0, fair = ARGV[last - 5] == '1', weight = ARGV[last - 4] + 0, window = ARGV[last - 3] + 0, contend = ARGV[last - 2] + 0, floor = ARGV[last - 1] + 0, pkey = KEYS[k0 + nlevels + 1], ckey = KEYS[k0 + nlevels + 2] }
+    last, ks = last - 7, 2
+    if S.fair then share_roll(S) end
+  end
   at = at + 1
   local levels, keys = {}, {}
   for lv = 1, nlevels do
@@ -222,14 +332,18 @@ local function decide_path(k0, at, last)
     end
     levels[lv] = L
   end
+  if S and not (levels[S.lv] and levels[S.lv].one) then
+    error('ERR sluice: a shared level has one continuous limit')
+  end
   local epoch, grace_us = nil, 0
   if ARGV[last] == 'q' then
-    epoch, grace_us = quota_path(at, levels, keys, KEYS[k0 + nlevels + 1])
+    epoch, grace_us = quota_path(at, levels, keys, KEYS[k0 + nlevels + ks + 1])
   end
 
   -- Judge every level; find the deciding one.
   local all_admit = true
   local dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next
+  local d_why = 0 -- the deciding level's reason (see the layout table)
   local max_wait, max_next = 0, 0
   for lv = 1, nlevels do
     local L = levels[lv]
@@ -243,6 +357,13 @@ local function decide_path(k0, at, last)
       local lock_until, clamped
       allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, L.exists, lock_until, clamped, L.us, L.frac, L.debt = judge(keys[lv], read_level(keys[lv], L.n, lv), L.n, L.cost, L.max_wait_us, L.r, L.p, L.b, L.step)
     end
+    local why = 0
+    if S and lv == S.lv and allowed == 1 then
+      local w, rem, del, res, nxt = share_gate(S, L)
+      if w then
+        why, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us = w, 0, 0, 0, rem, del, res, nxt
+      end
+    end
     local take = false
     if allowed == 1 then
       max_wait = max(max_wait, delay_us)
@@ -253,15 +374,16 @@ local function decide_path(k0, at, last)
       all_admit = false
     end
     if take then
-      dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next = lv, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us
+      dl, d_allowed, d_lock, d_index, d_remaining, d_delay, d_reset, d_next, d_why = lv, allowed, lock_flag, index, remaining, delay_us, reset_us, next_us, why
     end
   end
+  if S and S.fair then share_write(S, all_admit and grace_us == 0, levels[1].cost) end
 
   if grace_us > 0 then
     -- In the tag's grace period: refused, nothing written.
     local delay = grace_us
     if not all_admit then delay = max(d_delay, grace_us) end
-    return { 2 * d_lock + 4 * d_index, 0, delay, d_reset, max(d_next, grace_us), dl - 1 + 16 * foreign }, epoch
+    return { 2 * d_lock + 4 * d_index, 0, delay, d_reset, max(d_next, grace_us), dl - 1 + 16 * foreign + 256 * d_why }, epoch
   end
 
   if all_admit then
@@ -279,7 +401,7 @@ local function decide_path(k0, at, last)
   -- Denied: nothing is charged. A penalty locks the deciding level's key
   -- (unless it is locked already), its buckets written back unchanged.
   local L = levels[dl]
-  if d_lock == 0 and L.penalty_us > 0 then
+  if d_lock == 0 and L.penalty_us > 0 and d_why == 0 then
     local penalty_us = L.penalty_us
     d_lock, d_remaining = 1, 0
     d_delay = max(d_delay, penalty_us)
@@ -294,12 +416,13 @@ local function decide_path(k0, at, last)
     end
     store(keys[dl], L.exists, L.us, L.frac, L.debt, lock_until, L.n, L.r, L.step)
   end
-  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign }, epoch
+  return { 2 * d_lock + 4 * d_index, d_remaining, d_delay, d_reset, d_next, dl - 1 + 16 * foreign + 256 * d_why }, epoch
 end
 
 if ARGV[1] ~= '0' then -- the lone form
-  local nkeys = ARGV[1] + 0
-  if ARGV[#ARGV] == 'q' then nkeys = nkeys + 1 end
+  local nkeys, last = ARGV[1] + 0, #ARGV
+  if ARGV[last] == 's' then nkeys, last = nkeys + 2, last - 7 end
+  if ARGV[last] == 'q' then nkeys = nkeys + 1 end
   if nkeys ~= #KEYS then error('ERR sluice: path.lua wants one key per level, and one for a quota section') end
   local res, epoch = decide_path(0, 1, #ARGV)
   if epoch then res[7] = epoch end
@@ -314,7 +437,8 @@ local reply, k0, at, nfailed, first_error = {}, 0, 3, 0, nil
 local epochs = {} -- one per path with a quota section, in order
 for i = 1, npaths do
   local span, nlevels = ARGV[at] + 0, ARGV[at + 1] + 0
-  local quota = ARGV[at + span] == 'q'
+  local share = ARGV[at + span] == 's'
+  local quota = ARGV[at + span - (share and 7 or 0)] == 'q'
   local ok, res, epoch = pcall(decide_path, k0, at + 1, at + span)
   if not ok then
     -- As in bucket.lua: an error of the server's state fails the call.
@@ -332,6 +456,7 @@ for i = 1, npaths do
     epochs[#epochs + 1] = ok and epoch or 0
     k0 = k0 + 1
   end
+  if share then k0 = k0 + 2 end
   k0, at = k0 + nlevels, at + 1 + span
 end
 if nfailed == npaths then error(first_error, 0) end

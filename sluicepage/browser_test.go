@@ -31,21 +31,22 @@ const (
 const shotEnv = "SLUICE_PAGE_SCREENSHOT"
 
 // TestPageInChromium mounts the page of a running limiter (a real
-// redis-server, a fleet of two, a set of overrides) on a test server and
-// opens it in headless chromium: its script runs, fetches the data and
-// writes it into the page, and a refresh brings an override set after the
-// first fetch. The DOM must show the limits, the fleet's size, the store
-// ready, the overrides, and "not enabled" for top talkers and warnings;
-// the screenshot must be a PNG of the window, not blank, with the "ready"
-// badge and the "live" dot in it.
+// redis-server, a fleet of two, top talkers kept, a rule with a warning
+// threshold, a set of overrides) on a test server and opens it in
+// headless chromium: its script runs, fetches the data and writes it into
+// the page, and a refresh brings an override set after the first fetch.
+// The DOM must show the limits, the fleet's size, the store ready, the
+// heaviest keys of each limit with their counts, the key that crossed the
+// threshold, and the overrides; the screenshot must be a PNG of the
+// window, not blank, with the "ready" badge and the "live" dot in it.
 func TestPageInChromium(t *testing.T) {
-	b := browser{bin: findChromium(t), width: 1100, height: 860, budget: 5 * time.Second}
+	b := browser{bin: findChromium(t), width: 1100, height: 1140, budget: 5 * time.Second}
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	outages := new(sluicepage.Outages)
-	newLimiter := func() *core.Limiter {
-		lim, err := core.New(redistest.NewClient(t, srv.Addr()), core.WithTimeout(time.Second),
-			core.WithFleet(core.Fleet{Name: "page"}), core.WithObserver(outages))
+	outages, warnings := new(sluicepage.Outages), new(sluicepage.Warnings)
+	newLimiter := func(opts ...core.Option) *core.Limiter {
+		lim, err := core.New(redistest.NewClient(t, srv.Addr()), append([]core.Option{core.WithTimeout(time.Second),
+			core.WithFleet(core.Fleet{Name: "page"})}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,8 @@ func TestPageInChromium(t *testing.T) {
 	}
 	// A heartbeat of 1 s (the default): a stall of this process shorter
 	// than 3 s does not count an instance out while the page reads.
-	lim, _ := newLimiter(), newLimiter()
+	lim, _ := newLimiter(core.WithObserver(outages), core.WithThresholdHandler(warnings.Record),
+		core.WithTopTalkers(core.TopTalkers{K: 5, Names: true})), newLimiter()
 	testkit.WaitFor(t, 20*time.Second, "a fleet of two", func() bool { return lim.FleetSize() == 2 })
 
 	plans, err := overrides.New(lim, "plans", overrides.WithRefresh(100*time.Millisecond))
@@ -65,17 +67,48 @@ func TestPageInChromium(t *testing.T) {
 	setOverride(t, plans, "tenant:acme", "50/m burst 10")
 	setOverride(t, plans, "tenant:mallory", "deny")
 
-	api, login := core.PerMinute(600), core.PerSecond(2).WithBurst(5)
-	for range 3 {
-		if _, err := lim.Allow(ctx, "tenant:acme", api); err != nil {
-			t.Fatal(err)
+	// Traffic: tenant:acme crosses api's warning threshold (48 of 60),
+	// tenant:globex uses a little, and user:mallory is denied at login.
+	// Hourly and daily: no token comes back while the test runs.
+	api, login := core.PerHour(60).WithName("api"), core.PerHour(5).WithName("login")
+	apiRule, err := lim.Prepare(api)
+	if err == nil {
+		apiRule, err = apiRule.WithWarning(0.8)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		key    string
+		n      int
+		allow  func(string) (core.Result, error)
+		denied int
+	}{
+		{"tenant:acme", 50, func(k string) (core.Result, error) { return apiRule.Allow(ctx, k) }, 0},
+		{"tenant:globex", 7, func(k string) (core.Result, error) { return apiRule.Allow(ctx, k) }, 0},
+		{"user:mallory", 9, func(k string) (core.Result, error) { return lim.Allow(ctx, k, login, core.PerDay(20)) }, 4},
+		{"user:bob", 2, func(k string) (core.Result, error) { return lim.Allow(ctx, k, login, core.PerDay(20)) }, 0},
+	} {
+		denied := 0
+		for range r.n {
+			res, err := r.allow(r.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Allowed {
+				denied++
+			}
+		}
+		if denied != r.denied {
+			t.Fatalf("%s was denied %d of %d requests, want %d", r.key, denied, r.n, r.denied)
 		}
 	}
 	src, err := sluicepage.ForLimiter(lim,
 		sluicepage.ShowLimits("api", api),
-		sluicepage.ShowLimits("login", login, core.PerHour(20)),
+		sluicepage.ShowLimits("login", login, core.PerDay(20)),
 		sluicepage.ShowOverrides(plans),
-		sluicepage.ShowOutages(outages))
+		sluicepage.ShowOutages(outages),
+		sluicepage.ShowWarnings(warnings))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +137,20 @@ func TestPageInChromium(t *testing.T) {
 		{"fleet", `id="fleet-size">2<`},
 		{"health", `class="badge ready">ready<`},
 		{"limits", `>api<`},
-		{"limits", `>600/m<`},
+		{"limits", `>60/h name api<`},
 		{"limits", `>login<`},
-		{"limits", `>2/s burst 5; 20/h<`},
-		{"top", `>not enabled<`},
-		{"warnings", `>not enabled<`},
+		{"limits", `>5/h name login; 20/d<`},
+		{"top", `api · admitted 57, denied 0`},
+		{"top", `>tenant:acme<`},
+		{"top", `>50<`},
+		{"top", `>tenant:globex<`},
+		{"top", `login · admitted 7, denied 4`},
+		{"top", `>user:mallory<`},
+		{"top", `>user:bob<`},
+		{"warnings", `>api<`},
+		{"warnings", `>tenant:acme<`},
+		{"warnings", `>80%<`},
+		{"warnings", `>12<`},
 		{"overrides", `>tenant:acme<`},
 		{"overrides", `>50/m burst 10<`},
 		{"overrides", `>tenant:mallory<`},

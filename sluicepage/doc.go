@@ -23,7 +23,9 @@
 // text, never as HTML, so a key such as "<script>" shows as itself.
 //
 // What the page shows comes from a [Source]. [LimiterSource] reads a
-// [core.Limiter] (see [ForLimiter]); a section it cannot fill, such as top
-// talkers on a limiter that keeps none, shows "not enabled"
+// [core.Limiter] (see [ForLimiter]): top talkers if the limiter keeps
+// them ([core.WithTopTalkers]), and the threshold events a [Warnings]
+// recorded on this replica ([ShowWarnings]). A section it cannot fill,
+// such as top talkers on a limiter that keeps none, shows "not enabled"
 // ([ErrNotEnabled]).
 package sluicepage

@@ -95,6 +95,68 @@ func Example() {
 	// overrides plans: [{tenant:acme deny}]
 }
 
+// A limiter that keeps top talkers and warns at 80% of a limit: the
+// source reads the top talkers of every limit it counts, and the
+// warnings a Warnings recorded on this replica.
+func ExampleShowWarnings() {
+	warnings := new(sluicepage.Warnings)
+	lim, err := core.NewMemory( // core.New(rdb, ...) in production
+		core.WithTopTalkers(core.TopTalkers{K: 3, Names: true}),
+		core.WithThresholdHandler(warnings.Record))
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	api := core.PerMinute(10).WithName("api")
+	rule, err := lim.Prepare(api)
+	if err == nil {
+		rule, err = rule.WithWarning(0.8)
+	}
+	if err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"tenant:acme", "tenant:acme", "tenant:globex"} {
+		for range 6 {
+			if _, err := rule.Allow(context.Background(), key); err != nil {
+				panic(err)
+			}
+		}
+	}
+
+	src, err := sluicepage.ForLimiter(lim,
+		sluicepage.ShowLimits("api", api),
+		sluicepage.ShowWarnings(warnings))
+	if err != nil {
+		panic(err)
+	}
+	top, err := src.TopTalkers(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	for _, t := range top {
+		fmt.Printf("%s: admitted %d, denied %d\n", t.Limit, t.Admitted, t.Denied)
+		for _, k := range t.ByAdmitted {
+			fmt.Printf("  admitted: %s (%d)\n", k.Key, k.Admitted)
+		}
+		for _, k := range t.ByDenied {
+			fmt.Printf("  most denied: %s (%d)\n", k.Key, k.Denied)
+		}
+	}
+	ws, err := src.Warnings(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	for _, w := range ws {
+		fmt.Printf("warning: %s crossed %.0f%% of %s, %d left\n", w.Key, 100*w.Threshold, w.Limit, w.Remaining)
+	}
+	// Output:
+	// api: admitted 16, denied 2
+	//   admitted: tenant:acme (10)
+	//   admitted: tenant:globex (6)
+	//   most denied: tenant:acme (2)
+	// warning: tenant:acme crossed 80% of api, 2 left
+}
+
 // operatorsOnly lets through requests that carry the operators' token:
 // the program's own authentication, whatever it is.
 func operatorsOnly(next http.Handler) http.Handler {

@@ -18,14 +18,17 @@ import (
 const maxRows = 100
 
 // LimiterSource is the [Source] over a [core.Limiter]: the limits it was
-// told to show, the limiter's fleet size and store health, the outages an
-// [Outages] observer saw, and the overrides sets it was given. Make one
-// with [ForLimiter].
+// told to show, the top talkers of every limit the limiter counts (with
+// [core.WithTopTalkers]), the threshold events a [Warnings] recorded, the
+// limiter's fleet size and store health, the outages an [Outages]
+// observer saw, and the overrides sets it was given. Make one with
+// [ForLimiter].
 //
 // The limiter does not list the limits its middlewares use (each call
-// names its own), so the page shows the ones [ShowLimits] names. It keeps
-// no top talkers and raises no warnings yet: TopTalkers and Warnings
-// return [ErrNotEnabled].
+// names its own), so the page shows the ones [ShowLimits] names. Top
+// talkers are the fleet's, read from the store; warnings are only those
+// this replica raised (see [Warnings]). Without WithTopTalkers, TopTalkers
+// returns [ErrNotEnabled], and without [ShowWarnings] so does Warnings.
 //
 // A LimiterSource is safe for concurrent use; it starts no goroutine and
 // holds nothing to close. Its zero value is not usable.
@@ -34,6 +37,7 @@ type LimiterSource struct {
 	limits  []Limit
 	sets    []*overrides.Set
 	outages *Outages
+	warn    *Warnings
 }
 
 // SourceOption configures a [LimiterSource].
@@ -44,6 +48,7 @@ type sourceOptions struct {
 	limits  []Limit
 	sets    []*overrides.Set
 	outages *Outages
+	warn    *Warnings
 }
 
 // ShowLimits adds a row to the page's list of limits: name, and the
@@ -110,6 +115,27 @@ func ShowOutages(o *Outages) SourceOption {
 	}
 }
 
+// ShowWarnings shows the threshold events w recorded (see
+// [core.Rule.WithWarning]): give the limiter w's Record as its handler,
+// core.WithThresholdHandler(w.Record), or call Record from a handler of
+// your own. The page then shows the events this replica raised, not the
+// fleet's: each event is raised once across the fleet, by the replica
+// whose decision crossed, so a page shows a share of them (all of them
+// with one replica). The fleet's count is the metric
+// sluice_threshold_events_total{limit} (packages sluiceprom and
+// sluiceotel).
+//
+// Default: warnings not enabled.
+func ShowWarnings(w *Warnings) SourceOption {
+	return func(s *sourceOptions) error {
+		if w == nil {
+			return errors.New("sluicepage: ShowWarnings: nil Warnings")
+		}
+		s.warn = w
+		return nil
+	}
+}
+
 // ForLimiter returns the [Source] over lim, configured by opts. It returns
 // an error for a nil limiter or option, or for what an option refuses.
 func ForLimiter(lim *core.Limiter, opts ...SourceOption) (*LimiterSource, error) {
@@ -125,7 +151,7 @@ func ForLimiter(lim *core.Limiter, opts ...SourceOption) (*LimiterSource, error)
 			return nil, err
 		}
 	}
-	return &LimiterSource{lim: lim, limits: o.limits, sets: o.sets, outages: o.outages}, nil
+	return &LimiterSource{lim: lim, limits: o.limits, sets: o.sets, outages: o.outages, warn: o.warn}, nil
 }
 
 // Limits returns the limits [ShowLimits] named.
@@ -137,15 +163,66 @@ func (s *LimiterSource) Limits(context.Context) ([]Limit, error) {
 	return out, nil
 }
 
-// TopTalkers returns [ErrNotEnabled]: the limiter keeps no top talkers.
-func (s *LimiterSource) TopTalkers(context.Context) ([]Talkers, error) {
-	return nil, ErrNotEnabled
+// TopTalkers reads the fleet's top talkers of each limit the limiter
+// counts ([core.Limiter.TopLimits], in the order first decided) with
+// [core.Limiter.Top]: up to the limiter's K keys by admitted cost and K by
+// denials (at most 100), one store read per limit, bounded by ctx. A key
+// is its [core.Talker.Label]: the key if the limiter keeps names, else
+// "#" and its hash. A limiter that counts but has decided under no named
+// limit yet has none. It returns [ErrNotEnabled] for a limiter without
+// [core.WithTopTalkers], and the error of the first read that fails
+// (naming its limit): the section shows it.
+func (s *LimiterSource) TopTalkers(ctx context.Context) ([]Talkers, error) {
+	names, k := s.lim.TopLimits()
+	if k == 0 {
+		return nil, ErrNotEnabled
+	}
+	k = min(k, maxRows)
+	out := make([]Talkers, 0, len(names))
+	for _, name := range names {
+		t, err := s.lim.Top(ctx, name, k)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("sluicepage: reading the top talkers of limit %q: %w", name, err)
+		}
+		if err != nil {
+			return nil, err // it names the limit
+		}
+		out = append(out, talkersOf(t))
+	}
+	return out, nil
 }
 
-// Warnings returns [ErrNotEnabled]: the limiter raises no threshold
-// warnings.
+// talkersOf is the page's form of t.
+func talkersOf(t core.Talkers) Talkers {
+	return Talkers{
+		Limit:         t.Limit,
+		ByAdmitted:    talkerList(t.ByAdmitted),
+		ByDenied:      talkerList(t.ByDenied),
+		Admitted:      t.Admitted,
+		Denied:        t.Denied,
+		AdmittedError: t.AdmittedError,
+		DeniedError:   t.DeniedError,
+		Since:         t.Since,
+	}
+}
+
+// talkerList is the page's form of ts.
+func talkerList(ts []core.Talker) []Talker {
+	out := make([]Talker, len(ts))
+	for i, t := range ts {
+		out[i] = Talker{Key: t.Label(), Admitted: t.Admitted, Denied: t.Denied}
+	}
+	return out
+}
+
+// Warnings returns the events the [Warnings] of [ShowWarnings] recorded
+// whose window has not ended, latest first: those this replica raised. It
+// returns [ErrNotEnabled] without ShowWarnings.
 func (s *LimiterSource) Warnings(context.Context) ([]Warning, error) {
-	return nil, ErrNotEnabled
+	if s.warn == nil {
+		return nil, ErrNotEnabled
+	}
+	return s.warn.Recent(), nil
 }
 
 // Health asks the store whether it is ready ([core.Limiter.Ready], a few

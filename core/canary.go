@@ -94,9 +94,10 @@ func (p *plan) dry(key string) bool {
 }
 
 // modesOf gives p the modes of q, a plan of the same limits and scope:
-// dry run, canary and penalty (not token leases).
+// dry run, canary, penalty and shadow limits (not token leases).
 func (p *plan) modesOf(q *plan) {
 	p.dryRun, p.canary, p.penalty = q.dryRun, q.canary, q.penalty
+	p.setShadow(q.shadow, q.shadows)
 }
 
 // WithEnforce returns a rule with the same limits, scope, penalty, dry run

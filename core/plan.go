@@ -33,6 +33,9 @@ type plan struct {
 	penalty int64   // the penalty lock in microseconds (see Rule.WithPenalty); -1: the limiter's
 
 	lease *leaseConf // token leases (see Rule.WithTokenLeases); nil: none
+
+	shadow  []*plan    // the shadow limits, a plan of one each (see Rule.WithShadowLimits); nil: none
+	shadows *shadowSet // the same, as results report them
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the

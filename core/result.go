@@ -38,6 +38,12 @@ type Result struct {
 	// key a canary leaves in dry run ([Rule.WithEnforce]): Allowed says
 	// what would have happened; the caller lets the request through.
 	DryRun bool
+	// Shadow reports, for a rule with shadow limits
+	// ([Rule.WithShadowLimits]), which of them would have denied the
+	// request; they change nothing of Allowed or the rest. Its Len is 0
+	// for a rule without, and for a decision that did not decide them
+	// (under [FailOpen] while the store is unavailable).
+	Shadow Shadows
 	// Level is, for a decision of a path of keys ([PathRule]), the name
 	// of the level that decided, as the rule gives it (never request
 	// data); Limit is then one of that level's limits. Empty for a

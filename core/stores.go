@@ -120,7 +120,11 @@ func unanswered(err error, what, key string) error {
 type memStore struct{ local *localStore }
 
 func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	return m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty), nil
+	d := m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty)
+	if p.Shadow != nil {
+		m.local.memShadows(&d, p.Shadow, key, now, cost, maxWait)
+	}
+	return d, nil
 }
 
 func (m memStore) Peek(_ context.Context, key string, p *model.Plan, now int64) (decision, *noAnswer) {

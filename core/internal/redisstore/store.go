@@ -431,22 +431,24 @@ func batchArgs(members []*batch.Member[*Query, decision]) ([]string, []any) {
 // Each key's reply is checked on its own: one bad reply fails only its
 // member.
 func deliver(members []*batch.Member[*Query, decision], vals []int64, err error) {
-	quotas := 0 // the epochs of the call's quota section follow the keys' replies
+	quotas, width := 0, 0 // the epochs of the call's quota section follow the keys' replies
 	for _, m := range members {
 		if m.Req.quota != nil {
 			quotas++
 		}
+		width += m.Req.width()
 	}
-	if err == nil && len(vals) != ReplyWidth*len(members)+quotas {
-		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), len(members))
+	if err == nil && len(vals) != ReplyWidth*width+quotas {
+		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), width)
 	}
-	q := ReplyWidth * len(members)
-	for i, m := range members {
+	at, q := 0, ReplyWidth*width
+	for _, m := range members {
 		if err != nil {
 			m.Err = err
 			continue
 		}
-		m.Res, m.Err = ParseReply(vals[i*ReplyWidth:(i+1)*ReplyWidth], m.Req.Plan)
+		m.Res, m.Err = m.Req.parse(vals[at:])
+		at += ReplyWidth * m.Req.width()
 		if m.Req.quota != nil {
 			m.Res.Epoch = vals[q]
 			q++

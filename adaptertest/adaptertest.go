@@ -132,6 +132,9 @@ type Middleware struct {
 	Enforce float64
 	// DryRunReport maps to WithDryRunHandler.
 	DryRunReport func(Call, policy.DryRunReport)
+	// Shadow maps to WithShadowLimits; nil means "do not pass the
+	// option".
+	Shadow []core.Limit
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -451,6 +454,9 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.DryRunReport != nil {
 		opts = append(opts, policy.WithDryRunHandler[C, H](func(c C, rep policy.DryRunReport) { m.DryRunReport(call(c), rep) }))
+	}
+	if m.Shadow != nil {
+		opts = append(opts, policy.WithShadowLimits[C, H](m.Shadow...))
 	}
 	return opts
 }

@@ -16,7 +16,8 @@ import (
 // RunPanics checks that an adapter's constructor panics on each programming
 // mistake it must catch at setup: a nil limiter, a nil key function, an
 // invalid limit, extra limit or concurrency cap, a negative wait, an
-// unknown header style and a WithEnforce fraction outside [0, 1]. The panic message must begin with pkg and ": ",
+// unknown header style, a WithEnforce fraction outside [0, 1] and an
+// invalid shadow limit. The panic message must begin with pkg and ": ",
 // and for an invalid limit or cap the panic value must be an error
 // wrapping [core.ErrInvalidLimit].
 //
@@ -41,6 +42,7 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "unknown header style", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Headers: policy.HeadersNone + 1}},
 		{name: "enforce above 1", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: 1.5}},
 		{name: "enforce NaN", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Enforce: math.NaN()}},
+		{name: "invalid shadow limit", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Shadow: []core.Limit{ok, {Rate: 1}}}, invalid: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

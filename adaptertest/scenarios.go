@@ -59,6 +59,7 @@ func Scenarios() []Scenario {
 		},
 		severalLimits(),
 		canary(),
+		shadow(),
 		perRoute(),
 		scopes(),
 		nativeKey(),

@@ -658,6 +658,9 @@ func TestNewPanics(t *testing.T) {
 		if m.Enforce != 0 {
 			opts = append(opts, WithEnforce(m.Enforce))
 		}
+		if m.Shadow != nil {
+			opts = append(opts, WithShadowLimits(m.Shadow...))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {

@@ -420,6 +420,34 @@ func WithScope(name string) Option {
 	return policy.WithScope[context.Context, Handlers](name)
 }
 
+// WithShadowLimits decides limits, the middleware's shadow limits, beside
+// its own on every request, and enforces none of them: each is a bucket
+// of its own per key, charged by every request it would admit, so that
+// its would-be denials are those it would make if it were the limit
+// enforced. It is how a new limit is tried on live traffic before a
+// canary ([policy.WithEnforce]) and enforcement: shadow the new limit, read its
+// would-be denials, then enforce it. They are decided in the same Redis
+// call as the middleware's own limits (one EVALSHA per request still),
+// and never change a response: no denial, wait, header or failure comes
+// of them. core.Result.Shadow says which would have denied (a deny
+// handler or a WithDryRunHandler sees it in the Result), and a limiter's
+// observer counts them (package sluiceprom: sluice_shadow_decisions_total,
+// mode="shadow"). While Redis is unavailable the local fallback decides
+// them as it decides the middleware's limits; core.Rule.WithShadowLimits
+// has the details.
+//
+// Name the shadow limits (core.Limit.WithName) so that metrics tell
+// them apart. The constructor fails (an adapter panics) for more than
+// core.MaxLimits limits, an invalid one, or beside [policy.WithTokenLeases] or
+// [policy.WithPath]. WithShadowLimits again replaces them.
+//
+// Default: none.
+//
+// The same option as every adapter's: [policy.WithShadowLimits], for gRPC.
+func WithShadowLimits(limits ...core.Limit) Option {
+	return policy.WithShadowLimits[context.Context, Handlers](limits...)
+}
+
 // WithSkip exempts requests for which f reports true, such as health checks
 // or an allowlist: they pass without a decision and without rate-limit
 // fields. f must be safe for concurrent use. A nil f skips nothing.

@@ -99,6 +99,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if (cfg.chargeIf != nil || cfg.finalSet) && cfg.wait > 0 {
 		return nil, cfg.Adapter, errSettleWait
 	}
+	if err := checkShadow(&cfg); err != nil {
+		return nil, cfg.Adapter, err
+	}
 	if cfg.leaseSet && cfg.pathSet {
 		return nil, cfg.Adapter, errors.New("WithTokenLeases cannot be used with WithPath: a path is decided level by level in one Redis call")
 	}
@@ -118,6 +121,7 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if canary {
 		p.rules.set.canary, p.rules.set.enforce = true, cfg.enforce
 	}
+	p.rules.set.shadow = cfg.shadow
 	p.jitter, p.cap = cfg.jitter, capr
 	if cfg.leaseSet {
 		b := cfg.leases

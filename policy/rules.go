@@ -40,6 +40,7 @@ type ruleSettings struct {
 	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
 	penaltySet bool
 	leases     *core.LeaseBound // token leases (see WithTokenLeases); nil: none
+	shadow     []core.Limit     // shadow limits (see WithShadowLimits); nil: none
 }
 
 // unmatched is the route of every request that matched no route, or whose
@@ -92,6 +93,9 @@ func routeID(r keyfunc.Request) (method, pattern string) {
 
 func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Limit) (*rule, error) {
 	r, err := lim.PrepareScoped(scope, limits...)
+	if err == nil && set.shadow != nil {
+		r, err = r.WithShadowLimits(set.shadow...) // kept by the modes below
+	}
 	if err == nil && set.penaltySet {
 		r, err = r.WithPenalty(set.penalty)
 	}

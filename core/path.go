@@ -65,6 +65,7 @@ type PathRule struct {
 	minB    int64         // the smallest Burst of every level
 	penalty int64         // microseconds; -1: the limiter's (see PathRule.WithPenalty)
 	dryRun  bool
+	canary  *canary // the roots it enforces (see PathRule.WithEnforce); nil: all
 }
 
 // PreparePath validates and compiles a path's levels, root first, into a
@@ -127,8 +128,8 @@ func (r *PathRule) WithPenalty(d time.Duration) (*PathRule, error) {
 	return &c, nil
 }
 
-// DryRun returns a rule with the same levels and buckets whose decisions
-// are marked [Result.DryRun], as [Rule.DryRun] does.
+// DryRun returns a rule with the same levels, buckets, penalty and canary
+// whose decisions are marked [Result.DryRun], as [Rule.DryRun] does.
 func (r *PathRule) DryRun() *PathRule {
 	c := *r
 	c.dryRun = true
@@ -242,6 +243,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		q.IDs[i] = plans[i].ID
 		q.Levels[i] = plans[i].Ticks
 	}
+	dry := r.dry(path[0])
 	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
 		if d.Allowed && l.remote {
@@ -249,18 +251,18 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 				l.local.charge(p.ID, pd.keys[i], now, l.share(p).ticks, cost, 2*d.Remaining < int64(plans[lv].limits[d.Index].Burst))
 			}
 		}
-		return l.donePath(d, r, lv, SourceStore, false), pd, nil
+		return l.donePath(d, r, lv, SourceStore, false, dry), pd, nil
 	}
 	cause, gone := split(err)
 	if gone != nil {
 		return Result{}, pd, gone // the caller gave up: no decision
 	}
-	switch open, err := l.unavailable(cause, true, r.dryRun); {
+	switch open, err := l.unavailable(cause, true, dry); {
 	case err != nil:
 		return Result{}, pd, err
 	case open:
 		pd.failOpen = true
-		res := l.donePath(decision{Allowed: true, Remaining: -1}, r, len(path)-1, SourceFailOpen, true)
+		res := l.donePath(decision{Allowed: true, Remaining: -1}, r, len(path)-1, SourceFailOpen, true, dry)
 		return res, pd, nil
 	}
 	shares := make([]*share, len(path))
@@ -271,18 +273,19 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		minB = min(minB, shares[i].minB)
 	}
 	d, lv = l.local.takePath(q.IDs, pd.keys, now, q.Levels, minB, 0, penalty)
-	res := l.resultPath(d, r, lv, true)
+	res := l.resultPath(d, r, lv, true, dry)
 	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
 	l.observe(res, SourceFallback)
 	return res, pd, nil
 }
 
-// resultPath turns a path's decision, made by level lv, into a Result.
-func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Result {
+// resultPath turns a path's decision, made by level lv, into a Result;
+// dry marks it a dry run's (see PathRule.dry).
+func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded, dry bool) Result {
 	res := resultOf(d, r.plans[lv])
 	res.Level = r.names[lv]
 	res.Degraded = degraded
-	res.DryRun = r.dryRun
+	res.DryRun = dry
 	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
@@ -290,8 +293,8 @@ func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Res
 }
 
 // donePath is resultPath, reported to the observer.
-func (l *Limiter) donePath(d decision, r *PathRule, lv int, src Source, degraded bool) Result {
-	res := l.resultPath(d, r, lv, degraded)
+func (l *Limiter) donePath(d decision, r *PathRule, lv int, src Source, degraded, dry bool) Result {
+	res := l.resultPath(d, r, lv, degraded, dry)
 	l.observe(res, src)
 	return res
 }

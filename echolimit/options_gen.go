@@ -178,10 +178,12 @@ func WithDryRunHandler(f func(echo.Context, policy.DryRunReport)) Option {
 //
 // A request whose key is not known (the key function failed) is failed
 // as usual, and lists ([policy.WithAllow], [policy.WithDeny]) apply to every key. 1
-// enforces every key, as without the option; 0 none. The constructor
-// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
-// and for WithEnforce below 1 with [policy.WithPath]. Under WithDryRun(true)
-// every key is in dry run whatever the fraction.
+// enforces every key, as without the option; 0 none. With [policy.WithPath]
+// the root's key picks (see core.PathRule.WithEnforce): a path is
+// enforced or left in dry run whole, with every level below its root.
+// The constructor fails (an adapter panics) for a fraction that is NaN or
+// outside [0, 1]. Under WithDryRun(true) every key is in dry run whatever
+// the fraction.
 //
 // Default: 1, every key enforced.
 //

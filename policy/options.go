@@ -136,10 +136,12 @@ func WithDryRun[C, H any](on bool) Option[C, H] {
 //
 // A request whose key is not known (the key function failed) is failed
 // as usual, and lists ([WithAllow], [WithDeny]) apply to every key. 1
-// enforces every key, as without the option; 0 none. The constructor
-// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
-// and for WithEnforce below 1 with [WithPath]. Under WithDryRun(true)
-// every key is in dry run whatever the fraction.
+// enforces every key, as without the option; 0 none. With [WithPath]
+// the root's key picks (see core.PathRule.WithEnforce): a path is
+// enforced or left in dry run whole, with every level below its root.
+// The constructor fails (an adapter panics) for a fraction that is NaN or
+// outside [0, 1]. Under WithDryRun(true) every key is in dry run whatever
+// the fraction.
 //
 // Default: 1, every key enforced.
 func WithEnforce[C, H any](fraction float64) Option[C, H] {
@@ -382,13 +384,7 @@ func checkEnforce[C, H any](cfg *Config[C, H]) (bool, error) {
 	if f := cfg.enforce; !(f >= 0 && f <= 1) {
 		return false, fmt.Errorf("WithEnforce: fraction %v is not from 0 to 1", f)
 	}
-	if cfg.enforce == 1 {
-		return false, nil
-	}
-	if cfg.pathSet {
-		return false, errors.New("WithEnforce below 1 cannot be used with WithPath yet: a path's levels have no canary")
-	}
-	return true, nil
+	return cfg.enforce < 1, nil
 }
 
 // checkShadow validates cfg's WithShadowLimits.

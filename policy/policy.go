@@ -54,9 +54,11 @@ type Policy struct {
 // WithRoute, two of WithScope, WithRoute and WithPerRoute(true), a
 // WithPenalty out of range,
 // an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
-// WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1, or
-// a WithEnforce fraction that is NaN or outside [0, 1] (or below 1 beside
-// WithPath). Adapters panic with it, as their constructors document.
+// WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1, a
+// WithEnforce fraction that is NaN or outside [0, 1], or WithShadowLimits
+// with more than core.MaxLimits limits, an invalid one (wrapping
+// [core.ErrInvalidLimit]), or beside WithTokenLeases or WithPath.
+// Adapters panic with it, as their constructors document.
 func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
 	var cfg Config[C, H]
 	for i, opt := range opts {
@@ -281,7 +283,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
-		return p.failAs(r, key, err, atDecide, p.dryRun || rl.engine != nil && !rl.engine.Enforced(key))
+		return p.failAs(r, key, err, atDecide, p.dryRun || !rl.enforced(key))
 	}
 	// A dry run's, or a key's a canary leaves in dry run (see WithEnforce).
 	dry := p.dryRun || res.DryRun

@@ -28,6 +28,19 @@ type rule struct {
 	levels      []string       // a path's: the level of each of limits
 }
 
+// enforced reports whether rl enforces its limits on key (a path's: its
+// root key): false in a dry run, and for a key a canary leaves in dry run
+// (see WithEnforce).
+func (rl *rule) enforced(key string) bool {
+	switch {
+	case rl.engine != nil:
+		return rl.engine.Enforced(key)
+	case rl.path != nil:
+		return rl.path.Enforced(key)
+	}
+	return true
+}
+
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
 	scope      string // the middleware's scope (see WithScope, WithRoute); "": none (core.Limiter.Prepare's buckets)

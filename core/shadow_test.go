@@ -514,3 +514,39 @@ func TestShadowLimitsOption(t *testing.T) {
 		t.Fatalf("without shadow limits: %+v, %v", res, err)
 	}
 }
+
+// TestShadowForeignValue: a shadow bucket's name holding another
+// program's value fails nothing (the decision stands, that shadow limit
+// denying nothing); the rule's own bucket holding one is decided as it
+// is without shadow limits.
+func TestShadowForeignValue(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	lim := newRedisLimiter(t, addr, WithLogger(slog.New(slog.DiscardHandler)))
+	rdb := redistest.NewClient(t, addr)
+	base, _ := lim.Prepare(PerMinute(5))
+	r, err := base.WithShadowLimits(PerMinute(1), PerMinute(1).WithName("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, redisOf(lim).RKey(r.p.shadow[0].FP, "k"), "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		res, err := r.Allow(ctx, "k")
+		if err != nil || !res.Allowed || res.Degraded || res.Shadow.Len() != 2 || res.Shadow.Denied(0) || res.Shadow.Denied(1) != (i == 1) {
+			t.Fatalf("request %d: %+v, %v; want admitted by Redis, the foreign shadow bucket denying nothing, the other denying the second", i+1, res, err)
+		}
+	}
+	if err := rdb.HSet(ctx, redisOf(lim).RKey(r.p.FP, "j"), "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, errA := r.Allow(ctx, "j")
+	if err := rdb.HSet(ctx, redisOf(lim).RKey(r.p.FP, "i"), "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, errB := base.Allow(ctx, "i")
+	if (errA == nil) != (errB == nil) || a.Allowed != b.Allowed || a.Degraded != b.Degraded {
+		t.Fatalf("the rule's bucket foreign: with shadow limits %+v, %v; without %+v, %v", a, errA, b, errB)
+	}
+}

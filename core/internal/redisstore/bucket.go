@@ -87,14 +87,21 @@ func (c *Query) parse(v []int64) (decision, error) {
 	return d, nil
 }
 
-// loneKeys returns the KEYS of a call that decides c alone: its bucket,
-// and with a quota entry its tag's epoch key.
+// lone returns the KEYS and arguments of a call that decides c alone
+// (see loneKeys and loneArgs); with shadow limits, the batch form of c
+// and its shadows, built once.
+func (c *Query) lone() ([]string, []any) {
+	if c.shadow != nil {
+		return ScriptArgs([]*Query{c})
+	}
+	return c.loneKeys(), c.loneArgs()
+}
+
+// loneKeys returns the KEYS of a call that decides c alone, c without
+// shadow limits (see lone): its bucket, and with a quota entry its tag's
+// epoch key.
 func (c *Query) loneKeys() []string {
-	switch {
-	case c.shadow != nil:
-		keys, _ := ScriptArgs([]*Query{c})
-		return keys
-	case c.quota == nil:
+	if c.quota == nil {
 		return c.keys[:]
 	}
 	return []string{c.RKey, c.quota.ekey}

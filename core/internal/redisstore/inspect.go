@@ -68,7 +68,7 @@ func (q *Query) ShadowRKeys() []string {
 }
 
 // Lone returns the keys and arguments of a call that decides q alone.
-func (q *Query) Lone() ([]string, []any) { return q.loneKeys(), q.loneArgs() }
+func (q *Query) Lone() ([]string, []any) { return q.lone() }
 
 // Decode decodes the reply of a call that decided q alone.
 func (q *Query) Decode(vals []int64) (decision, error) { return q.decode(vals) }

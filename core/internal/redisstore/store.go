@@ -377,7 +377,7 @@ func runApart[T any](ctx context.Context, budget time.Duration, f func(context.C
 var decisionForm = &form[*Query, decision]{
 	script: func([]*batch.Member[*Query, decision]) *redis.Script { return BucketScript },
 	tag:    func(c *Query) string { return c.RKey },
-	lone:   func(c *Query) ([]string, []any) { return c.loneKeys(), c.loneArgs() },
+	lone:   (*Query).lone,
 	many:   batchArgs,
 	decode: deliver,
 }
@@ -474,7 +474,8 @@ func EvalOne(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error
 // evalLone is evalOne for a call sent by itself (see submit): the lone
 // form straight to runInts and parseReply, without the form's layers.
 func evalLone(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error) {
-	vals, err := RunInts(ctx, rdb, BucketScript, c.loneKeys(), c.loneArgs(), false)
+	keys, args := c.lone()
+	vals, err := RunInts(ctx, rdb, BucketScript, keys, args, false)
 	if err != nil {
 		return decision{}, err
 	}

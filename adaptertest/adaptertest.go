@@ -139,6 +139,9 @@ type Middleware struct {
 	DryRunReport func(Call, policy.DryRunReport)
 	// Warning maps to WithWarning; zero means "do not pass the option".
 	Warning float64
+	// Shadow maps to WithShadowLimits; nil means "do not pass the
+	// option".
+	Shadow []core.Limit
 
 	// Deny, when not nil, is the deny handler: the builder's native deny
 	// handler writes the Reply it returns for the handler's core.Result.
@@ -467,6 +470,9 @@ func Options[C, H any](m *Middleware, call func(C) Call) []policy.Option[C, H] {
 	}
 	if m.Warning != 0 {
 		opts = append(opts, policy.WithWarning[C, H](m.Warning))
+	}
+	if m.Shadow != nil {
+		opts = append(opts, policy.WithShadowLimits[C, H](m.Shadow...))
 	}
 	return opts
 }

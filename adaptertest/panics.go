@@ -17,10 +17,11 @@ import (
 // mistake it must catch at setup: a nil limiter, a nil key function, an
 // invalid limit, extra limit or concurrency cap, a negative wait, an
 // unknown header style, a WithEnforce fraction outside [0, 1], a
-// WithWarning threshold outside (0, 1], and a WithShare the core refuses
-// (a weight of 0, reserves over 1) or of a level WithPath does not name.
-// The panic message must begin with pkg and ": ", and for an invalid limit
-// or cap the panic value must be an error wrapping [core.ErrInvalidLimit].
+// WithWarning threshold outside (0, 1], an invalid shadow limit, and a
+// WithShare the core refuses (a weight of 0, reserves over 1) or of a
+// level WithPath does not name. The panic message must begin with pkg and
+// ": ", and for an invalid limit or cap the panic value must be an error
+// wrapping [core.ErrInvalidLimit].
 //
 // mk builds the adapter's middleware for m on lim, as a [Build] does.
 func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middleware)) {
@@ -48,6 +49,7 @@ func RunPanics(t *testing.T, pkg string, mk func(lim *core.Limiter, m *Middlewar
 		{name: "share weight 0", lim: lim, m: shareMistake(core.Share{Fair: true, Weights: map[string]int{"a": 0}}, "up")},
 		{name: "share reserves over 1", lim: lim, m: shareMistake(core.Share{Classes: []core.Class{{Name: "a", Reserve: 0.6}, {Name: "b", Reserve: 0.6}}}, "up")},
 		{name: "share of an unknown level", lim: lim, m: shareMistake(core.Share{Fair: true}, "org")},
+		{name: "invalid shadow limit", lim: lim, m: Middleware{Limit: ok, Key: keyfunc.IP(), Shadow: []core.Limit{ok, {Rate: 1}}}, invalid: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

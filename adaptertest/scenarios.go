@@ -61,6 +61,7 @@ func Scenarios() []Scenario {
 		canary(),
 		warning("legacy"),
 		warning("none"),
+		shadow(),
 		perRoute(),
 		scopes(),
 		nativeKey(),

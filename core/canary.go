@@ -94,9 +94,11 @@ func (p *plan) dry(key string) bool {
 }
 
 // modesOf gives p the modes of q, a plan of the same limits and scope:
-// dry run, canary, penalty and warning threshold (not token leases).
+// dry run, canary, penalty, warning threshold and shadow limits (not
+// token leases).
 func (p *plan) modesOf(q *plan) {
 	p.dryRun, p.canary, p.penalty, p.warn = q.dryRun, q.canary, q.penalty, q.warn
+	p.setShadow(q.shadow, q.shadows)
 }
 
 // WithEnforce returns a rule with the same limits, scope, penalty, dry run
@@ -132,13 +134,18 @@ func (r *Rule) WithEnforce(fraction float64) (*Rule, error) {
 		return nil, err
 	}
 	p.modesOf(r.p)
-	p.canary = nil
-	if fraction < 1 {
-		// fraction·2⁶⁴ is below 2⁶⁴ here, and exact for a power of two.
-		below := uint64(math.Ldexp(fraction, 64))
-		p.canary = &canary{below: below, hash: r.lim.plans.canaryHash}
-	}
+	p.canary = r.lim.plans.canaryHash.canaryOf(fraction)
 	return &Rule{lim: r.lim, p: p}, nil
+}
+
+// canaryOf returns the canary of fraction, a number from 0 to 1, on c:
+// nil for 1, which enforces every key.
+func (c *canaryHash) canaryOf(fraction float64) *canary {
+	if fraction >= 1 {
+		return nil
+	}
+	// fraction·2⁶⁴ is below 2⁶⁴ here, and exact for a power of two.
+	return &canary{below: uint64(math.Ldexp(fraction, 64)), hash: c}
 }
 
 // Enforced reports whether the rule enforces its limits on key: false for
@@ -147,3 +154,40 @@ func (r *Rule) WithEnforce(fraction float64) (*Rule, error) {
 // [Result.DryRun] exactly when Enforced is false. It is safe for
 // concurrent use.
 func (r *Rule) Enforced(key string) bool { return !r.p.dry(key) }
+
+// WithEnforce returns a rule with the same levels, penalty, dry run and
+// buckets that enforces its levels on a fraction of paths, picked by the
+// keyed hash of the path's root key, and decides every other path as
+// [PathRule.DryRun] does: decided, charged and observed as usual, marked
+// [Result.DryRun]. The hash is [Rule.WithEnforce]'s, so a root key is
+// enforced by a path rule exactly when a Rule at the same fraction
+// enforces it as a key (the same on every replica and after restarts,
+// keyed by [WithSlotKey]'s secret, and growing with the fraction): a
+// canary of a new limit on 5% of organisations takes each organisation
+// whole, with all its teams, users and keys. [PathRule.Enforced] says
+// whether a root is enforced.
+//
+// A fraction of 1 enforces every path, at no cost; 0 none. A dry-run
+// rule stays a dry run whatever the fraction; WithEnforce again replaces
+// the fraction. The rule itself is unchanged. WithEnforce returns an
+// error for a fraction that is NaN or outside [0, 1].
+func (r *PathRule) WithEnforce(fraction float64) (*PathRule, error) {
+	if !(fraction >= 0 && fraction <= 1) {
+		return nil, fmt.Errorf("core: PathRule.WithEnforce: fraction %v is not from 0 to 1", fraction)
+	}
+	c := *r
+	c.canary = r.lim.plans.canaryHash.canaryOf(fraction)
+	return &c, nil
+}
+
+// Enforced reports whether the rule enforces its levels on the paths
+// whose root key is root: false for a dry-run rule ([PathRule.DryRun])
+// and for a root a canary leaves in dry run ([PathRule.WithEnforce]),
+// true otherwise. Its decisions of those paths are marked [Result.DryRun]
+// exactly when Enforced is false. It is safe for concurrent use.
+func (r *PathRule) Enforced(root string) bool { return !r.dry(root) }
+
+// dry reports whether r's decisions of paths under root are a dry run's.
+func (r *PathRule) dry(root string) bool {
+	return r.dryRun || r.canary != nil && !r.canary.enforces(root)
+}

@@ -97,9 +97,10 @@ type leaseConf struct {
 // Observers that implement [LeaseObserver] are told of every lease.
 //
 // Apply WithTokenLeases last: [Rule.DryRun], [Rule.WithPenalty],
-// [Rule.WithEnforce] and [Rule.WithWarning] return rules without leases. It returns an error for
-// an invalid bound, a rule with a stepped limit (see [Refill]), or a
-// bound too small for a lease to live 2 ms without exceeding it. On a
+// [Rule.WithEnforce], [Rule.WithWarning] and [Rule.WithShadowLimits]
+// return rules without leases. It returns an error for an invalid bound,
+// a rule with a stepped limit (see [Refill]) or shadow limits, or a bound
+// too small for a lease to live 2 ms without exceeding it. On a
 // [NewMemory] limiter, which makes every decision in memory anyway, the
 // rule is returned as is.
 func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
@@ -109,6 +110,10 @@ func (r *Rule) WithTokenLeases(bound LeaseBound) (*Rule, error) {
 	}
 	if r.p.Stepped {
 		return nil, fmt.Errorf("%w: token leases support continuous refills only; %v has a stepped one", ErrInvalidLimit, r.p.limits)
+	}
+	if r.p.shadow != nil {
+		// A leased admission asks no store, so it could not decide them.
+		return nil, fmt.Errorf("%w: token leases cannot be used with shadow limits (Rule.WithShadowLimits)", ErrInvalidLimit)
 	}
 	e := bound.Tokens
 	if e == 0 {

@@ -343,7 +343,13 @@ func costError(n int, minB int64) error {
 // the key while the store was away is charged to the store (owed.go), and
 // the implicit fleet beats when a heartbeat is due.
 func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
-	if l.denies != nil && d.Next > 0 && (!d.Allowed || l.penaltyOf(p) == 0 && !p.Stepped) {
+	next := d.Next // how long the entry answers
+	if p.shadow != nil {
+		// A denial the cache answers reports every shadow limit as
+		// denying: it answers until the first of them could admit.
+		next = min(next, d.ShadowNext)
+	}
+	if l.denies != nil && next > 0 && (!d.Allowed || l.penaltyOf(p) == 0 && !p.Stepped) {
 		// Redis said when a unit request can next pass. Counted from
 		// when this request was sent, that never outlasts Redis's own
 		// answer. With a penalty lock, only denials are cached: the
@@ -351,7 +357,7 @@ func (l *Limiter) answered(key string, p *plan, d decision, cost, now int64) {
 		// limit: an admission does not say which limit denies next,
 		// and a quota spent until midnight should be named by the
 		// denials it causes.
-		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(d.Next, denyMaxAge),
+		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(next, denyMaxAge),
 			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: int32(d.Index), skew: d.At - now})
 	}
 	if !l.remote {
@@ -436,10 +442,14 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	if d.Allowed && l.local.owed != nil {
 		l.local.owed.admitted(p, key, now, sh.ticks, min(cost, sh.minB))
 	}
+	if p.shadow != nil {
+		l.local.decideShadows(&d, p.shadow, l.share, key, now, cost, maxWait)
+	}
 	res := resultOf(d, p)
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, dry
 	p.marked(&res)
+	res.Shadow = shadowsOf(p, d, false)
 	if l.obs != nil {
 		l.obs.ObserveDecision(res, SourceFallback)
 	}
@@ -490,6 +500,9 @@ func (l *Limiter) done(d decision, p *plan, dry bool, src Source, degraded bool)
 	res := resultOf(d, p)
 	res.Degraded = degraded
 	res.DryRun = dry
+	if p.shadow != nil && src != SourceFailOpen { // fail-open decides no shadow limit
+		res.Shadow = shadowsOf(p, d, src == SourceDenyCache)
+	}
 	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}

@@ -60,7 +60,9 @@ type Observer interface {
 	// ObserveDecision is called once per decision, with its result and
 	// what made it. A [SourceFailClosed] decision has a zero Result. A
 	// reservation ([Limiter.Wait]) is observed when it is made, before
-	// the wait, which its Result's Wait gives.
+	// the wait, which its Result's Wait gives. A decision of a rule with
+	// shadow limits carries theirs in res.Shadow ([Rule.WithShadowLimits]):
+	// one call for the decision and its shadow limits.
 	ObserveDecision(res Result, src Source)
 	// ObserveStore is called after each store call of every kind (see
 	// [StoreCall.Op]). A call the caller cancelled is not reported.

@@ -68,6 +68,7 @@ type PathRule struct {
 	dryRun  bool
 	share   *pathShare // the shared level's, if any (see Share)
 	class   int        // the requests' class (see PathRule.InClass); -1: none
+	canary  *canary    // the roots it enforces (see PathRule.WithEnforce); nil: all
 }
 
 // PreparePath validates and compiles a path's levels, root first, into a
@@ -142,8 +143,8 @@ func (r *PathRule) WithPenalty(d time.Duration) (*PathRule, error) {
 	return &c, nil
 }
 
-// DryRun returns a rule with the same levels and buckets whose decisions
-// are marked [Result.DryRun], as [Rule.DryRun] does.
+// DryRun returns a rule with the same levels, buckets, penalty and canary
+// whose decisions are marked [Result.DryRun], as [Rule.DryRun] does.
 func (r *PathRule) DryRun() *PathRule {
 	c := *r
 	c.dryRun = true
@@ -258,6 +259,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 		q.Levels[i] = plans[i].Ticks
 	}
 	q.Share = r.gate(path, q.Levels)
+	dry := r.dry(path[0])
 	d, lv, err := l.store.DecidePath(ctx, q)
 	if err == nil {
 		if d.Allowed && l.remote {
@@ -265,18 +267,18 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 				l.local.charge(p.ID, pd.keys[i], now, l.share(p).ticks, cost, 2*d.Remaining < int64(plans[lv].limits[d.Index].Burst))
 			}
 		}
-		return l.donePath(d, r, lv, SourceStore, false), pd, nil
+		return l.donePath(d, r, lv, SourceStore, false, dry), pd, nil
 	}
 	cause, gone := split(err)
 	if gone != nil {
 		return Result{}, pd, gone // the caller gave up: no decision
 	}
-	switch open, err := l.unavailable(cause, true, r.dryRun); {
+	switch open, err := l.unavailable(cause, true, dry); {
 	case err != nil:
 		return Result{}, pd, err
 	case open:
 		pd.failOpen = true
-		res := l.donePath(decision{Allowed: true, Remaining: -1}, r, len(path)-1, SourceFailOpen, true)
+		res := l.donePath(decision{Allowed: true, Remaining: -1}, r, len(path)-1, SourceFailOpen, true, dry)
 		return res, pd, nil
 	}
 	shares := make([]*share, len(path))
@@ -289,20 +291,21 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 	q.Share = r.gate(path, q.Levels) // the fallback's share of the parent: its reserves and contention in its Burst
 	d, lv = l.local.takePath(q, minB)
 	d.At = now
-	res := l.resultPath(d, r, lv, true)
+	res := l.resultPath(d, r, lv, true, dry)
 	res.Limit = shares[lv].limits[d.Index] // the limit actually enforced
 	l.observe(res, SourceFallback)
 	return res, pd, nil
 }
 
-// resultPath turns a path's decision, made by level lv, into a Result.
-func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Result {
+// resultPath turns a path's decision, made by level lv, into a Result;
+// dry marks it a dry run's (see PathRule.dry).
+func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded, dry bool) Result {
 	res := resultOf(d, r.plans[lv])
 	res.Level = r.names[lv]
 	res.Class = r.className()
 	res.Reason = reasonOf(d)
 	res.Degraded = degraded
-	res.DryRun = r.dryRun
+	res.DryRun = dry
 	if d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
@@ -310,8 +313,8 @@ func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded bool) Res
 }
 
 // donePath is resultPath, reported to the observer.
-func (l *Limiter) donePath(d decision, r *PathRule, lv int, src Source, degraded bool) Result {
-	res := l.resultPath(d, r, lv, degraded)
+func (l *Limiter) donePath(d decision, r *PathRule, lv int, src Source, degraded, dry bool) Result {
+	res := l.resultPath(d, r, lv, degraded, dry)
 	l.observe(res, src)
 	return res
 }

@@ -35,6 +35,9 @@ type plan struct {
 
 	lease *leaseConf // token leases (see Rule.WithTokenLeases); nil: none
 	top   topRefs    // its limits' top-talkers sketches (see WithTopTalkers); nil: none
+
+	shadow  []*plan    // the shadow limits, a plan of one each (see Rule.WithShadowLimits); nil: none
+	shadows *shadowSet // the same, as results report them
 }
 
 // newPlan compiles limits; fallback, if not nil, maps each limit to the

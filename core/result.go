@@ -42,6 +42,12 @@ type Result struct {
 	// rule's warning threshold of Limit (see [Rule.WithWarning]): close
 	// to the limit, not yet denied. False without a threshold.
 	Warning bool
+	// Shadow reports, for a rule with shadow limits
+	// ([Rule.WithShadowLimits]), which of them would have denied the
+	// request; they change nothing of Allowed or the rest. Its Len is 0
+	// for a rule without, and for a decision that did not decide them
+	// (under [FailOpen] while the store is unavailable).
+	Shadow Shadows
 	// Level is, for a decision of a path of keys ([PathRule]), the name
 	// of the level that decided, as the rule gives it (never request
 	// data); Limit is then one of that level's limits. Empty for a

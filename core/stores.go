@@ -137,6 +137,9 @@ type memStore struct {
 func (m memStore) Decide(_ context.Context, key string, p *model.Plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
 	d := m.local.take(p.ID, key, now, p.Ticks, cost, maxWait, penalty)
 	d.At = now // this store's clock is the limiter's
+	if p.Shadow != nil {
+		m.local.memShadows(&d, p.Shadow, key, now, cost, maxWait)
+	}
 	return d, nil
 }
 

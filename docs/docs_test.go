@@ -637,6 +637,24 @@ func observeAll(obs core.Observer) {
 	}
 	obs.ObserveDegraded(core.StoreOutage{Node: "redis:6379", Start: time.Now(), Err: errors.New("down")})
 	obs.ObserveRecovered(core.StoreOutage{Node: "redis:6379", Duration: time.Second})
+	// Shadow limits' decisions come in results only a limiter makes.
+	lim, err := core.NewMemory(core.WithObserver(obs))
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+	r, err := lim.Prepare(core.PerMinute(60).WithName("api"))
+	if err == nil {
+		r, err = r.WithShadowLimits(core.PerMinute(1).WithName("api-lower"), core.PerMinute(1))
+	}
+	if err != nil {
+		panic(err)
+	}
+	for range 2 { // the second would be denied
+		if _, err := r.Allow(context.Background(), "k"); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // exported returns the metric families a sluiceprom.Collector exports,

@@ -192,10 +192,12 @@ func WithDryRunHandler(f func(fiber.Ctx, policy.DryRunReport)) Option {
 //
 // A request whose key is not known (the key function failed) is failed
 // as usual, and lists ([policy.WithAllow], [policy.WithDeny]) apply to every key. 1
-// enforces every key, as without the option; 0 none. The constructor
-// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
-// and for WithEnforce below 1 with [policy.WithPath]. Under WithDryRun(true)
-// every key is in dry run whatever the fraction.
+// enforces every key, as without the option; 0 none. With [policy.WithPath]
+// the root's key picks (see core.PathRule.WithEnforce): a path is
+// enforced or left in dry run whole, with every level below its root.
+// The constructor fails (an adapter panics) for a fraction that is NaN or
+// outside [0, 1]. Under WithDryRun(true) every key is in dry run whatever
+// the fraction.
 //
 // Default: 1, every key enforced.
 //
@@ -530,6 +532,34 @@ func WithRoute(pattern string) Option {
 // The same option as every adapter's: [policy.WithScope], for fiber v3.
 func WithScope(name string) Option {
 	return policy.WithScope[fiber.Ctx, Handlers](name)
+}
+
+// WithShadowLimits decides limits, the middleware's shadow limits, beside
+// its own on every request, and enforces none of them: each is a bucket
+// of its own per key, charged by every request it would admit, so that
+// its would-be denials are those it would make if it were the limit
+// enforced. It is how a new limit is tried on live traffic before a
+// canary ([policy.WithEnforce]) and enforcement: shadow the new limit, read its
+// would-be denials, then enforce it. They are decided in the same Redis
+// call as the middleware's own limits (one EVALSHA per request still),
+// and never change a response: no denial, wait, header or failure comes
+// of them. core.Result.Shadow says which would have denied (a deny
+// handler or a WithDryRunHandler sees it in the Result), and a limiter's
+// observer counts them (package sluiceprom: sluice_shadow_decisions_total,
+// mode="shadow"). While Redis is unavailable the local fallback decides
+// them as it decides the middleware's limits; core.Rule.WithShadowLimits
+// has the details.
+//
+// Name the shadow limits (core.Limit.WithName) so that metrics tell
+// them apart. The constructor fails (an adapter panics) for more than
+// core.MaxLimits limits, an invalid one, or beside [policy.WithTokenLeases] or
+// [policy.WithPath]. WithShadowLimits again replaces them.
+//
+// Default: none.
+//
+// The same option as every adapter's: [policy.WithShadowLimits], for fiber v3.
+func WithShadowLimits(limits ...core.Limit) Option {
+	return policy.WithShadowLimits[fiber.Ctx, Handlers](limits...)
 }
 
 // WithShare makes the level named level of [policy.WithPath] (its root or a

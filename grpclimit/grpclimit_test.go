@@ -667,6 +667,9 @@ func TestNewPanics(t *testing.T) {
 		if m.Share != nil {
 			opts = append(opts, WithShare(m.ShareLevel, *m.Share))
 		}
+		if m.Shadow != nil {
+			opts = append(opts, WithShadowLimits(m.Shadow...))
+		}
 		New(lim, m.Limit, m.Key, opts...)
 	})
 	defer func() {

@@ -136,7 +136,7 @@ func TestEnforceOption(t *testing.T) {
 		{"NaN", []opt{WithEnforce[req, struct{}](math.NaN())}, "WithEnforce: fraction NaN"},
 		{"negative", []opt{WithEnforce[req, struct{}](-0.1)}, "WithEnforce: fraction -0.1"},
 		{"above 1", []opt{WithEnforce[req, struct{}](1.1)}, "WithEnforce: fraction 1.1"},
-		{"with a path", []opt{WithEnforce[req, struct{}](0.5), path}, "WithPath"},
+		{"with a path", []opt{WithEnforce[req, struct{}](0.5), path}, ""},
 		{"1 with a path", []opt{WithEnforce[req, struct{}](1), path}, ""},
 		{"canary with a handler", []opt{WithEnforce[req, struct{}](0.1), handler}, ""},
 		{"0 with a handler", []opt{WithEnforce[req, struct{}](0), handler}, ""},
@@ -148,5 +148,39 @@ func TestEnforceOption(t *testing.T) {
 				t.Fatalf("New(%s) = %v, want an error containing %q", tc.name, err, tc.err)
 			}
 		})
+	}
+}
+
+// TestEnforceCanaryPath: under WithEnforce with WithPath, the root's key
+// picks the paths enforced (core.PathRule.WithEnforce): a path under an
+// enforced root is denied as usual, at the level that denies, and never
+// reported; one under another root is decided as WithDryRun decides it,
+// whole, every level in dry run.
+func TestEnforceCanaryPath(t *testing.T) {
+	var reports []DryRunReport
+	lim := memoryLimiter(t)
+	in, out := canaryTenants(t, lim, 0.5)
+	p, _, err := New(lim, core.PerMinute(100), keyfunc.Tenant("X-Tenant"), self,
+		WithEnforce[req, struct{}](0.5),
+		WithPath[req, struct{}]("org", PathLevel{Name: "user", Key: keyfunc.Header("X-User"), Limits: []core.Limit{core.PerMinute(1)}}),
+		WithDryRunHandler[req, struct{}](func(_ req, r DryRunReport) { reports = append(reports, r) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	user := func(tenant string) fakeReq {
+		return fakeReq{headers: map[string]string{"X-Tenant": tenant, "X-User": "alice"}}
+	}
+	p.Decide(ctx, user(in))
+	if v := p.Decide(ctx, user(in)); v.Action == Continue || v.Result.Level != "user" || v.Result.DryRun || len(reports) != 0 {
+		t.Fatalf("the enforced root's second request: %+v, %d reports; want denied by the user level, enforced, none reported", v, len(reports))
+	}
+	p.Decide(ctx, user(out))
+	v := p.Decide(ctx, user(out))
+	if v.Action != Continue || len(headersOf(v)) != 0 || len(reports) != 2 {
+		t.Fatalf("the dry-run root's second request: %+v (fields %v), %d reports; want Continue without fields, two reports", v, headersOf(v), len(reports))
+	}
+	if r := reports[1]; r.Result.Allowed || !r.Result.DryRun || r.Result.Level != "user" || r.Key != "tenant:"+out {
+		t.Fatalf("report %+v, want the user level's would-be denial of tenant:%s, DryRun", r, out)
 	}
 }

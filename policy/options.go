@@ -63,6 +63,7 @@ type Config[C, H any] struct {
 	share      *core.Share // WithShare's, on the level named shareLevel
 	shareLevel string
 	classOf    keyfunc.Func // WithClass
+	shadow     []core.Limit // WithShadowLimits
 }
 
 // WithSkip exempts requests for which f reports true, such as health checks
@@ -141,10 +142,12 @@ func WithDryRun[C, H any](on bool) Option[C, H] {
 //
 // A request whose key is not known (the key function failed) is failed
 // as usual, and lists ([WithAllow], [WithDeny]) apply to every key. 1
-// enforces every key, as without the option; 0 none. The constructor
-// fails (an adapter panics) for a fraction that is NaN or outside [0, 1],
-// and for WithEnforce below 1 with [WithPath]. Under WithDryRun(true)
-// every key is in dry run whatever the fraction.
+// enforces every key, as without the option; 0 none. With [WithPath]
+// the root's key picks (see core.PathRule.WithEnforce): a path is
+// enforced or left in dry run whole, with every level below its root.
+// The constructor fails (an adapter panics) for a fraction that is NaN or
+// outside [0, 1]. Under WithDryRun(true) every key is in dry run whatever
+// the fraction.
 //
 // Default: 1, every key enforced.
 func WithEnforce[C, H any](fraction float64) Option[C, H] {
@@ -172,6 +175,32 @@ func WithEnforce[C, H any](fraction float64) Option[C, H] {
 // Default: none, no response is marked.
 func WithWarning[C, H any](at float64) Option[C, H] {
 	return func(c *Config[C, H]) { c.warnAt, c.warnSet = at, true }
+}
+
+// WithShadowLimits decides limits, the middleware's shadow limits, beside
+// its own on every request, and enforces none of them: each is a bucket
+// of its own per key, charged by every request it would admit, so that
+// its would-be denials are those it would make if it were the limit
+// enforced. It is how a new limit is tried on live traffic before a
+// canary ([WithEnforce]) and enforcement: shadow the new limit, read its
+// would-be denials, then enforce it. They are decided in the same Redis
+// call as the middleware's own limits (one EVALSHA per request still),
+// and never change a response: no denial, wait, header or failure comes
+// of them. core.Result.Shadow says which would have denied (a deny
+// handler or a WithDryRunHandler sees it in the Result), and a limiter's
+// observer counts them (package sluiceprom: sluice_shadow_decisions_total,
+// mode="shadow"). While Redis is unavailable the local fallback decides
+// them as it decides the middleware's limits; core.Rule.WithShadowLimits
+// has the details.
+//
+// Name the shadow limits (core.Limit.WithName) so that metrics tell
+// them apart. The constructor fails (an adapter panics) for more than
+// core.MaxLimits limits, an invalid one, or beside [WithTokenLeases] or
+// [WithPath]. WithShadowLimits again replaces them.
+//
+// Default: none.
+func WithShadowLimits[C, H any](limits ...core.Limit) Option[C, H] {
+	return func(c *Config[C, H]) { c.shadow = append([]core.Limit(nil), limits...) }
 }
 
 // WithWait makes a request that would be denied wait up to max for its
@@ -398,11 +427,25 @@ func checkEnforce[C, H any](cfg *Config[C, H]) (bool, error) {
 	if f := cfg.enforce; !(f >= 0 && f <= 1) {
 		return false, fmt.Errorf("WithEnforce: fraction %v is not from 0 to 1", f)
 	}
-	if cfg.enforce == 1 {
-		return false, nil
+	return cfg.enforce < 1, nil
+}
+
+// checkShadow validates cfg's WithShadowLimits.
+func checkShadow[C, H any](cfg *Config[C, H]) error {
+	switch {
+	case len(cfg.shadow) == 0:
+		return nil
+	case len(cfg.shadow) > core.MaxLimits:
+		return fmt.Errorf("WithShadowLimits: %d limits, at most %d", len(cfg.shadow), core.MaxLimits)
+	case cfg.leaseSet:
+		return errors.New("WithShadowLimits cannot be used with WithTokenLeases: a leased admission asks no store, so it could not decide them")
+	case cfg.pathSet:
+		return errors.New("WithShadowLimits cannot be used with WithPath yet: a path's levels have no shadow limits")
 	}
-	if cfg.pathSet {
-		return false, errors.New("WithEnforce below 1 cannot be used with WithPath yet: a path's levels have no canary")
+	for i, l := range cfg.shadow {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("WithShadowLimits: limit %d: %w", i, err)
+		}
 	}
-	return true, nil
+	return nil
 }

@@ -231,6 +231,11 @@ func (p *Policy) newPathRule(scope string, levels [][]core.Limit) (*rule, error)
 			return nil, err
 		}
 	}
+	if set.canary {
+		if pr, err = pr.WithEnforce(set.enforce); err != nil {
+			return nil, err
+		}
+	}
 	if set.dryRun {
 		pr = pr.DryRun()
 	}

@@ -55,9 +55,11 @@ type Policy struct {
 // WithRoute, two of WithScope, WithRoute and WithPerRoute(true), a
 // WithPenalty out of range,
 // an invalid WithConcurrency cap (wrapping [core.ErrInvalidLimit]), or
-// WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1, or
-// a WithEnforce fraction that is NaN or outside [0, 1] (or below 1 beside
-// WithPath). Adapters panic with it, as their constructors document.
+// WithDryRunHandler without WithDryRun(true) or a WithEnforce below 1, a
+// WithEnforce fraction that is NaN or outside [0, 1], or WithShadowLimits
+// with more than core.MaxLimits limits, an invalid one (wrapping
+// [core.ErrInvalidLimit]), or beside WithTokenLeases or WithPath.
+// Adapters panic with it, as their constructors document.
 func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native func(keyfunc.Request) C, opts ...Option[C, H]) (*Policy, H, error) {
 	var cfg Config[C, H]
 	for i, opt := range opts {
@@ -104,6 +106,9 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	if (cfg.chargeIf != nil || cfg.finalSet) && cfg.wait > 0 {
 		return nil, cfg.Adapter, errSettleWait
 	}
+	if err := checkShadow(&cfg); err != nil {
+		return nil, cfg.Adapter, err
+	}
 	if cfg.leaseSet && cfg.pathSet {
 		return nil, cfg.Adapter, errors.New("WithTokenLeases cannot be used with WithPath: a path is decided level by level in one Redis call")
 	}
@@ -125,6 +130,7 @@ func New[C, H any](lim *core.Limiter, limit core.Limit, key keyfunc.Func, native
 	}
 	p.rules.set.warn = warnAt
 	p.jitter, p.cap, p.rec = cfg.jitter, capr, cfg.rec
+	p.rules.set.shadow = cfg.shadow
 	if cfg.leaseSet {
 		b := cfg.leases
 		p.rules.set.leases = &b
@@ -286,7 +292,7 @@ func (p *Policy) Decide(ctx context.Context, r keyfunc.Request) Verdict {
 		res, err = rl.engine.AllowN(ctx, key, n)
 	}
 	if err != nil {
-		return p.failAs(r, key, err, atDecide, p.dryRun || rl.engine != nil && !rl.engine.Enforced(key))
+		return p.failAs(r, key, err, atDecide, p.dryRun || !rl.enforced(key))
 	}
 	if p.rec != nil {
 		p.record(key, keys, n, res, st)

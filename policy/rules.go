@@ -30,6 +30,19 @@ type rule struct {
 	classes     map[string]*rule // a path's with classes (see WithClass): the rule of each
 }
 
+// enforced reports whether rl enforces its limits on key (a path's: its
+// root key): false in a dry run, and for a key a canary leaves in dry run
+// (see WithEnforce).
+func (rl *rule) enforced(key string) bool {
+	switch {
+	case rl.engine != nil:
+		return rl.engine.Enforced(key)
+	case rl.path != nil:
+		return rl.path.Enforced(key)
+	}
+	return true
+}
+
 // ruleSettings are a policy's settings that every rule it prepares shares.
 type ruleSettings struct {
 	scope      string // the middleware's scope (see WithScope, WithRoute); "": none (core.Limiter.Prepare's buckets)
@@ -43,6 +56,7 @@ type ruleSettings struct {
 	penalty    time.Duration // the penalty lock (see WithPenalty), if penaltySet
 	penaltySet bool
 	leases     *core.LeaseBound // token leases (see WithTokenLeases); nil: none
+	shadow     []core.Limit     // shadow limits (see WithShadowLimits); nil: none
 }
 
 // unmatched is the route of every request that matched no route, or whose
@@ -95,6 +109,9 @@ func routeID(r keyfunc.Request) (method, pattern string) {
 
 func newRule(lim *core.Limiter, set ruleSettings, scope string, limits []core.Limit) (*rule, error) {
 	r, err := lim.PrepareScoped(scope, limits...)
+	if err == nil && set.shadow != nil {
+		r, err = r.WithShadowLimits(set.shadow...) // kept by the modes below
+	}
 	if err == nil && set.penaltySet {
 		r, err = r.WithPenalty(set.penalty)
 	}

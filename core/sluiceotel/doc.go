@@ -35,6 +35,16 @@
 //	    sluice.rate_limiting.dry_run  true for the decisions of a dry-run
 //	                                  rule (core.Result.DryRun), which the
 //	                                  middleware does not enforce
+//	sluice.rate_limiting.shadow_requests     counter, {request}
+//	    Every decision of a shadow limit (core.Rule.WithShadowLimits, a
+//	    middleware's WithShadowLimits): one per shadow limit of each
+//	    decision that decided them (core.Result.Shadow), apart from
+//	    sluice.rate_limiting.requests, as a shadow limit enforces
+//	    nothing. Attributes: sluice.rate_limiting.result, the result it
+//	    would have had ("allowed" or "denied": the would-be denials);
+//	    sluice.rate_limiting.policy, the shadow limit's name, bounded as
+//	    above; sluice.rate_limiting.source, the decision's; and
+//	    sluice.rate_limiting.mode, "shadow".
 //	sluice.rate_limiting.time_waited         histogram, s
 //	    How long each admitted reservation (core.Limiter.Wait,
 //	    core.Rule.Wait, the middleware's WithWait) waits for its tokens:

@@ -27,6 +27,7 @@ const (
 	keyPolicy = attribute.Key("sluice.rate_limiting.policy")
 	keySource = attribute.Key("sluice.rate_limiting.source")
 	keyDryRun = attribute.Key("sluice.rate_limiting.dry_run")
+	keyMode   = attribute.Key("sluice.rate_limiting.mode")
 	keyNode   = attribute.Key("sluice.store.node")
 )
 
@@ -65,6 +66,7 @@ type Observer struct {
 	leased   metric.Int64Counter
 	inHand   metric.Int64UpDownCounter
 	warned   metric.Int64Counter
+	shadow   metric.Int64Counter
 	up       metric.Int64ObservableGauge
 	downTime metric.Float64ObservableCounter
 	common   []attribute.KeyValue
@@ -76,6 +78,7 @@ type Observer struct {
 	caps      map[seriesKey][]metric.AddOption // a cap's acquisitions (see capSeries)
 	capFlight map[string][]metric.AddOption    // a cap's slots in flight, by policy value
 	waits     map[waitKey][]metric.RecordOption
+	shadows   map[seriesKey][]metric.AddOption // the shadow decisions' sets; dryRun is always false
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*node
@@ -128,7 +131,7 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	for _, kv := range o.attrs {
 		switch kv.Key {
-		case keyResult, keyPolicy, keySource, keyDryRun, keyNode, semconv.DBSystemNameKey, semconv.ErrorTypeKey:
+		case keyResult, keyPolicy, keySource, keyDryRun, keyMode, keyNode, semconv.DBSystemNameKey, semconv.ErrorTypeKey:
 			return nil, fmt.Errorf("sluiceotel: WithAttributes: %s is an attribute the observer sets itself", kv.Key)
 		}
 	}
@@ -144,9 +147,10 @@ func New(opts ...Option) (*Observer, error) {
 		caps:      make(map[seriesKey][]metric.AddOption),
 		capFlight: make(map[string][]metric.AddOption),
 		waits:     make(map[waitKey][]metric.RecordOption),
+		shadows:   make(map[seriesKey][]metric.AddOption),
 		nodes:     make(map[string]*node),
 	}
-	var errs [11]error
+	var errs [12]error
 	obs.requests, errs[0] = m.Int64Counter("sluice.rate_limiting.requests",
 		metric.WithUnit("{request}"),
 		metric.WithDescription("Rate-limit decisions, by result, policy (the limit's name), source and dry run."))
@@ -181,6 +185,9 @@ func New(opts ...Option) (*Observer, error) {
 	obs.warned, errs[10] = m.Int64Counter("sluice.rate_limiting.threshold_events",
 		metric.WithUnit("{event}"),
 		metric.WithDescription("Keys that crossed a rule's warning threshold (core.Rule.WithWarning), by policy (the limit's name): once per key, limit and window across the fleet, counted by the replica that raised the event."))
+	obs.shadow, errs[11] = m.Int64Counter("sluice.rate_limiting.shadow_requests",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("Decisions of shadow limits, which enforce nothing, by the result they would have had (allowed, denied), policy (the shadow limit's name), source and mode (shadow)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("sluiceotel: %w", err)
 	}
@@ -198,6 +205,9 @@ func (obs *Observer) attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
 
 // ObserveDecision implements core.Observer.
 func (obs *Observer) ObserveDecision(res core.Result, src core.Source) {
+	if res.Shadow.Len() > 0 {
+		obs.observeShadows(res.Shadow, src)
+	}
 	k := seriesKey{source: src, dryRun: res.DryRun}
 	switch {
 	case res.Allowed:
@@ -257,16 +267,9 @@ func (obs *Observer) addSeries(k seriesKey) ([]metric.AddOption, string) {
 		return opts, k.policy
 	}
 	// k.policy is a name that was not admitted when it was read.
-	if k.policy != "" && k.policy != policyUnnamed && k.policy != policyOther {
-		if _, ok := obs.names[k.policy]; !ok {
-			if len(obs.names) >= obs.maxNames {
-				k.policy = policyOther
-				if opts := obs.series[k]; opts != nil {
-					return opts, k.policy
-				}
-			} else {
-				obs.names[k.policy] = struct{}{}
-			}
+	if k.policy = obs.admitName(k.policy); k.policy == policyOther {
+		if opts := obs.series[k]; opts != nil {
+			return opts, k.policy
 		}
 	}
 	kvs := []attribute.KeyValue{
@@ -280,6 +283,63 @@ func (obs *Observer) addSeries(k seriesKey) ([]metric.AddOption, string) {
 	opts := []metric.AddOption{obs.attrs(kvs...)}
 	obs.series[k] = opts
 	return opts, k.policy
+}
+
+// admitName returns the policy value of policy, a value policy gave:
+// policy itself, admitted as a name if it is one and there is still
+// room, or "other" if there is none. The caller holds obs.mu for writing.
+func (obs *Observer) admitName(policy string) string {
+	if policy == "" || policy == policyUnnamed || policy == policyOther {
+		return policy
+	}
+	if _, ok := obs.names[policy]; !ok {
+		if len(obs.names) >= obs.maxNames {
+			return policyOther
+		}
+		obs.names[policy] = struct{}{}
+	}
+	return policy
+}
+
+// observeShadows records the decision of each shadow limit of s, made by
+// src, by the result it would have had.
+func (obs *Observer) observeShadows(s core.Shadows, src core.Source) {
+	for i := range s.Len() {
+		k := seriesKey{source: src}
+		if s.Denied(i) {
+			k.result = 1
+		}
+		obs.mu.RLock()
+		k.policy = obs.policy(s.Limit(i))
+		opts := obs.shadows[k]
+		obs.mu.RUnlock()
+		if opts == nil {
+			opts = obs.addShadow(k)
+		}
+		obs.shadow.Add(context.Background(), 1, opts...)
+	}
+}
+
+// addShadow makes the shadow decisions' attribute set of k, as addSeries
+// makes a decision's.
+func (obs *Observer) addShadow(k seriesKey) []metric.AddOption {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if opts := obs.shadows[k]; opts != nil {
+		return opts
+	}
+	k.policy = obs.admitName(k.policy)
+	if opts := obs.shadows[k]; opts != nil {
+		return opts
+	}
+	opts := []metric.AddOption{obs.attrs(
+		keyResult.String(results[k.result]),
+		keySource.String(k.source.String()),
+		keyPolicy.String(validUTF8(k.policy)),
+		keyMode.String("shadow"),
+	)}
+	obs.shadows[k] = opts
+	return opts
 }
 
 // addWait makes the time waited histogram's attribute set of k. k.policy

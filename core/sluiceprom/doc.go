@@ -34,6 +34,16 @@
 //	    Decisions made without the store are those of the sources
 //	    fallback, fail_open and fail_closed; deny-cache hits those of
 //	    deny_cache.
+//	sluice_shadow_decisions_total{outcome, source, limit, mode}   counter
+//	    Every decision of a shadow limit (core.Rule.WithShadowLimits, a
+//	    middleware's WithShadowLimits), one per shadow limit of each
+//	    decision that decided them (core.Result.Shadow). outcome is the
+//	    one it would have had, "allowed" or "denied": the would-be
+//	    denials are outcome="denied". source is the decision's, as in
+//	    sluice_decisions_total; limit is the shadow limit's, bounded
+//	    with the same names; mode is "shadow". They are apart from
+//	    sluice_decisions_total so that its sums stay the decisions
+//	    made: a shadow limit enforces nothing.
 //	sluice_wait_seconds{limit, dry_run}                histogram
 //	    How long each admitted reservation (core.Limiter.Wait,
 //	    core.Rule.Wait, a middleware's WithWait) waits for its tokens:

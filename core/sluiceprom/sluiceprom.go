@@ -38,6 +38,7 @@ type Collector struct {
 	leased     *prometheus.CounterVec
 	inHand     *prometheus.GaugeVec
 	warned     *prometheus.CounterVec
+	shadow     *prometheus.CounterVec
 
 	maxNames int
 
@@ -46,7 +47,8 @@ type Collector struct {
 	series     map[seriesKey]prometheus.Counter
 	waitSeries map[waitKey]prometheus.Observer // made at a series' first wait
 	capSeries  map[capKey]prometheus.Counter
-	capGauges  map[string]prometheus.Gauge // by cap label
+	capGauges  map[string]prometheus.Gauge      // by cap label
+	shadows    map[seriesKey]prometheus.Counter // the shadow decisions' series; dryRun is always false
 
 	nodesMu sync.RWMutex
 	nodes   map[string]*nodeMetrics
@@ -196,12 +198,18 @@ func New(opts ...Option) (*Collector, error) {
 			Help:        "Keys that crossed a rule's warning threshold (core.Rule.WithWarning), by limit (its name, \"unnamed\" or \"other\"): once per key, limit and window across the fleet, counted by the replica that raised the event.",
 			ConstLabels: o.constLabels,
 		}, []string{"limit"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        name("shadow_decisions_total"),
+			Help:        "Decisions of shadow limits (core.Rule.WithShadowLimits), which enforce nothing, by the outcome they would have had (allowed, denied), source (as in decisions_total), limit (the shadow limit's name, \"unnamed\" or \"other\") and mode (shadow).",
+			ConstLabels: o.constLabels,
+		}, []string{"outcome", "source", "limit", "mode"}),
 		maxNames:   o.maxNames,
 		names:      make(map[string]struct{}),
 		series:     make(map[seriesKey]prometheus.Counter),
 		waitSeries: make(map[waitKey]prometheus.Observer),
 		capSeries:  make(map[capKey]prometheus.Counter),
 		capGauges:  make(map[string]prometheus.Gauge),
+		shadows:    make(map[seriesKey]prometheus.Counter),
 		nodes:      make(map[string]*nodeMetrics),
 	}
 	// A private registry checks every name and label before the Collector
@@ -219,7 +227,7 @@ func New(opts ...Option) (*Collector, error) {
 }
 
 // reservedLabels are the Collector's own label names.
-var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "node", "reason", "result", "op", "le", "class"}
+var reservedLabels = []string{"outcome", "source", "limit", "dry_run", "mode", "node", "reason", "result", "op", "le", "class"}
 
 func (o *options) validate() error {
 	for name := range o.constLabels {
@@ -304,11 +312,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.decisions, c.shares, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand, c.warned}
+	return []prometheus.Collector{c.decisions, c.shares, c.up, c.outages, c.storeErrs, c.latency, c.waits, c.calls, c.acquires, c.inFlight, c.leased, c.inHand, c.warned, c.shadow}
 }
 
 // ObserveDecision implements core.Observer.
 func (c *Collector) ObserveDecision(res core.Result, src core.Source) {
+	if res.Shadow.Len() > 0 {
+		c.observeShadows(res.Shadow, src)
+	}
 	k := seriesKey{source: src, dryRun: res.DryRun}
 	switch {
 	case res.Allowed:
@@ -372,21 +383,66 @@ func (c *Collector) addSeries(k seriesKey) (prometheus.Counter, string) {
 		return ctr, k.limit
 	}
 	// k.limit is a name that was not admitted when it was read.
-	if k.limit != "" && k.limit != labelUnnamed && k.limit != labelOther {
-		if _, ok := c.names[k.limit]; !ok {
-			if len(c.names) >= c.maxNames {
-				k.limit = labelOther
-				if ctr := c.series[k]; ctr != nil {
-					return ctr, k.limit
-				}
-			} else {
-				c.names[k.limit] = struct{}{}
-			}
+	if k.limit = c.admitName(k.limit); k.limit == labelOther {
+		if ctr := c.series[k]; ctr != nil {
+			return ctr, k.limit
 		}
 	}
 	ctr := c.decisions.WithLabelValues(outcomes[k.outcome], k.source.String(), validUTF8(k.limit), boolLabel(k.dryRun))
 	c.series[k] = ctr
 	return ctr, k.limit
+}
+
+// admitName returns the limit label of limit, a label limitLabel gave:
+// limit itself, admitted as a name if it is one and there is still room,
+// or "other" if there is none. The caller holds c.mu for writing.
+func (c *Collector) admitName(limit string) string {
+	if limit == "" || limit == labelUnnamed || limit == labelOther {
+		return limit
+	}
+	if _, ok := c.names[limit]; !ok {
+		if len(c.names) >= c.maxNames {
+			return labelOther
+		}
+		c.names[limit] = struct{}{}
+	}
+	return limit
+}
+
+// observeShadows counts the decision of each shadow limit of s, made by
+// src, by the outcome it would have had.
+func (c *Collector) observeShadows(s core.Shadows, src core.Source) {
+	for i := range s.Len() {
+		k := seriesKey{source: src}
+		if s.Denied(i) {
+			k.outcome = 1
+		}
+		c.mu.RLock()
+		k.limit = c.limitLabel(s.Limit(i))
+		ctr := c.shadows[k]
+		c.mu.RUnlock()
+		if ctr == nil {
+			ctr = c.addShadowSeries(k)
+		}
+		ctr.Inc()
+	}
+}
+
+// addShadowSeries makes the shadow decisions' series of k, as addSeries
+// makes a decisions series, and returns its counter.
+func (c *Collector) addShadowSeries(k seriesKey) prometheus.Counter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctr := c.shadows[k]; ctr != nil {
+		return ctr
+	}
+	k.limit = c.admitName(k.limit)
+	if ctr := c.shadows[k]; ctr != nil {
+		return ctr
+	}
+	ctr := c.shadow.WithLabelValues(outcomes[k.outcome], k.source.String(), validUTF8(k.limit), "shadow")
+	c.shadows[k] = ctr
+	return ctr
 }
 
 // addWaitSeries makes the wait histogram's series of k and returns it.

@@ -13,4 +13,22 @@ type Decision struct {
 	Epoch     int64 // the Redis store's: the epoch of a stepped key's hash tag as its script read it; 0: not read
 	At        int64 // the Redis store's: the instant its script decided at (TIME), unix microseconds; 0: not said
 	Reason    int   // a path's shared level's denial beyond its bucket: 1 fair share, 2 a class's reserve; 0: none
+
+	// Of a plan with shadow limits (Plan.Shadow) only; zero otherwise.
+	Shadow     uint8 // bit i: shadow limit i would have denied the request
+	ShadowNext int64 // the least of the shadow decisions' Next: until one of them could admit a unit request
+}
+
+// AddShadow folds s, the decision of shadow limit i (Plan.Shadow[i]) of
+// the same request, into d: one of the store's answers for a plan with
+// shadow limits. A shadow limit's decision that failed is folded as a
+// zero decision with Allowed set: it denied nothing, and says nothing of
+// when a request could pass.
+func (d *Decision) AddShadow(i int, s Decision) {
+	if !s.Allowed {
+		d.Shadow |= 1 << i
+	}
+	if i == 0 || s.Next < d.ShadowNext {
+		d.ShadowNext = s.Next
+	}
 }

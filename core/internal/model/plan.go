@@ -12,4 +12,11 @@ type Plan struct {
 	Args    []any  // the limits as script arguments (see the layout table at the top of bucket.lua)
 	Stepped bool   // some limit refills in steps: the script's batch form
 	Cal     bool   // some limit is a calendar's: Args lacks its arguments, which each call adds
+
+	// Shadow are the plan's shadow limits (core's Rule.WithShadowLimits),
+	// one plan of one limit each, with buckets of their own: every
+	// decision under the plan decides each of them too, on the same key,
+	// cost and wait, without a penalty, in the same call, and their
+	// answers change nothing of its own. Nil: none.
+	Shadow []*Plan
 }

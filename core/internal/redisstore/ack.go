@@ -128,7 +128,8 @@ type scriptCall struct {
 
 // evalAcked runs c alone on n, followed by WAIT.
 func (s *Store) evalAcked(ctx context.Context, n *node, c *Query) (decision, error) {
-	sc := []scriptCall{{keys: c.loneKeys(), args: c.loneArgs()}}
+	keys, args := c.lone()
+	sc := []scriptCall{{keys: keys, args: args}}
 	s.runAcked(ctx, n, sc)
 	if sc[0].err != nil {
 		return decision{}, sc[0].err
@@ -143,7 +144,8 @@ func (s *Store) sendAcked(ctx context.Context, n *node, groups [][]*batch.Member
 	for i, g := range groups {
 		if len(g) == 1 {
 			c := g[0].Req
-			calls[i] = scriptCall{keys: c.loneKeys(), args: c.loneArgs()}
+			keys, args := c.lone()
+			calls[i] = scriptCall{keys: keys, args: args}
 			continue
 		}
 		keys, args := batchArgs(g)

@@ -50,6 +50,9 @@ func (s *Store) Peek(ctx context.Context, key string, p *plan, now int64) (decis
 func (s *Store) ask(ctx context.Context, kind string, c Query) (decision, *noAnswer) {
 	c.RKey = s.RKey(c.Plan.FP, c.Key)
 	c.keys[0] = c.RKey
+	if c.Cost > 0 && c.Plan.Shadow != nil { // a peek's answer is the enforced limits'
+		c.setShadows(func(fp string) string { return s.RKey(fp, c.Key) })
+	}
 	if c.Plan.Stepped && c.Cost > 0 {
 		c.quota = s.quota.entry(c.RKey, epochKey(c.RKey, s.cfg.Prefix), c.Plan)
 	}

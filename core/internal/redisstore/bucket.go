@@ -46,10 +46,65 @@ type Query struct {
 	Now     int64       // the limiter's clock, microseconds: a calendar limit's windows are those around it
 	keys    [1]string   // rkey, as a lone call's KEYS without an allocation; set once, as a call may be sent twice at once (see runApart)
 	quota   *quotaEntry // a stepped key's quota entry (see quota.go); nil: none
+	shadow  []Query     // the decisions of Plan.Shadow, one per shadow limit, sent in the same call (see setShadows); nil: none
 }
 
-// loneKeys returns the KEYS of a call that decides c alone: its bucket,
-// and with a quota entry its tag's epoch key.
+// setShadows gives c the decisions of its plan's shadow limits: each
+// under its own plan, on the bucket rkey names by the plan's fingerprint,
+// with c's cost and wait and no penalty (a shadow limit locks nothing).
+// They travel in c's script call, as keys of the batch form after c's
+// own, so a decision with shadow limits is still one call.
+func (c *Query) setShadows(rkey func(fp string) string) {
+	if len(c.Plan.Shadow) == 0 {
+		return
+	}
+	c.shadow = make([]Query, len(c.Plan.Shadow))
+	for i, sp := range c.Plan.Shadow {
+		sc := &c.shadow[i]
+		*sc = Query{Key: c.Key, Plan: sp, Cost: c.Cost, MaxWait: c.MaxWait, Now: c.Now}
+		sc.RKey = rkey(sp.FP)
+		sc.keys[0] = sc.RKey
+	}
+}
+
+// width is the number of keys c decides in its call: its own and its
+// shadow limits'.
+func (c *Query) width() int { return 1 + len(c.shadow) }
+
+// parse decodes c's reply from v, which starts at c's first integer:
+// its own decision, with its shadow limits' folded in (see
+// model.Decision.AddShadow). A shadow limit's bucket that failed alone
+// (another program's value in its name) fails nothing: it is folded as a
+// decision that denied nothing.
+func (c *Query) parse(v []int64) (decision, error) {
+	d, err := ParseReply(v[:ReplyWidth], c.Plan)
+	if err != nil {
+		return d, err
+	}
+	for i := range c.shadow {
+		at := ReplyWidth * (i + 1)
+		sd, err := ParseReply(v[at:at+ReplyWidth], c.shadow[i].Plan)
+		if err != nil {
+			sd = decision{Allowed: true}
+		}
+		d.AddShadow(i, sd)
+	}
+	return d, nil
+}
+
+// lone returns the KEYS and arguments of a call that decides c alone
+// (see loneKeys and loneArgs); with shadow limits, the batch form of c
+// and its shadows, built once.
+func (c *Query) lone() ([]string, []any) {
+	if c.shadow != nil {
+		return ScriptArgs([]*Query{c})
+	}
+	return c.loneKeys(), c.loneArgs()
+}
+
+// loneKeys returns the KEYS of a call that decides c alone, c without
+// shadow limits (see lone): its bucket, and with a quota entry its tag's
+// epoch key.
 func (c *Query) loneKeys() []string {
 	if c.quota == nil {
 		return c.keys[:]
@@ -59,16 +114,16 @@ func (c *Query) loneKeys() []string {
 
 // decode checks and decodes the reply of a call that decided c alone.
 func (c *Query) decode(vals []int64) (decision, error) {
-	want := ReplyWidth + ReplyTime
+	want := ReplyWidth*c.width() + ReplyTime
 	if c.quota != nil {
 		want++
 	}
 	if len(vals) != want {
-		return decision{}, fmt.Errorf("%w of %d values for one key, want %d", errBadReply, len(vals), want)
+		return decision{}, fmt.Errorf("%w of %d values for %d keys, want %d", errBadReply, len(vals), c.width(), want)
 	}
-	d, err := ParseReply(vals[:ReplyWidth], c.Plan)
+	d, err := c.parse(vals)
 	if c.quota != nil {
-		d.Epoch = vals[ReplyWidth]
+		d.Epoch = vals[ReplyWidth*c.width()]
 	}
 	if err == nil {
 		d.At = vals[len(vals)-1]
@@ -124,6 +179,10 @@ func (c *Query) sameGroup(o *Query) bool {
 // under one continuous limit the lone form, otherwise the batch form of
 // one group (see the layout table at the top of core/internal/redisstore/bucket.lua).
 func (c *Query) AppendArgs(args []any) []any {
+	if c.shadow != nil {
+		_, a := ScriptArgs([]*Query{c})
+		return append(args, a...)
+	}
 	if len(c.Plan.Ticks) != 1 || c.Plan.Stepped {
 		args = c.AppendGroup(append(args, "1"))
 		if c.quota != nil {
@@ -148,61 +207,79 @@ func (c *Query) AppendArgs(args []any) []any {
 // argument at its default) they are part of the plan's own arguments,
 // shared and not to be modified; otherwise a new slice (see appendArgs).
 func (c *Query) loneArgs() []any {
-	if len(c.Plan.Ticks) == 1 && !c.Plan.Stepped && c.Cost == 1 && c.MaxWait == 0 && c.Penalty == 0 {
+	if len(c.Plan.Ticks) == 1 && !c.Plan.Stepped && c.Cost == 1 && c.MaxWait == 0 && c.Penalty == 0 && c.shadow == nil {
 		return c.Plan.Args[1:4:4]
 	}
 	return c.AppendArgs(make([]any, 0, 4+len(c.Plan.Args)))
 }
 
 // ScriptArgs returns the keys and script arguments (the batch form) that
-// decide calls in order in one script call. Calls with the same numbers
-// share a group, so that the script parses them once (see the layout table
-// at the top of core/internal/redisstore/bucket.lua).
+// decide calls in order in one script call: each call's key, then its
+// shadow limits' (see setShadows). Keys with the same numbers share a
+// group, so that the script parses them once (see the layout table at the
+// top of core/internal/redisstore/bucket.lua).
 func ScriptArgs(calls []*Query) ([]string, []any) {
-	keys := make([]string, len(calls))
-	args := make([]any, 1, 8)
-	var heads []*Query // the first call of each group
-	var groups []int   // each call's group, 1-based; needed with more than one
+	b := scriptArgs{keys: make([]string, 0, len(calls)), args: make([]any, 1, 8)}
 	var quotas []*quotaEntry
-	var quotaAt []int // each quota entry's call, 1-based
-	for i, c := range calls {
+	var quotaAt []int // each quota entry's key, 1-based
+	for _, c := range calls {
 		if c.quota != nil {
-			quotas, quotaAt = append(quotas, c.quota), append(quotaAt, i+1)
+			quotas, quotaAt = append(quotas, c.quota), append(quotaAt, len(b.keys)+1)
 		}
-		keys[i] = c.RKey
-		g := 0
-		for j, h := range heads {
-			if h.sameGroup(c) {
-				g = j + 1
-				break
-			}
-		}
-		if g == 0 {
-			heads = append(heads, c)
-			g = len(heads)
-			args = c.AppendGroup(args)
-			if g == 2 {
-				groups = make([]int, i, len(calls))
-				for j := range groups {
-					groups[j] = 1
-				}
-			}
-		}
-		if groups != nil {
-			groups = append(groups, g)
+		b.add(c)
+		for i := range c.shadow {
+			b.add(&c.shadow[i])
 		}
 	}
-	args[0] = strconv.Itoa(len(heads))
+	b.args[0] = strconv.Itoa(len(b.heads))
+	keys, args := b.keys, b.args
 	if quotas != nil {
 		args = appendQuota(args, quotaAt, quotas)
 		for _, q := range quotas {
 			keys = append(keys, q.ekey)
 		}
 	}
-	for _, g := range groups {
+	for _, g := range b.groups {
 		args = append(args, strconv.Itoa(g))
 	}
 	return keys, args
+}
+
+// scriptArgs builds a call's batch form, a key at a time (see
+// ScriptArgs).
+type scriptArgs struct {
+	keys   []string
+	args   []any
+	heads  []*Query // the first call of each group
+	groups []int    // each key's group, 1-based; needed with more than one
+}
+
+// add appends c's key, and its group's numbers if no group before has
+// them.
+func (b *scriptArgs) add(c *Query) {
+	i := len(b.keys)
+	b.keys = append(b.keys, c.RKey)
+	g := 0
+	for j, h := range b.heads {
+		if h.sameGroup(c) {
+			g = j + 1
+			break
+		}
+	}
+	if g == 0 {
+		b.heads = append(b.heads, c)
+		g = len(b.heads)
+		b.args = c.AppendGroup(b.args)
+		if g == 2 {
+			b.groups = make([]int, i)
+			for j := range b.groups {
+				b.groups[j] = 1
+			}
+		}
+	}
+	if b.groups != nil {
+		b.groups = append(b.groups, g)
+	}
 }
 
 // ParseReply checks and decodes one key's reply into a decision (see the

@@ -54,6 +54,25 @@ func (s *Store) Seen() []string {
 // call.
 func (q *Query) SetRKey(rkey string) { q.RKey, q.keys[0] = rkey, rkey }
 
+// SetShadows gives q the decisions of its plan's shadow limits, on the
+// buckets rkey names by each shadow plan's fingerprint.
+func (q *Query) SetShadows(rkey func(fp string) string) { q.setShadows(rkey) }
+
+// ShadowRKeys returns the stored names of q's shadow limits' buckets.
+func (q *Query) ShadowRKeys() []string {
+	out := make([]string, len(q.shadow))
+	for i := range q.shadow {
+		out[i] = q.shadow[i].RKey
+	}
+	return out
+}
+
+// Lone returns the keys and arguments of a call that decides q alone.
+func (q *Query) Lone() ([]string, []any) { return q.lone() }
+
+// Decode decodes the reply of a call that decided q alone.
+func (q *Query) Decode(vals []int64) (decision, error) { return q.decode(vals) }
+
 // Senders returns the store's senders of decisions, settlements and paths
 // as its batches use them, on its whole client, or with split on one node
 // of pipeline's (a Cluster's or Ring's).
@@ -74,3 +93,18 @@ func NewSettleQuery(keys [2]string, delta, marker int64, p *plan, now, elapsed i
 
 // LoneArgs returns q's arguments in the lone form.
 func (q *SettleQuery) LoneArgs() []any { return q.loneArgs() }
+
+// DecodeBatch decodes the reply of one call of calls' batch form (see
+// ScriptArgs) as the store's batches do: each call's decision or error.
+func DecodeBatch(calls []*Query, vals []int64) ([]decision, []error) {
+	members := make([]*batch.Member[*Query, decision], len(calls))
+	for i, c := range calls {
+		members[i] = &batch.Member[*Query, decision]{Req: c}
+	}
+	deliver(members, vals, nil)
+	ds, errs := make([]decision, len(calls)), make([]error, len(calls))
+	for i, m := range members {
+		ds[i], errs[i] = m.Res, m.Err
+	}
+	return ds, errs
+}

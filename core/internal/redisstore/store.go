@@ -377,7 +377,7 @@ func runApart[T any](ctx context.Context, budget time.Duration, f func(context.C
 var decisionForm = &form[*Query, decision]{
 	script: func([]*batch.Member[*Query, decision]) *redis.Script { return BucketScript },
 	tag:    func(c *Query) string { return c.RKey },
-	lone:   func(c *Query) ([]string, []any) { return c.loneKeys(), c.loneArgs() },
+	lone:   (*Query).lone,
 	many:   batchArgs,
 	decode: deliver,
 }
@@ -431,22 +431,24 @@ func batchArgs(members []*batch.Member[*Query, decision]) ([]string, []any) {
 // Each key's reply is checked on its own: one bad reply fails only its
 // member.
 func deliver(members []*batch.Member[*Query, decision], vals []int64, err error) {
-	quotas := 0 // the epochs of the call's quota section follow the keys' replies
+	quotas, width := 0, 0 // the epochs of the call's quota section follow the keys' replies
 	for _, m := range members {
 		if m.Req.quota != nil {
 			quotas++
 		}
+		width += m.Req.width()
 	}
-	if err == nil && len(vals) != ReplyWidth*len(members)+quotas+ReplyTime {
-		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), len(members))
+	if err == nil && len(vals) != ReplyWidth*width+quotas+ReplyTime {
+		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), width)
 	}
-	q := ReplyWidth * len(members)
-	for i, m := range members {
+	at, q := 0, ReplyWidth*width
+	for _, m := range members {
 		if err != nil {
 			m.Err = err
 			continue
 		}
-		m.Res, m.Err = ParseReply(vals[i*ReplyWidth:(i+1)*ReplyWidth], m.Req.Plan)
+		m.Res, m.Err = m.Req.parse(vals[at:])
+		at += ReplyWidth * m.Req.width()
 		if m.Req.quota != nil {
 			m.Res.Epoch = vals[q]
 			q++
@@ -475,7 +477,8 @@ func EvalOne(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error
 // evalLone is evalOne for a call sent by itself (see submit): the lone
 // form straight to runInts and parseReply, without the form's layers.
 func evalLone(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error) {
-	vals, err := RunInts(ctx, rdb, BucketScript, c.loneKeys(), c.loneArgs(), false)
+	keys, args := c.lone()
+	vals, err := RunInts(ctx, rdb, BucketScript, keys, args, false)
 	if err != nil {
 		return decision{}, err
 	}

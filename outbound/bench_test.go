@@ -18,6 +18,7 @@ func BenchmarkTakeWarmLease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = budget.Close() })
 	ctx := context.Background()
 	for range 20000 { // warm: the key turns hot and a lease is taken
 		if err := budget.Take(ctx, "host:api"); err != nil {
@@ -42,6 +43,7 @@ func BenchmarkTransportWarmLease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = budget.Close() })
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Ratelimit": {`"api";r=999;t=1`}}, Body: http.NoBody}
 	rt := budget.Transport(Host(), roundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil }))
 	req, err := http.NewRequest(http.MethodGet, "http://api.example/", nil)

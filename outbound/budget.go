@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/overrides"
 )
 
 // ErrLimited is wrapped by the error of a call the budget refused: it
@@ -50,12 +51,14 @@ const maxKeys = 4096
 // configured limit: a token bucket per upstream key, shared by every
 // replica through the limiter's Redis, lowered by what upstreams say.
 // Make one with [New]; its zero value is not usable. It is safe for
-// concurrent use and needs no closing.
+// concurrent use; [Budget.Close] stops the goroutine that keeps its
+// copy of the limits learned across the fleet current.
 type Budget struct {
-	lim   *core.Limiter
-	limit core.Limit
-	base  *core.Rule
-	o     options
+	lim    *core.Limiter
+	limit  core.Limit
+	base   *core.Rule
+	o      options
+	shared *overrides.Set // the learned limits, by key, of every replica
 
 	mu    sync.Mutex
 	keys  map[string]*upstream // learned limits and pauses, by key
@@ -68,16 +71,20 @@ type Budget struct {
 // upstream is what this replica learned of one upstream key; b.mu guards
 // it.
 type upstream struct {
-	rule   *core.Rule    // the lowered limit's; nil: the configured one's
-	limit  core.Limit    // the lowered limit
-	paused time.Time     // the end of the last pause written for it
-	turn   chan struct{} // held by the one waiter asking the limiter (see Take)
+	rule    *core.Rule    // the lowered limit's; nil: the configured one's
+	limit   core.Limit    // the lowered limit this replica learned last
+	paused  time.Time     // the end of the last pause written for it
+	turn    chan struct{} // held by the one waiter asking the limiter (see Take)
+	writing bool          // a write of the learned limit to the shared set is under way
+	retry   time.Time     // after a failed write, when to try again
 }
 
 // New returns a Budget taking from lim's buckets under limit, a
 // continuous or stepped limit of calls (the most any upstream key may
 // have; upstreams may lower it, see the package doc). It returns an error
-// for a nil limiter, an invalid limit or option, and does no I/O.
+// for a nil limiter, an invalid limit or option. It does no I/O itself,
+// but starts the goroutine that reads the limits other replicas learned
+// (see [Budget.Close]).
 func New(lim *core.Limiter, limit core.Limit, opts ...Option) (*Budget, error) {
 	if lim == nil {
 		return nil, errorf("nil limiter")
@@ -98,8 +105,21 @@ func New(lim *core.Limiter, limit core.Limit, opts ...Option) (*Budget, error) {
 		return nil, err
 	}
 	b.base = base
+	if b.shared, err = overrides.New(lim, sharedName(o.name), overrides.WithMax(maxKeys)); err != nil {
+		return nil, fmt.Errorf("outbound: %w", err)
+	}
 	return b, nil
 }
+
+// sharedName is the name of the override set that holds the limits
+// learned by the budgets named name.
+func sharedName(name string) string { return "outbound:" + name }
+
+// Close stops the goroutine that keeps this replica's copy of the limits
+// learned by the fleet current, and waits for it. A closed budget still
+// takes calls, under what it learned until then. Close is safe to call
+// more than once and returns nil.
+func (b *Budget) Close() error { return b.shared.Close() }
 
 // prepare returns the rule of limit in the budget's scope, with token
 // leases if they apply.
@@ -117,24 +137,51 @@ func (b *Budget) prepare(limit core.Limit) (*core.Rule, error) {
 }
 
 // Limit returns the limit key is decided under on this replica: the
-// configured one, or the lower one an upstream announced.
+// configured one, or the lower one an upstream announced, to this
+// replica or to another one of the fleet.
 func (b *Budget) Limit(key string) core.Limit {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if u := b.keys[key]; u != nil && u.rule != nil {
-		return u.limit
-	}
-	return b.limit
+	l, _ := b.current(key)
+	return l
 }
 
 // rule returns the rule key is decided under.
 func (b *Budget) rule(key string) *core.Rule {
+	_, r := b.current(key)
+	return r
+}
+
+// current returns the limit key is decided under and its rule: the
+// configured limit lowered by what this replica learned of key and by
+// what the fleet learned (the shared set), never raised.
+func (b *Budget) current(key string) (core.Limit, *core.Rule) {
+	l := b.limit
+	if o, ok := b.shared.Lookup(key); ok {
+		for _, x := range o.Limits {
+			l, _ = lowered(l, x)
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if u := b.keys[key]; u != nil && u.rule != nil {
-		return u.rule
+		if l == b.limit {
+			return u.limit, u.rule
+		}
+		l, _ = lowered(l, u.limit)
 	}
-	return b.base
+	if l == b.limit {
+		return l, b.base
+	}
+	if r := b.rules[l]; r != nil {
+		return l, r
+	}
+	r, err := b.prepare(l)
+	if err != nil {
+		return b.limit, b.base // cannot happen: lowered makes valid limits
+	}
+	if len(b.rules) < maxKeys {
+		b.rules[l] = r
+	}
+	return l, r
 }
 
 // Take takes one call to key from the budget: at once, or after waiting
@@ -249,11 +296,11 @@ func (b *Budget) Pause(ctx context.Context, key string, d time.Duration) error {
 	if u != nil {
 		u.paused = end
 	}
-	rules := []*core.Rule{b.base}
-	if u != nil && u.rule != nil {
-		rules = append(rules, u.rule)
-	}
 	b.mu.Unlock()
+	rules := []*core.Rule{b.base}
+	if r := b.rule(key); r != b.base {
+		rules = append(rules, r)
+	}
 	b.observe(Paused, d, true)
 	// The pause outlives the call that brought it: the caller's
 	// cancellation must not lose it.
@@ -281,56 +328,98 @@ func (b *Budget) entry(key string) *upstream {
 	return u
 }
 
-// lower decides key under l from now on where l is lower than what key
-// is decided under (the configured limit, or a lower one learned
-// before), and reports whether it did. A higher limit changes nothing.
-// The lower limit's bucket is new (its limits name it), and full: lower
-// takes its burst (when it has it), since the calls this replica sent
-// before count against the upstream's quota too. Each replica does so
-// once, as it learns the limit, which costs the fleet at most a burst of
-// the lower limit per replica.
-func (b *Budget) lower(ctx context.Context, key string, l core.Limit) bool {
-	cur := b.Limit(key)
-	next, lower := lowered(cur, l)
-	if !lower {
-		return false
+// learn makes next, the limit key's upstream announced (the configured
+// limit lowered by what it said; the configured one when it said nothing
+// lower), what this replica learned of key, and writes it to the shared
+// set unless the set holds it already, so that every replica decides key
+// under it: a limit lower than the configured one is set, the configured
+// one removes the key's entry. So a learned limit stands until an
+// upstream's response announces another, on any replica.
+//
+// The replica that writes a lower limit takes its burst from the limit's
+// bucket, which is new (its limits name it) and full, since the calls
+// sent before count against the upstream's quota too; the replicas that
+// read it from the set find the bucket so. If the write fails (Redis is
+// unavailable, or the set is full), the limit holds on this replica
+// alone, which takes the burst itself, and the write is tried again by
+// a response a second later or more.
+func (b *Budget) learn(ctx context.Context, key string, next core.Limit) {
+	o, had := b.shared.Lookup(key)
+	inSet := had && len(o.Limits) == 1 && o.Limits[0] == next
+	now := time.Now()
+	b.mu.Lock()
+	u := b.entry(key)
+	if u == nil {
+		b.mu.Unlock()
+		return
+	}
+	b.keepLocal(u, next)
+	if inSet || !had && next == b.limit || u.writing || now.Before(u.retry) {
+		b.mu.Unlock()
+		return
+	}
+	u.writing = true
+	b.mu.Unlock()
+
+	ctx = context.WithoutCancel(ctx) // what the upstream said outlives the call
+	var err error
+	if next == b.limit {
+		err = b.shared.Remove(ctx, key)
+	} else {
+		err = b.shared.Set(ctx, key, overrides.Override{Limits: []core.Limit{next}})
 	}
 	b.mu.Lock()
+	u.writing = false
+	first := u.retry.IsZero() // not a write tried again
+	if err != nil {
+		u.retry = now.Add(time.Second)
+	} else {
+		u.retry = time.Time{}
+	}
 	r := b.rules[next]
 	b.mu.Unlock()
+	if next != b.limit && r != nil && (err == nil || first) {
+		_, _ = r.AllowN(ctx, key, next.Burst)
+	}
+}
+
+// keepLocal makes next what this replica learned of key, u, counting a
+// change to a limit lower than the configured one. b.mu is held.
+func (b *Budget) keepLocal(u *upstream, next core.Limit) {
+	if next == b.limit {
+		u.rule = nil
+		return
+	}
+	if u.rule != nil && u.limit == next {
+		return
+	}
+	r := b.rules[next]
 	if r == nil {
 		var err error
 		if r, err = b.prepare(next); err != nil {
-			return false
+			return // cannot happen: lowered makes valid limits
 		}
-	}
-	if !b.use(key, next, r) {
-		return false
-	}
-	_, _ = r.AllowN(context.WithoutCancel(ctx), key, next.Burst)
-	return true
-}
-
-// use decides key under next, whose rule is r, unless key is decided
-// under a limit as low already; it reports whether it changed.
-func (b *Budget) use(key string, next core.Limit, r *core.Rule) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.rules) < maxKeys {
-		b.rules[next] = r
-	}
-	u := b.entry(key)
-	if u == nil {
-		return false
-	}
-	if u.rule != nil {
-		if _, still := lowered(u.limit, next); !still {
-			return false // another call lowered it as far
+		if len(b.rules) < maxKeys {
+			b.rules[next] = r
 		}
 	}
 	u.rule, u.limit = r, next
 	b.counts.lowered.Add(1)
-	return true
+}
+
+// announced returns the limit a response's advice a makes of the
+// configured limit: lowered by its policy and by its burst, never raised.
+func (b *Budget) announced(a advice) core.Limit {
+	l := b.limit
+	if a.policy.Rate > 0 {
+		l, _ = lowered(l, a.policy)
+	}
+	if a.burst > 0 {
+		x := l
+		x.Burst = a.burst
+		l, _ = lowered(l, x)
+	}
+	return l
 }
 
 // lowered returns cur with its rate and burst lowered to l's where l's

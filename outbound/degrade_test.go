@@ -33,6 +33,7 @@ func TestRedisDownSharesBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = b.Close() })
 		budgets = append(budgets, b)
 	}
 	if err := proxy.SetDown(true); err != nil {

@@ -31,9 +31,14 @@
 // What the upstream says can only lower the configured limit or pause
 // calls, never raise the limit: a policy above it, a negative or
 // malformed value, a quota unit other than requests are ignored, and a
-// pause is at most [WithMaxPause]. A policy is learned by each replica
-// from its own responses (every response carries it); a pause is written
-// to Redis, for every replica.
+// pause is at most [WithMaxPause]. A pause is written to Redis, for every
+// replica. A lowered limit is too: it is an entry of an override set
+// ([overrides.Set], named "outbound:" and the budget's name), which every
+// replica reads within a second, so a replica that never saw the
+// upstream's policy decides under it. It stands until a response announces
+// another (a different policy is learned in its place, one at or above the
+// configured limit removes it), and an entry above the configured limit is
+// never a reason to raise it.
 //
 // # Hot upstreams and degradation
 //
@@ -44,6 +49,8 @@
 // for a server's middleware: by default each replica spends its share of
 // the budget in local memory (see docs/outbound.md).
 //
-// A Budget is safe for concurrent use; it starts no goroutine (the
-// limiter's token leases have theirs, which [core.Limiter.Close] stops).
+// A Budget is safe for concurrent use. On a Redis-backed limiter it starts
+// one goroutine, which reads the limits the fleet learned and which
+// [Budget.Close] stops (the limiter's token leases have theirs, which
+// [core.Limiter.Close] stops).
 package outbound

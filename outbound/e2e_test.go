@@ -62,6 +62,7 @@ func TestEndToEndAgainstHTTPLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = b.Close() })
 		next := &http.Transport{MaxIdleConnsPerHost: 32}
 		t.Cleanup(next.CloseIdleConnections)
 		budgets = append(budgets, b)

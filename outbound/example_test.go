@@ -35,6 +35,7 @@ func ExampleBudget_Transport() {
 	if err != nil {
 		panic(err)
 	}
+	defer budget.Close()
 	client := &http.Client{Transport: budget.Transport(outbound.Host(), nil)}
 
 	resp, err := client.Get(upstream.URL)

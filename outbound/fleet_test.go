@@ -20,6 +20,7 @@ func replicas(t *testing.T, lims []*core.Limiter, limit core.Limit, opts ...Opti
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = b.Close() })
 		next := &http.Transport{MaxIdleConnsPerHost: 32}
 		t.Cleanup(next.CloseIdleConnections)
 		budgets = append(budgets, b)

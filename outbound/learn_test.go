@@ -105,11 +105,19 @@ func TestHostileFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = b.Close() })
 			if _, err := b.Learn(context.Background(), "k", c.status, header(c.fields...)); err != nil {
 				t.Fatal(err)
 			}
 			if l := b.Limit("k"); slower(configured, l) || l.Burst > configured.Burst {
 				t.Errorf("limit %v after learning, above the configured %v", l, configured)
+			}
+			if o, ok := b.shared.Lookup("k"); ok {
+				for _, l := range o.Limits {
+					if slower(configured, l) || l.Burst > configured.Burst {
+						t.Errorf("limit %v shared with the fleet, above the configured %v", l, configured)
+					}
+				}
 			}
 		})
 	}
@@ -131,6 +139,7 @@ func FuzzReadAdvice(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	f.Cleanup(func() { _ = b.Close() })
 	f.Fuzz(func(t *testing.T, status int, retry, rl, pol, xlimit, xrem, xreset string) {
 		h := header("Retry-After", retry, "RateLimit", rl, "RateLimit-Policy", pol,
 			"X-RateLimit-Limit", xlimit, "X-RateLimit-Remaining", xrem, "X-RateLimit-Reset", xreset)

@@ -23,9 +23,16 @@ func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
 // the test's end.
 func fleet(t testing.TB, n int) []*core.Limiter {
 	t.Helper()
-	addr := redistest.Addr(t)
-	prefix := fmt.Sprintf("outboundtest:%d:", time.Now().UnixNano())
-	var lims []*core.Limiter
+	_, _, lims := fleetOn(t, n)
+	return lims
+}
+
+// fleetOn is fleet, and also returns the Redis's address and the key
+// prefix of the limiters.
+func fleetOn(t testing.TB, n int) (addr, prefix string, lims []*core.Limiter) {
+	t.Helper()
+	addr = redistest.Addr(t)
+	prefix = fmt.Sprintf("outboundtest:%d:", time.Now().UnixNano())
 	for range n {
 		lim, err := core.New(redistest.NewClient(t, addr), core.WithPrefix(prefix), core.WithTimeout(time.Second), core.WithFallbackReplicas(n))
 		if err != nil {
@@ -34,7 +41,7 @@ func fleet(t testing.TB, n int) []*core.Limiter {
 		t.Cleanup(func() { _ = lim.Close() })
 		lims = append(lims, lim)
 	}
-	return lims
+	return addr, prefix, lims
 }
 
 // windowUpstream is a fake upstream API on loopback that allows quota

@@ -34,6 +34,7 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
 	if d, err := b.Learn(ctx, "k", http.StatusTooManyRequests, header("Retry-After", "1")); err != nil || d != time.Second {
 		t.Fatalf("Learn = %v, %v; want a pause of 1s", d, err)

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -24,7 +25,9 @@ func defaultOptions() options {
 
 // WithName names the budget: its buckets are those of every budget of the
 // same name and limit on a limiter with the same prefix, in any replica,
-// and apart from other names'. It is also the name an [Observer] is told.
+// and apart from other names'; the limits its upstreams announced lower
+// are kept in the override set "outbound:"+name. It is also the name an
+// [Observer] is told. It is 1 to 55 bytes without braces.
 //
 // Default: "default".
 func WithName(name string) Option { return func(o *options) { o.name = name } }
@@ -69,8 +72,8 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.obs = obs }
 // validate checks o against the configured limit.
 func (o *options) validate() error {
 	switch {
-	case o.name == "":
-		return errorf("WithName: empty name")
+	case o.name == "" || len(o.name) > 55 || strings.ContainsAny(o.name, "{}"):
+		return errorf("WithName: name %q: want 1 to 55 bytes without braces", o.name)
 	case o.maxPause < time.Second || o.maxPause > core.MaxPenalty:
 		return errorf("WithMaxPause: %s is not from 1s to %s", o.maxPause, core.MaxPenalty)
 	case o.retries < 0:

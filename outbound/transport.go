@@ -14,13 +14,8 @@ import (
 // (0 for none) and the error of writing it to Redis, if any.
 func (b *Budget) Learn(ctx context.Context, key string, status int, h http.Header) (time.Duration, error) {
 	a := readAdvice(status, h, time.Now(), b.o.maxPause, &b.policies)
-	if a.policy.Rate > 0 {
-		b.lower(ctx, key, a.policy)
-	}
-	if a.burst > 0 {
-		l := b.Limit(key)
-		l.Burst = a.burst
-		b.lower(ctx, key, l)
+	if a.policy.Rate > 0 || a.burst > 0 {
+		b.learn(ctx, key, b.announced(a))
 	}
 	if a.pause <= 0 {
 		return 0, nil

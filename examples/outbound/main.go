@@ -86,6 +86,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		defer b.Close()
 		budgets = append(budgets, b)
 		clients = append(clients, &http.Client{Transport: b.Transport(outbound.Host(), nil)})
 	}

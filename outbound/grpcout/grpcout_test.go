@@ -86,6 +86,7 @@ func TestRetryInfoPausesFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = b.Close() })
 		clients = append(clients, client(t, b, dial))
 	}
 	ctx := context.Background()
@@ -124,6 +125,7 @@ func ExampleUnary() {
 	if err != nil {
 		panic(err)
 	}
+	defer budget.Close()
 	conn, err := grpc.NewClient("passthrough:///upstream",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -28,8 +28,16 @@ func TestRun(t *testing.T) {
 		}
 		codes = append(codes, code)
 	}
-	if codes[58] != http.StatusOK || codes[61] != http.StatusTooManyRequests {
-		t.Errorf("free plan, 62 requests after one: statuses %v, want 200 for the first 59 and 429 at the end", codes)
+	// 59 are left, and the bucket refills one a second as the loop runs.
+	// One fewer is allowed for: a decision whose answer a pause of this
+	// process outlived is sent once more, and may then be charged twice
+	// (the library errs toward denying; CI's busy machines pause tests).
+	ok := 0
+	for ok < len(codes) && codes[ok] == http.StatusOK {
+		ok++
+	}
+	if ok < 58 || codes[61] != http.StatusTooManyRequests {
+		t.Errorf("free plan, 62 requests after one: statuses %v, want 200 for the first 58 or 59 and 429 at the end", codes)
 	}
 	if !strings.Contains(out.String(), "dry run: would have denied") {
 		t.Error("the dry run logged no denial past 50 requests")

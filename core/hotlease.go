@@ -344,11 +344,11 @@ func (hk *hotKey) result(p *plan, now int64) Result {
 
 // leaseAdmit decides a request of cost on key under p, a plan with token
 // leases, if leases decide it: ok false sends it down the usual path.
-func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now int64) (res Result, d decision, ok bool, err error) {
+func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now int64, o *outcome) (ok bool, err error) {
 	h := l.hotLeases()
 	hk := h.get(p, key, now)
 	if hk == nil {
-		return Result{}, decision{}, false, nil
+		return false, nil
 	}
 	lc := p.lease
 	hk.mu.Lock()
@@ -357,10 +357,11 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		hk.hand -= cost
 		hk.spent += cost
 		hk.lastUse = now
-		res = hk.result(p, now)
+		o.res = hk.result(p, now)
+		res := &o.res
 		res.DryRun = p.dry(key)
 		res.Time = instant(now)
-		p.marked(&res)
+		p.marked(res)
 		idx := hk.index
 		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
 		if more {
@@ -368,36 +369,36 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		}
 		hk.mu.Unlock()
 		if l.obs != nil {
-			l.obs.ObserveDecision(res, SourceLease)
+			l.obs.ObserveDecision(*res, SourceLease)
 		}
 		if more {
 			_, _ = l.leaseTake(ctx, hk, 0, now)
 		}
-		d = decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}
+		o.d = decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}
 		if res.Warning {
-			l.warned(ctx, key, p, &res, d, cost, now)
+			l.warned(ctx, key, p, res, o.d, cost, now)
 		}
-		return res, d, true, nil
+		return true, nil
 	}
 	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
 		// Taking already, exhausted, or cold: as without leases.
 		hk.mu.Unlock()
-		return Result{}, decision{}, false, nil
+		return false, nil
 	}
 	hk.inflight = true
 	hk.lastUse = now
 	hk.mu.Unlock()
-	d, na := l.leaseTake(ctx, hk, cost, now)
+	var na *noAnswer
+	o.d, na = l.leaseTake(ctx, hk, cost, now)
 	if na == nil {
-		l.answered(key, p, d, cost, now)
-		res, d, err = l.decided(ctx, key, p, d, cost, now)
-		return res, d, true, err
+		l.answered(key, p, &o.d, cost, now)
+		l.decided(ctx, key, p, o, cost, now)
+		return true, nil
 	}
 	if na.Gone != nil {
-		return Result{}, decision{}, true, na.Gone
+		return true, na.Gone
 	}
-	res, d, err = l.fallback(key, p, now, cost, 0, na.Cause)
-	return res, d, true, err
+	return true, l.fallback(key, p, now, cost, 0, na.Cause, o)
 }
 
 // leaseTake sends a take for hk (with a request of cost, 0 for none)

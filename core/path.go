@@ -300,7 +300,7 @@ func (l *Limiter) admitPath(ctx context.Context, r *PathRule, path []string, n i
 // resultPath turns a path's decision, made by level lv, into a Result;
 // dry marks it a dry run's (see PathRule.dry).
 func (l *Limiter) resultPath(d decision, r *PathRule, lv int, degraded, dry bool) Result {
-	res := resultOf(d, r.plans[lv])
+	res := resultOf(&d, r.plans[lv])
 	res.Level = r.names[lv]
 	res.Class = r.className()
 	res.Reason = reasonOf(d)

@@ -52,7 +52,7 @@ func (l *Limiter) peek(ctx context.Context, key string, p *plan) (Result, error)
 // peekResult turns the decision on a request of cost 0 into the Result of
 // a request of cost 1: it passes if it need not wait.
 func peekResult(d decision, p *plan) Result {
-	res := resultOf(d, p)
+	res := resultOf(&d, p)
 	res.Allowed = d.Allowed && d.Next == 0
 	res.RetryAfter, res.Wait = 0, 0
 	if !res.Allowed {

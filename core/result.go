@@ -69,8 +69,16 @@ type Result struct {
 }
 
 // resultOf is d, a decision under p, as the caller's Result.
-func resultOf(d decision, p *plan) Result {
-	return Result{
+func resultOf(d *decision, p *plan) Result {
+	var res Result
+	res.set(d, p)
+	return res
+}
+
+// set makes res d, a decision under p, as the caller's Result: resultOf
+// in place, for the engine's outcome (see outcome).
+func (res *Result) set(d *decision, p *plan) {
+	*res = Result{
 		Allowed:    d.Allowed,
 		Remaining:  int(d.Remaining),
 		RetryAfter: time.Duration(d.Retry) * time.Microsecond,

@@ -109,14 +109,16 @@ func (r *Rule) Limits() []Limit { return append([]Limit(nil), r.p.limits...) }
 
 // Allow is shorthand for [Rule.AllowN] with a cost of 1.
 func (r *Rule) Allow(ctx context.Context, key string) (Result, error) {
-	res, _, err := r.lim.admit(ctx, key, r.p, 1, 0)
-	return res, err
+	var o outcome
+	err := r.lim.admit(ctx, key, r.p, 1, 0, &o)
+	return o.res, err
 }
 
 // AllowN is [Limiter.AllowN] under the rule's limits.
 func (r *Rule) AllowN(ctx context.Context, key string, n int) (Result, error) {
-	res, _, err := r.lim.admit(ctx, key, r.p, n, 0)
-	return res, err
+	var o outcome
+	err := r.lim.admit(ctx, key, r.p, n, 0, &o)
+	return o.res, err
 }
 
 // Wait is [Limiter.Wait] under the rule's limits.

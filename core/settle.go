@@ -96,10 +96,11 @@ func (r *Rule) Reserve(ctx context.Context, key string, n int) (*Reservation, er
 		p = p.lease.exact // a reservation is decided exactly, without leases
 	}
 	at := l.now()
-	res, d, err := l.admit(ctx, key, p, n, 0)
-	if err != nil {
+	var o outcome
+	if err := l.admit(ctx, key, p, n, 0, &o); err != nil {
 		return nil, err
 	}
+	res, d := o.res, o.d
 	rv := &Reservation{Result: res, lim: l, p: p, key: key, n: int64(n), made: time.Now(), at: at}
 	switch {
 	case !res.Allowed:

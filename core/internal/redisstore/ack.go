@@ -131,10 +131,12 @@ func (s *Store) evalAcked(ctx context.Context, n *node, c *Query) (decision, err
 	keys, args := c.lone()
 	sc := []scriptCall{{keys: keys, args: args}}
 	s.runAcked(ctx, n, sc)
+	var d decision
 	if sc[0].err != nil {
-		return decision{}, sc[0].err
+		return d, sc[0].err
 	}
-	return c.decode(sc[0].vals)
+	err := c.decode(sc[0].vals, &d)
+	return d, err
 }
 
 // sendAcked decides groups of members on n, one script call per group (the

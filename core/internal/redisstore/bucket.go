@@ -76,20 +76,19 @@ func (c *Query) width() int { return 1 + len(c.shadow) }
 // model.Decision.AddShadow). A shadow limit's bucket that failed alone
 // (another program's value in its name) fails nothing: it is folded as a
 // decision that denied nothing.
-func (c *Query) parse(v []int64) (decision, error) {
-	d, err := ParseReply(v[:ReplyWidth], c.Plan)
-	if err != nil {
-		return d, err
+func (c *Query) parse(v []int64, d *decision) error {
+	if err := parseReply(v[:ReplyWidth], c.Plan, d); err != nil {
+		return err
 	}
 	for i := range c.shadow {
 		at := ReplyWidth * (i + 1)
-		sd, err := ParseReply(v[at:at+ReplyWidth], c.shadow[i].Plan)
-		if err != nil {
+		var sd decision
+		if parseReply(v[at:at+ReplyWidth], c.shadow[i].Plan, &sd) != nil {
 			sd = decision{Allowed: true}
 		}
 		d.AddShadow(i, sd)
 	}
-	return d, nil
+	return nil
 }
 
 // lone returns the KEYS and arguments of a call that decides c alone
@@ -112,23 +111,28 @@ func (c *Query) loneKeys() []string {
 	return []string{c.RKey, c.quota.ekey}
 }
 
-// decode checks and decodes the reply of a call that decided c alone.
-func (c *Query) decode(vals []int64) (decision, error) {
+// decode checks and decodes into d the reply of a call that decided c
+// alone.
+func (c *Query) decode(vals []int64, d *decision) error {
 	want := ReplyWidth*c.width() + ReplyTime
 	if c.quota != nil {
 		want++
 	}
 	if len(vals) != want {
-		return decision{}, fmt.Errorf("%w of %d values for %d keys, want %d", errBadReply, len(vals), c.width(), want)
+		return fmt.Errorf("%w of %d values for %d keys, want %d", errBadReply, len(vals), c.width(), want)
 	}
-	d, err := c.parse(vals)
+	if c.shadow == nil {
+		if err := parseReply(vals[:ReplyWidth], c.Plan, d); err != nil {
+			return err
+		}
+	} else if err := c.parse(vals, d); err != nil {
+		return err
+	}
 	if c.quota != nil {
 		d.Epoch = vals[ReplyWidth*c.width()]
 	}
-	if err == nil {
-		d.At = vals[len(vals)-1]
-	}
-	return d, err
+	d.At = vals[len(vals)-1]
+	return nil
 }
 
 // AppendGroup appends c's script arguments as one group of the batch form
@@ -285,26 +289,28 @@ func (b *scriptArgs) add(c *Query) {
 // ParseReply checks and decodes one key's reply into a decision (see the
 // layout table at the top of core/internal/redisstore/bucket.lua).
 func ParseReply(v []int64, p *plan) (decision, error) {
+	var d decision
+	err := parseReply(v, p, &d)
+	return d, err
+}
+
+// parseReply is ParseReply into d, which it sets only on success (the
+// engine's decisions are filled in place, not copied up each layer).
+func parseReply(v []int64, p *plan, d *decision) error {
 	flags := v[0]
 	if flags == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 {
-		return decision{}, ErrKeyFailed
+		return ErrKeyFailed
 	}
-	d := decision{
-		Allowed:   flags&1 == 1,
-		Locked:    flags&2 == 2,
-		Index:     int(flags >> 2),
-		Remaining: v[1],
-		Reset:     v[3],
-		Next:      v[4],
+	allowed, locked, index := flags&1 == 1, flags&2 == 2, int(flags>>2)
+	if flags < 0 || index >= len(p.Ticks) || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 ||
+		(allowed && locked) || (!allowed && v[2] == 0) {
+		return fmt.Errorf("%w %v", errBadReply, v)
 	}
-	if d.Allowed {
+	*d = decision{Allowed: allowed, Locked: locked, Index: index, Remaining: v[1], Reset: v[3], Next: v[4]}
+	if allowed {
 		d.Wait = v[2]
 	} else {
 		d.Retry = v[2]
 	}
-	if flags < 0 || d.Index >= len(p.Ticks) || d.Remaining < 0 || v[2] < 0 || d.Reset < 0 || d.Next < 0 ||
-		(d.Allowed && d.Locked) || (!d.Allowed && d.Retry == 0) {
-		return decision{}, fmt.Errorf("%w %v", errBadReply, v)
-	}
-	return d, nil
+	return nil
 }

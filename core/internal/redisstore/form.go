@@ -150,45 +150,61 @@ type processor interface {
 // command's arguments are the same as [redis.Script.Run] sends, so hooks
 // and tracing see the same command.
 func RunInts(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
-	p, ok := rdb.(processor)
-	if !ok {
+	p, _ := rdb.(processor)
+	return runInts(ctx, p, rdb, sc, keys, args, single)
+}
+
+// runInts is RunInts with rdb's processor found already (nil if it has
+// none): a lone decision's store keeps it (see Store.proc).
+func runInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
+	if p == nil {
 		return cmdInts(sc.Run(ctx, rdb, keys, args...), single)
 	}
 	argv := make([]any, 3+len(keys)+len(args))
-	argv[0], argv[1], argv[2] = "evalsha", hashOf(sc), len(keys)
+	argv[0], argv[1] = "evalsha", hashOf(sc)
+	if n := len(keys); n < len(smallInts) {
+		argv[2] = smallInts[n] // boxed once, not on every call
+	} else {
+		argv[2] = n
+	}
 	for i, k := range keys {
 		argv[3+i] = k
 	}
 	copy(argv[3+len(keys):], args)
-	vals, err := processInts(ctx, p, argv, len(keys) > 0, single)
+	var vals []int64
+	var err error
+	if single {
+		vals, err = processInt(ctx, p, argv, len(keys) > 0)
+	} else {
+		// Read as integers straight off the wire (see RunInts). A
+		// Cluster client routes by argv[3], the first key.
+		cmd := redis.NewIntSliceCmd(ctx, argv...)
+		if len(keys) > 0 {
+			cmd.SetFirstKeyPos(3)
+		}
+		_ = p.Process(ctx, cmd)
+		vals, err = cmd.Result()
+	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmdInts(sc.Eval(ctx, rdb, keys, args...), single)
 	}
 	return vals, err
 }
 
-// processInts sends argv through p as a command whose reply is a list of
-// integers, or with single one integer; keyed says argv[3] is its first
-// key (for a Cluster client's routing).
-func processInts(ctx context.Context, p processor, argv []any, keyed, single bool) ([]int64, error) {
-	if single {
-		cmd := redis.NewIntCmd(ctx, argv...)
-		if keyed {
-			cmd.SetFirstKeyPos(3)
-		}
-		_ = p.Process(ctx, cmd)
-		v, err := cmd.Result()
-		if err != nil {
-			return nil, err
-		}
-		return []int64{v}, nil
-	}
-	cmd := redis.NewIntSliceCmd(ctx, argv...)
+// processInt sends argv through p as a command whose reply is one
+// integer, returned as a list of one; keyed says argv[3] is its first key
+// (for a Cluster client's routing).
+func processInt(ctx context.Context, p processor, argv []any, keyed bool) ([]int64, error) {
+	cmd := redis.NewIntCmd(ctx, argv...)
 	if keyed {
 		cmd.SetFirstKeyPos(3)
 	}
 	_ = p.Process(ctx, cmd)
-	return cmd.Result()
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	return []int64{v}, nil
 }
 
 // cmdInts decodes cmd's reply, a list of integers or with single one
@@ -208,8 +224,17 @@ func cmdInts(cmd *redis.Cmd, single bool) ([]int64, error) {
 // rather than on every call (see hashOf).
 var hashes sync.Map // *redis.Script -> any (its Hash)
 
+// smallInts are the key counts of most calls, boxed.
+var smallInts = [...]any{0, 1, 2, 3, 4, 5, 6, 7, 8}
+
+// bucketHash is BucketScript's SHA1, boxed.
+var bucketHash any = BucketScript.Hash()
+
 // hashOf returns sc's SHA1, as EVALSHA's argument.
 func hashOf(sc *redis.Script) any {
+	if sc == BucketScript { // a decision's, without a sync.Map's code
+		return bucketHash
+	}
 	if h, ok := hashes.Load(sc); ok {
 		return h
 	}

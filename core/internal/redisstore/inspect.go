@@ -71,7 +71,11 @@ func (q *Query) ShadowRKeys() []string {
 func (q *Query) Lone() ([]string, []any) { return q.lone() }
 
 // Decode decodes the reply of a call that decided q alone.
-func (q *Query) Decode(vals []int64) (decision, error) { return q.decode(vals) }
+func (q *Query) Decode(vals []int64) (decision, error) {
+	var d decision
+	err := q.decode(vals, &d)
+	return d, err
+}
 
 // Senders returns the store's senders of decisions, settlements and paths
 // as its batches use them, on its whole client, or with split on one node

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // Redis key layout
@@ -65,25 +66,38 @@ func RedisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 			sum *= 16777619
 		}
 	}
-	const digits = "0123456789abcdef"
-	var tag [4]byte
-	for i := range tag {
-		tag[3-i] = digits[sum&0xf]
+	if len(key) > MaxVerbatimKey || len(key) > 0 && key[0] == '#' {
+		return digestedName(prefix, fp, tagOf(sum), key)
+	}
+	// One exact-size buffer, given back as the string: a strings.Builder
+	// spent twice the instructions and code lines on growth checks a
+	// known length never needs (clientcost -cold).
+	n := len(prefix) + 6 + len(fp) + 1 + len(key)
+	b := make([]byte, n)
+	i := copy(b, prefix)
+	b[i] = '{'
+	for j := i + 4; j > i; j-- {
+		b[j] = hexDigits[sum&0xf]
 		sum >>= 4
 	}
-	if len(key) > MaxVerbatimKey || len(key) > 0 && key[0] == '#' {
-		return digestedName(prefix, fp, tag, key)
+	b[i+5] = '}'
+	i += 6
+	i += copy(b[i:], fp)
+	b[i] = ':'
+	copy(b[i+1:], key)
+	return unsafe.String(&b[0], n) // b is never written again
+}
+
+const hexDigits = "0123456789abcdef"
+
+// tagOf is sum as the four hex digits of a key's hash tag.
+func tagOf(sum uint32) [4]byte {
+	var tag [4]byte
+	for i := range tag {
+		tag[3-i] = hexDigits[sum&0xf]
+		sum >>= 4
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + 6 + len(fp) + 1 + len(key))
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.Write(tag[:])
-	b.WriteByte('}')
-	b.WriteString(fp)
-	b.WriteByte(':')
-	b.WriteString(key)
-	return b.String()
+	return tag
 }
 
 // keyedTag is the tag's hash of tagKey under WithSlotKey's key: out of

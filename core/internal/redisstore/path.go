@@ -203,7 +203,8 @@ func parsePathAnswer(v []int64, plans []*plan) (PathAnswer, error) {
 	if v[5] < 0 || lv >= len(plans) || foreign > len(plans) || reason > 2 || reason > 0 && v[0]&1 == 1 {
 		return PathAnswer{}, fmt.Errorf("%w %v", errBadReply, v)
 	}
-	d, err := ParseReply(v[:ReplyWidth], plans[lv])
-	d.Reason = reason
-	return PathAnswer{D: d, Level: lv, Foreign: foreign}, err
+	a := PathAnswer{Level: lv, Foreign: foreign}
+	err := parseReply(v[:ReplyWidth], plans[lv], &a.D)
+	a.D.Reason = reason
+	return a, err
 }

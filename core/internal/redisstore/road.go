@@ -97,14 +97,17 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 	asked := time.Now()
 	took, err := run(s.cfg.Budget)
 	f := s.judged(ctx, brk, kind, took, err)
-	if left := s.cfg.Budget - time.Since(asked); again(kind, f, err) && left >= s.cfg.Budget/minResend && callerGone(ctx) == nil {
-		// Sent once more under what is left of the budget. A timeout of
-		// that send proves nothing of the node (it had less than a
-		// budget): the call is judged by its first send.
-		took, err2 := run(left)
-		f2 := s.judged(ctx, brk, kind, took, err2)
-		if err2 == nil || Reason(err2) != ReasonTimeout {
-			err, f = err2, f2
+	if err != nil && again(kind, f, err) {
+		if left := s.cfg.Budget - time.Since(asked); left >= s.cfg.Budget/minResend && callerGone(ctx) == nil {
+			// Sent once more under what is left of the budget. A
+			// timeout of that send proves nothing of the node (it had
+			// less than a budget): the call is judged by its first
+			// send.
+			took, err2 := run(left)
+			f2 := s.judged(ctx, brk, kind, took, err2)
+			if err2 == nil || Reason(err2) != ReasonTimeout {
+				err, f = err2, f2
+			}
 		}
 	}
 	if err == nil {

@@ -38,6 +38,7 @@ type node struct {
 // one breaker.
 type Store struct {
 	rdb       redis.Scripter
+	proc      processor                                                     // rdb's, found once; nil if it has none (see runInts)
 	timerless bool                                                          // the client bounds every wait by the budget (see boundsWaits)
 	detached  bool                                                          // the client ignores the budget: calls run apart (see submitDetached)
 	whole     node                                                          // the whole store; on a Cluster, keys whose master is unknown
@@ -177,6 +178,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, cfg Config, up Up) *Store {
 		up.Log = slog.Default
 	}
 	s := &Store{rdb: rdb, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget), cfg: cfg, up: up}
+	s.proc, _ = rdb.(processor)
 	s.whole.brk = brk
 	s.ack = newReplicaAck(cfg.Ack, up.Log)
 	switch c := rdb.(type) {
@@ -248,54 +250,57 @@ func (s *Store) node(ctx context.Context, rkey string) *node {
 // submit decides c on n and reports how long the store I/O took. A lone
 // decision runs under ctx bounded by budget; a batched one under its
 // batch's own budget, while its caller may leave when ctx ends.
-func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration) (decision, time.Duration, error) {
+func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration, d *decision) (took time.Duration, err error) {
+	fits := enough(ctx, budget)
 	if n.batch != nil && !s.sentAlone(budget) {
 		// A lone decision on an idle node, whose caller has the budget
 		// left, is sent here, in the caller's goroutine, holding one of
 		// the node's slots as a batch would (see batch.Alone): what the
 		// batcher would do with it, without its layers.
-		if s.ack != nil || !enough(ctx, budget) || !n.batch.Alone() {
-			return n.batch.Do(ctx, c)
+		if s.ack != nil || !fits || !n.batch.Alone() {
+			*d, took, err = n.batch.Do(ctx, c)
+			return took, err
 		}
 		defer n.batch.Done()
 	} else if s.detached {
-		return s.submitDetached(ctx, n, c, budget)
+		*d, took, err = s.submitDetached(ctx, n, c, budget)
+		return took, err
 	}
 	// The I/O time is counted from before the deadline is set, so a call
 	// that fails at its deadline has run for the whole budget however late
 	// this goroutine ran after setting it.
 	start := time.Now()
-	rctx, bc := ctx, (*budgetCtx)(nil)
+	rctx := ctx
 	var cancel context.CancelFunc
 	switch {
-	case budget <= 0 || !enough(ctx, budget):
+	case budget <= 0 || !fits:
 		// No budget, or the caller's own deadline comes first: the I/O
 		// runs under the caller's context.
 	case s.timerless:
 		// The client bounds every wait by the deadline itself: no
-		// timer, and a pooled context (see boundsWaits).
-		bc = budgetCtxs.Get().(*budgetCtx)
-		bc.Context, bc.dl = ctx, start.Add(budget)
-		rctx = bc
+		// timer (see boundsWaits). Allocated, not pooled: the
+		// allocation runs code a decision runs anyway, where a
+		// sync.Pool cost a cold decision 16 code lines of its own.
+		rctx = &budgetCtx{Context: ctx, dl: start.Add(budget)}
 	default:
 		rctx, cancel = context.WithTimeout(ctx, budget)
 	}
-	var d decision
-	var err error
 	if s.ack != nil {
-		d, err = s.evalAcked(rctx, n, c)
+		*d, err = s.evalAcked(rctx, n, c)
 	} else {
-		d, err = evalLone(rctx, s.rdb, c)
+		// The lone form straight to runInts and decode, without the
+		// form's layers (see EvalOne).
+		keys, args := c.lone()
+		var vals []int64
+		if vals, err = runInts(rctx, s.proc, s.rdb, BucketScript, keys, args, false); err == nil {
+			err = c.decode(vals, d)
+		}
 	}
-	took := time.Since(start)
+	took = time.Since(start)
 	if cancel != nil {
 		cancel()
 	}
-	if bc != nil {
-		*bc = budgetCtx{}
-		budgetCtxs.Put(bc)
-	}
-	return d, took, err
+	return took, err
 }
 
 // enough reports whether ctx leaves at least budget (or has no deadline).
@@ -307,14 +312,11 @@ func enough(ctx context.Context, budget time.Duration) bool {
 // budgetCtx carries a call's budget as a deadline without a timer: Done is
 // the caller's, and Err reports context.DeadlineExceeded once the deadline
 // has passed. Only for a client that bounds its waits by the deadline
-// itself (see boundsWaits). Pooled: a lone decision makes no allocation
-// for it.
+// itself (see boundsWaits).
 type budgetCtx struct {
 	context.Context
 	dl time.Time
 }
-
-var budgetCtxs = sync.Pool{New: func() any { return new(budgetCtx) }}
 
 func (c *budgetCtx) Deadline() (time.Time, bool) { return c.dl, true }
 
@@ -447,7 +449,7 @@ func deliver(members []*batch.Member[*Query, decision], vals []int64, err error)
 			m.Err = err
 			continue
 		}
-		m.Res, m.Err = m.Req.parse(vals[at:])
+		m.Err = m.Req.parse(vals[at:], &m.Res)
 		at += ReplyWidth * m.Req.width()
 		if m.Req.quota != nil {
 			m.Res.Epoch = vals[q]
@@ -472,17 +474,6 @@ func hashTag(rkey string) string {
 // EvalOne runs one call alone, in its own script call.
 func EvalOne(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error) {
 	return decisionForm.one(ctx, rdb, c)
-}
-
-// evalLone is evalOne for a call sent by itself (see submit): the lone
-// form straight to runInts and parseReply, without the form's layers.
-func evalLone(ctx context.Context, rdb redis.Scripter, c *Query) (decision, error) {
-	keys, args := c.lone()
-	vals, err := RunInts(ctx, rdb, BucketScript, keys, args, false)
-	if err != nil {
-		return decision{}, err
-	}
-	return c.decode(vals)
 }
 
 // op is one script call of any kind but the bucket's decisions and

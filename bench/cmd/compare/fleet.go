@@ -121,6 +121,7 @@ type fleetRun struct {
 	clientCPU float64          // CPU seconds of the process(es) running the limiters; -1 if unknown
 	cmds      map[string]int64 // Redis commands over the measured part, scripts' own included; nil if unknown
 	limit     bench.Limit      // the scenario's limit, for the ideal
+	round     int              // the round (from 0) it ran in, to pair it with other peers' runs of that round
 }
 
 // fleetCell holds a cell's runs, one per round.
@@ -155,16 +156,18 @@ func (h *harness) fleetPlan() time.Duration {
 
 // fleetRounds runs the fleet cells: in each round, every scenario, layout
 // and shape, with the peers in an order that rotates from one group of
-// cells to the next.
+// cells to the next. It records the 1-minute load average at the start of
+// each round in h.roundLoad.
 func (h *harness) fleetRounds() {
 	peers := h.fleetPeers()
 	for r := range h.cfg.fleetRounds {
+		h.roundLoad = append(h.roundLoad, loadAvg1())
 		k := 0
 		for _, sc := range fleetScenarios() {
 			for _, procs := range []bool{false, true} {
 				for _, s := range h.cfg.fleetShapes {
 					for _, p := range rotate(peers, r+k) {
-						h.runFleetCell(sc, procs, s, p)
+						h.runFleetCell(r, sc, procs, s, p)
 					}
 					k++
 				}
@@ -173,8 +176,8 @@ func (h *harness) fleetRounds() {
 	}
 }
 
-// runFleetCell runs one round of one fleet cell and records it.
-func (h *harness) runFleetCell(sc fleetScenario, procs bool, s shape, p bench.Peer) {
+// runFleetCell runs round r of one fleet cell and records it.
+func (h *harness) runFleetCell(r int, sc fleetScenario, procs bool, s shape, p bench.Peer) {
 	defer h.reset()
 	if h.fleet == nil {
 		h.fleet = map[fleetKey]*fleetCell{}
@@ -199,7 +202,7 @@ func (h *harness) runFleetCell(sc fleetScenario, procs bool, s shape, p bench.Pe
 		h.step(label, "failed: "+err.Error())
 		return
 	}
-	run.limit = sc.limit
+	run.limit, run.round = sc.limit, r
 	c.runs = append(c.runs, run)
 	note := ""
 	if lo, hi, ok := run.t.idealIn(sc.limit, idealSlot); ok {
@@ -302,10 +305,10 @@ func (c *fleetCell) summary() fleetSummary {
 	var rate, redisUS, clientUS, redisBusy, clientBusy, p50, p99, admitted, measured, lo, hi []float64
 	s := fleetSummary{counts: new(tally), under: math.NaN(), over: math.NaN(), belowHi: math.NaN()}
 	for _, r := range c.runs {
-		d := float64(r.t.decisions())
-		rate = append(rate, perSec(r.t.decisions(), r.t.elapsed))
-		redisUS = append(redisUS, perDecisionUS(r.redisCPU, d))
-		clientUS = append(clientUS, perDecisionUS(r.clientCPU, d))
+		f := r.figures()
+		rate = append(rate, f.rate)
+		redisUS = append(redisUS, f.redisUS)
+		clientUS = append(clientUS, f.clientUS)
 		redisBusy = append(redisBusy, busy(r.redisCPU, r.t.elapsed))
 		clientBusy = append(clientBusy, busy(r.clientCPU, r.t.elapsed))
 		p50 = append(p50, float64(r.t.hist.Quantile(0.5)))
@@ -350,6 +353,77 @@ func (c *fleetCell) summary() fleetSummary {
 	s.idealLo, s.idealHi = median(lo), median(hi)
 	s.p50, s.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	return s
+}
+
+// runFigures are one run's decisions/s and CPU µs per decision, Redis's
+// and the client's; NaN where unknown.
+type runFigures struct{ rate, redisUS, clientUS float64 }
+
+func (r fleetRun) figures() runFigures {
+	d := float64(r.t.decisions())
+	return runFigures{
+		rate:     perSec(r.t.decisions(), r.t.elapsed),
+		redisUS:  perDecisionUS(r.redisCPU, d),
+		clientUS: perDecisionUS(r.clientCPU, d),
+	}
+}
+
+// pairing compares two cells of one scenario, layout and shape round by
+// round. A round runs the peers of a shape back to back, so the two runs
+// of a round are seconds apart and the slow drift of a shared machine
+// cancels in their ratio, where it stays in medians taken separately.
+type pairing struct {
+	rounds           []int   // the rounds whose decisions/s were paired, in order
+	rate             float64 // median of the rounds' decisions/s ratios; NaN without a pair
+	rateMin, rateMax float64 // the lowest and highest of those ratios; NaN without a pair
+	redisUS          float64 // median of the rounds' Redis CPU per decision ratios; NaN without a pair
+	redisN           int     // rounds paired for it
+	clientUS         float64 // the same for client CPU per decision
+	clientN          int
+}
+
+// pair pairs cell a's runs with cell b's by round: for each round where
+// both have a run, a's figure ÷ b's, left out where either is unknown or
+// not positive. A round that failed for either cell has no pair.
+func pair(a, b *fleetCell) pairing {
+	of := map[int]runFigures{}
+	for _, r := range b.runs {
+		of[r.round] = r.figures()
+	}
+	var p pairing
+	var rate, redisUS, clientUS []float64
+	for _, r := range a.runs {
+		fb, ok := of[r.round]
+		if !ok {
+			continue
+		}
+		fa := r.figures()
+		if v := ratio(fa.rate, fb.rate); !math.IsNaN(v) {
+			rate = append(rate, v)
+			p.rounds = append(p.rounds, r.round)
+		}
+		if v := ratio(fa.redisUS, fb.redisUS); !math.IsNaN(v) {
+			redisUS = append(redisUS, v)
+		}
+		if v := ratio(fa.clientUS, fb.clientUS); !math.IsNaN(v) {
+			clientUS = append(clientUS, v)
+		}
+	}
+	p.rate, p.redisUS, p.clientUS = median(rate), median(redisUS), median(clientUS)
+	p.redisN, p.clientN = len(redisUS), len(clientUS)
+	p.rateMin, p.rateMax = math.NaN(), math.NaN()
+	if len(rate) > 0 {
+		p.rateMin, p.rateMax = slices.Min(rate), slices.Max(rate)
+	}
+	return p
+}
+
+// ratio is a ÷ b; NaN unless both are positive (NaN is not).
+func ratio(a, b float64) float64 {
+	if !(a > 0) || !(b > 0) {
+		return math.NaN()
+	}
+	return a / b
 }
 
 // nanTo0 is v, or 0 for NaN.

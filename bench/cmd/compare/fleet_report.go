@@ -109,6 +109,7 @@ func (h *harness) fleetTables(out *report) {
 	peers := h.fleetPeers()
 	out.section("4. Fleet: replicas with a limiter and a client each")
 	h.fleetIntro(out)
+	out.printf("Load average (1 min) at the start of each round: %s.\n\n", h.roundLoads())
 	head := []string{"instances × callers"}
 	for _, p := range peers {
 		head = append(head, p.Name)
@@ -147,7 +148,14 @@ func (h *harness) fleetIntro(out *report) {
 		"the client near the CPUs the limiters have (one in the worker layout) bounds it by the clients. "+
 		"Under each table, floor's slowest round ÷ redis_rate's median is what one script call per decision at the least cost showed in the same run, "+
 		"beside sluice's own. "+
-		"Latency is per call, as the caller sees it.\n\n",
+		"Latency is per call, as the caller sees it.\n\n"+
+		"*Paired* figures come from rounds, not medians: a round runs every peer of a shape one after another, "+
+		"so sluice's run and redis_rate's (or floor's) in the same round are seconds apart and share the machine's state at that moment. "+
+		"Dividing the one by the other within each round cancels the slow drift of a shared machine (other work starting or stopping), "+
+		"which medians taken separately keep. The paired line gives the median of those per-round ratios, "+
+		"the lowest and highest for decisions/s, and how many rounds paired: a round lost by either peer, "+
+		"or whose CPU was unknown, has no pair. A CPU ratio below 1× means sluice spent less per decision. "+
+		"Beside it is the highest 1-minute load average at the start of the rounds paired, so a reader can tell whether they began on a quiet machine.\n\n",
 		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)
 }
 
@@ -222,6 +230,88 @@ func (h *harness) fleetRatios(out *report, scenario string, procs bool, peers []
 	if len(lines) > 0 {
 		out.printf("sluice's decisions/s:\n\n%s\n", strings.Join(lines, ""))
 	}
+	lines = lines[:0]
+	for _, s := range h.cfg.fleetShapes {
+		if l := h.pairedLine(scenario, procs, s); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 0 {
+		out.printf("sluice ÷ the same round's run of another peer, paired (median over the rounds; decisions/s with the lowest–highest round):\n\n%s\n", strings.Join(lines, ""))
+	}
+}
+
+// pairedLine is fleetRatios' paired line for one shape: sluice against
+// redis_rate and against floor, round by round (see pairing), and the
+// highest load average at the start of the rounds paired; "" without
+// sluice or without a pair.
+func (h *harness) pairedLine(scenario string, procs bool, s shape) string {
+	own := h.fleet[fleetKey{scenario, procs, s, "sluice"}]
+	if own == nil {
+		return ""
+	}
+	var parts []string
+	used := map[int]bool{}
+	for _, name := range []string{"redis_rate", "floor"} {
+		other := h.fleet[fleetKey{scenario, procs, s, name}]
+		if other == nil {
+			continue
+		}
+		p := pair(own, other)
+		if len(p.rounds) == 0 {
+			continue
+		}
+		for _, r := range p.rounds {
+			used[r] = true
+		}
+		parts = append(parts, fmt.Sprintf("÷ %s over %d round(s): decisions/s %s (%s–%s), Redis CPU/decision %s, client CPU/decision %s",
+			name, len(p.rounds), times(p.rate), orNA(p.rateMin, twoPlaces), orNA(p.rateMax, twoPlaces),
+			pairedCPU(p.redisUS, p.redisN, len(p.rounds)), pairedCPU(p.clientUS, p.clientN, len(p.rounds))))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("- %s: %s; highest load average (1 min) at the start of those rounds %s\n",
+		s, strings.Join(parts, "; "), h.maxRoundLoad(slices.Sorted(maps.Keys(used))))
+}
+
+// times formats a ratio as 1.04×; n/a for NaN.
+func times(v float64) string {
+	return orNA(v, func(v float64) string { return fmt.Sprintf("%.2f×", v) })
+}
+
+// pairedCPU formats a paired CPU ratio, with its count of rounds when it
+// is not the same as the decisions/s ratio's (CPU unknown in some).
+func pairedCPU(v float64, n, of int) string {
+	if n == of || n == 0 {
+		return times(v)
+	}
+	return fmt.Sprintf("%s (%d round(s))", times(v), n)
+}
+
+// maxRoundLoad is the highest 1-minute load average at the start of the
+// given rounds, "n/a" where none was read.
+func (h *harness) maxRoundLoad(rounds []int) string {
+	hi := math.NaN()
+	for _, r := range rounds {
+		if r < len(h.roundLoad) && !math.IsNaN(h.roundLoad[r]) {
+			hi = max(nanTo0(hi), h.roundLoad[r])
+		}
+	}
+	return orNA(hi, twoPlaces)
+}
+
+// roundLoads lists the 1-minute load average at the start of each fleet
+// round, "n/a" where it could not be read.
+func (h *harness) roundLoads() string {
+	var l []string
+	for _, v := range h.roundLoad {
+		l = append(l, orNA(v, twoPlaces))
+	}
+	if len(l) == 0 {
+		return "n/a"
+	}
+	return strings.Join(l, ", ")
 }
 
 // ratioLine is fleetRatios' line for one shape; "" without sluice.

@@ -221,6 +221,11 @@ func TestBusyAndFloorBound(t *testing.T) {
 		{scMany, true, s, "redis_rate"}: {runs: []fleetRun{round(100_000, 1.9, 1.9), round(110_000, 1.9, 1.9), round(120_000, 1.9, 1.9)}},
 		{scMany, true, s, "floor"}:      {runs: []fleetRun{round(99_000, 1.5, 1.9), round(150_000, 1.5, 1.9), round(160_000, 1.5, 1.9)}},
 	}}
+	for _, c := range h.fleet {
+		for i := range c.runs {
+			c.runs[i].round = i
+		}
+	}
 	sum := h.fleet[fleetKey{scMany, true, s, "sluice"}].summary()
 	// Redis: 0.9, 0.95, 0.85 CPUs; client: 0.95, unknown, 1.0.
 	if math.Abs(sum.redisBusy-0.9) > 1e-9 || math.Abs(sum.clientBusy-0.975) > 1e-9 {
@@ -237,5 +242,100 @@ func TestBusyAndFloorBound(t *testing.T) {
 	delete(h.fleet, fleetKey{scMany, true, s, "floor"})
 	if line := h.ratioLine(scMany, true, s, peers); strings.Contains(line, "floor") {
 		t.Errorf("ratio line without floor's cell names floor: %q", line)
+	}
+}
+
+// pairRun is a run of round r, measured for 1 s, with the given
+// decisions/s and CPU µs per decision (negative: CPU unknown).
+func pairRun(r int, rate, redisUS, clientUS float64) fleetRun {
+	cpu := func(us float64) float64 {
+		if us < 0 {
+			return -1
+		}
+		return us * rate / 1e6
+	}
+	return fleetRun{t: &tally{allowed: uint64(rate), elapsed: time.Second}, redisCPU: cpu(redisUS), clientCPU: cpu(clientUS), round: r}
+}
+
+// near reports whether a and b agree to 1e-9, NaN matching NaN.
+func near(a, b float64) bool {
+	if math.IsNaN(a) || math.IsNaN(b) {
+		return math.IsNaN(a) && math.IsNaN(b)
+	}
+	return math.Abs(a-b) < 1e-9
+}
+
+func TestPair(t *testing.T) {
+	nan := math.NaN()
+	sluice := []fleetRun{pairRun(0, 1000, 10, 20), pairRun(1, 1100, 9, 20), pairRun(2, 1200, 8, 20)}
+	other := []fleetRun{pairRun(0, 1000, 10, 20), pairRun(1, 1000, 10, 20), pairRun(2, 1000, 10, 20)}
+	tests := []struct {
+		name string
+		a, b []fleetRun
+		want pairing
+	}{
+		{"every round", sluice, other,
+			pairing{rounds: []int{0, 1, 2}, rate: 1.1, rateMin: 1, rateMax: 1.2, redisUS: 0.9, redisN: 3, clientUS: 1, clientN: 3}},
+		{"round lost by the other peer, even count", sluice, []fleetRun{other[0], other[2]},
+			pairing{rounds: []int{0, 2}, rate: 1.1, rateMin: 1, rateMax: 1.2, redisUS: 0.9, redisN: 2, clientUS: 1, clientN: 2}},
+		{"round lost by sluice", sluice[1:], other,
+			pairing{rounds: []int{1, 2}, rate: 1.15, rateMin: 1.1, rateMax: 1.2, redisUS: 0.85, redisN: 2, clientUS: 1, clientN: 2}},
+		{"Redis CPU unknown in a round", sluice, []fleetRun{other[0], other[1], pairRun(2, 1000, -1, 20)},
+			pairing{rounds: []int{0, 1, 2}, rate: 1.1, rateMin: 1, rateMax: 1.2, redisUS: 0.95, redisN: 2, clientUS: 1, clientN: 3}},
+		{"no decisions in a round", []fleetRun{sluice[0], pairRun(1, 0, 9, 20), sluice[2]}, other,
+			pairing{rounds: []int{0, 2}, rate: 1.1, rateMin: 1, rateMax: 1.2, redisUS: 0.9, redisN: 2, clientUS: 1, clientN: 2}},
+		{"no round in common", sluice[:1], other[1:],
+			pairing{rate: nan, rateMin: nan, rateMax: nan, redisUS: nan, clientUS: nan}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := pair(&fleetCell{runs: tt.a}, &fleetCell{runs: tt.b})
+			w := tt.want
+			if !slices.Equal(got.rounds, w.rounds) || !near(got.rate, w.rate) || !near(got.rateMin, w.rateMin) || !near(got.rateMax, w.rateMax) ||
+				!near(got.redisUS, w.redisUS) || got.redisN != w.redisN || !near(got.clientUS, w.clientUS) || got.clientN != w.clientN {
+				t.Errorf("pair = %+v, want %+v", got, w)
+			}
+		})
+	}
+}
+
+// TestPairedLine checks the paired line under a table: against redis_rate
+// and floor, each over its own rounds, with the highest load at the start
+// of the rounds used.
+func TestPairedLine(t *testing.T) {
+	s := shape{32, 2}
+	cell := func(runs ...fleetRun) *fleetCell { return &fleetCell{runs: runs} }
+	h := &harness{
+		fleet: map[fleetKey]*fleetCell{
+			{scMany, false, s, "sluice"}:     cell(pairRun(0, 1100, 9, 20), pairRun(1, 1200, 8, 20), pairRun(3, 1300, 8, 20)),
+			{scMany, false, s, "redis_rate"}: cell(pairRun(0, 1000, 10, 20), pairRun(1, 1000, -1, 20), pairRun(2, 1000, 10, 20)),
+			{scMany, false, s, "floor"}:      cell(pairRun(1, 1500, 5, 10), pairRun(3, 1300, 5, 10)),
+		},
+		roundLoad: []float64{0.5, math.NaN(), 9, 2.25},
+	}
+	line := h.pairedLine(scMany, false, s)
+	// redis_rate pairs rounds 0 and 1 (1.1×, 1.2×; Redis CPU known in 0
+	// only), floor rounds 1 and 3 (0.8×, 1×); round 2 is not used.
+	for _, want := range []string{
+		"- 32×2: ",
+		"÷ redis_rate over 2 round(s): decisions/s 1.15× (1.10–1.20), Redis CPU/decision 0.90× (1 round(s)), client CPU/decision 1.00×",
+		"; ÷ floor over 2 round(s): decisions/s 0.90× (0.80–1.00), Redis CPU/decision 1.60×, client CPU/decision 2.00×",
+		"highest load average (1 min) at the start of those rounds 2.25\n",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("pairedLine = %q, lacks %q", line, want)
+		}
+	}
+	h.roundLoad = nil
+	if line := h.pairedLine(scMany, false, s); !strings.HasSuffix(line, "rounds n/a\n") {
+		t.Errorf("pairedLine without load averages = %q, want n/a for the load", line)
+	}
+	delete(h.fleet, fleetKey{scMany, false, s, "floor"})
+	if line := h.pairedLine(scMany, false, s); strings.Contains(line, "floor") {
+		t.Errorf("pairedLine without floor's cell = %q, names floor", line)
+	}
+	delete(h.fleet, fleetKey{scMany, false, s, "sluice"})
+	if line := h.pairedLine(scMany, false, s); line != "" {
+		t.Errorf("pairedLine without sluice = %q, want none", line)
 	}
 }

@@ -37,6 +37,7 @@ type harness struct {
 	// Fleet cells, and where the fleet's worker processes ran.
 	fleet       map[fleetKey]*fleetCell
 	workerPlace string
+	roundLoad   []float64 // the 1-minute load average at the start of each fleet round; NaN if unknown
 }
 
 type cellKey struct {

@@ -117,7 +117,7 @@ func parseFlags() (config, error) {
 	flag.StringVar(&sections, "sections", strings.Join(allSections, ","), "comma-separated sections to run: "+strings.Join(allSections, ", "))
 	flag.BoolVar(&fleet, "fleet", false, "run only the fleet section (-sections fleet)")
 	flag.DurationVar(&c.fleetDuration, "fleet-duration", time.Second, "measured time of each fleet cell in each round")
-	flag.IntVar(&c.fleetRounds, "fleet-rounds", 5, "rounds over the fleet cells; each figure is the median over them, decisions/s with the slowest and fastest round")
+	flag.IntVar(&c.fleetRounds, "fleet-rounds", 5, "rounds over the fleet cells; each figure is the median over them, decisions/s with the slowest and fastest round, and sluice is paired with redis_rate and floor round by round")
 	flag.StringVar(&shapes, "fleet-shapes", "64x1,32x2,8x8,1x64", "comma-separated fleet shapes, instances x callers per instance")
 	scenarios := flag.String("fleet-scenarios", "10k,hot", "comma-separated fleet scenarios: 10k, hot (one hot key, 10⁶/s, Redis-bound), hotlimit (one hot key, 1000/s burst 1000, limit-bound)")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 4, "most worker processes of the fleet's multi-process layout (one per instance up to this)")

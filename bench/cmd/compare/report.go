@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -300,4 +301,22 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], ", ") + " (1, 5, 15 min)"
+}
+
+// loadAvg1 returns the 1-minute load average; NaN where /proc/loadavg
+// cannot be read (not Linux).
+func loadAvg1() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return math.NaN()
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 1 {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
 }

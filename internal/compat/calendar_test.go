@@ -149,7 +149,7 @@ func TestMiniredisSteppedMatchesMemory(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, uint64(now.Unix())))
 			start := now
 			var denied, waited int
-			const steps = 2500
+			steps := stepsOf(2500)
 			for i := range steps {
 				if r.IntN(3) == 0 {
 					d := time.Duration(r.Int64N(400_000)) * time.Microsecond

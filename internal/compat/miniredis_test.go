@@ -44,7 +44,7 @@ func TestMiniredisMatchesMemory(t *testing.T) {
 	}
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(1, 2))
-	const steps = 3000
+	steps := stepsOf(3000)
 	var denied, locked, waited int
 	// wait reserves without sleeping: ender cancels the context once the
 	// tokens are reserved. The reservation stands either way.

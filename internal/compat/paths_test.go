@@ -43,7 +43,7 @@ func TestMiniredisPathsMatchMemory(t *testing.T) {
 	}
 	var open []reserved
 	var denied, settled int
-	const steps = 3000
+	steps := stepsOf(3000)
 	for i := range steps {
 		if r.IntN(3) == 0 {
 			d := time.Duration(r.IntN(300_000)) * time.Microsecond

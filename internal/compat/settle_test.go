@@ -66,7 +66,7 @@ func settleMatchesMemory(t *testing.T, limitSets [][]core.Limit) {
 	var open, settled []resPair
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
-	const steps = 3000
+	steps := stepsOf(3000)
 	var reserved, settles, dups, denied int
 	for i := range steps {
 		if r.IntN(3) == 0 {

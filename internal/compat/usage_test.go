@@ -59,7 +59,7 @@ func TestMiniredisUsageMatchesMemory(t *testing.T) {
 	}
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 0))
-	const steps = 2000
+	steps := stepsOf(2000)
 	var denied, resets int
 	for i := range steps {
 		if r.IntN(4) == 0 {

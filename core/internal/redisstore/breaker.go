@@ -70,7 +70,9 @@ func (b *breaker) route(now int64) route {
 // success records a store answer at now; it reports whether it ended an
 // outage.
 func (b *breaker) success(r route, now int64) bool {
-	b.fails.Store(0)
+	if b.fails.Load() != 0 { // a store only when needed keeps the line shared by every caller quiet
+		b.fails.Store(0)
+	}
 	if r != viaProbe {
 		return false
 	}

@@ -200,7 +200,9 @@ func (answerHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
 		switch c := cmd.(type) {
 		case *redis.IntSliceCmd:
-			c.SetVal([]int64{1, 999, 0, 1000, 0})
+			// One key's reply, then the instant it was decided at
+			// (redisstore.ReplyTime).
+			c.SetVal([]int64{1, 999, 0, 1000, 0, 1_790_000_000_000_000})
 		case *redis.Cmd:
 			c.SetVal([]any{int64(0), int64(0)})
 		}

@@ -47,6 +47,7 @@ type Query struct {
 	keys    [1]string   // rkey, as a lone call's KEYS without an allocation; set once, as a call may be sent twice at once (see runApart)
 	quota   *quotaEntry // a stepped key's quota entry (see quota.go); nil: none
 	shadow  []Query     // the decisions of Plan.Shadow, one per shadow limit, sent in the same call (see setShadows); nil: none
+	bctx    budgetCtx   // a lone send's budget as a deadline (see Store.submit): a query is on the heap anyway, so the context costs no allocation of its own
 }
 
 // setShadows gives c the decisions of its plan's shadow limits: each

@@ -278,10 +278,12 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 		// runs under the caller's context.
 	case s.timerless:
 		// The client bounds every wait by the deadline itself: no
-		// timer (see boundsWaits). Allocated, not pooled: the
-		// allocation runs code a decision runs anyway, where a
-		// sync.Pool cost a cold decision 16 code lines of its own.
-		rctx = &budgetCtx{Context: ctx, dl: start.Add(budget)}
+		// timer (see boundsWaits), and a context kept in the query,
+		// which a send again overwrites only once this send is over:
+		// neither an allocation nor a sync.Pool (whose code cost a
+		// cold decision 16 code lines).
+		c.bctx = budgetCtx{Context: ctx, dl: start.Add(budget)}
+		rctx = &c.bctx
 	default:
 		rctx, cancel = context.WithTimeout(ctx, budget)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -45,6 +46,21 @@ const (
 	sluiceProductionBudget = 500 * time.Millisecond
 )
 
+// BudgetEnv names the environment variable that, when set to a duration
+// ("50ms"), replaces sluice's budget in a Production environment (the
+// fleet): to measure what the library's default budget does on a busy
+// host. Worker processes inherit it.
+const BudgetEnv = "SLUICE_BENCH_BUDGET"
+
+// ProductionBudget is sluice's budget in a Production environment: $BudgetEnv
+// if it holds a positive duration, else 500 ms.
+func ProductionBudget() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(BudgetEnv)); err == nil && d > 0 {
+		return d
+	}
+	return sluiceProductionBudget
+}
+
 // quietLogger drops the limiter's state-transition logs, which would
 // otherwise land in the middle of the tables.
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -61,7 +77,7 @@ func newSluice(opts ...core.Option) func(Env, Limit) (*Built, error) {
 		rdb := NewClient(env, t)
 		base := []core.Option{core.WithLogger(quietLogger)}
 		if env.Production {
-			base = append(base, core.WithTimeout(sluiceProductionBudget))
+			base = append(base, core.WithTimeout(ProductionBudget()))
 		} else {
 			base = append(base, core.WithTimeout(sluiceBudget))
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -131,14 +132,14 @@ func (h *harness) fleetIntro(out *report) {
 		"each driven by C callers calling `Allow` back to back: replicas of a service with one or two requests in flight each, "+
 		"down to one replica with 64. Every client is configured as docs/production.md recommends "+
 		"(PoolSize %d, MinIdleConns %d, %[3]s dial, read, write and pool timeouts, one dial attempt, MaxRetries -1, ContextTimeoutEnabled, "+
-		"no CLIENT SETINFO or maintenance-notification handshake), and sluice's budget is the same %[3]s, every library's only bound here: "+
+		"no CLIENT SETINFO or maintenance-notification handshake), and sluice's budget is %[6]s, every library's only bound here: "+
 		"decisions it made without Redis are counted in the last row, never as decisions. "+
-		"In *one process* the instances are goroutines of this process; in *worker processes* they are spread over min(N, %d) "+
-		"copies of this program, which measure together once all have warmed up, on the CPUs this process was given (%s). "+
+		"In *one process* the instances are goroutines of this process; in *worker processes* they are spread over min(N, %[4]d) "+
+		"copies of this program, which measure together once all have warmed up, on the CPUs this process was given (%[5]s). "+
 		"`floor` is not a limiter: one EVALSHA per decision of a script that reads TIME, GETs the key and SETs it with PX, "+
 		"the least any limiter that keeps its state in Redis on Redis's clock pays per call. "+
 		"go-zero is left out: it keeps one client per address per process, so its instances cannot have one each.\n\n",
-		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote())
+		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote(), budgetNote())
 	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
 		"%d round(s), the peers in an order that rotates from one shape to the next. "+
 		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
@@ -157,6 +158,16 @@ func (h *harness) fleetIntro(out *report) {
 		"or whose CPU was unknown, has no pair. A CPU ratio below 1× means sluice spent less per decision. "+
 		"Beside it is the highest 1-minute load average at the start of the rounds paired, so a reader can tell whether they began on a quiet machine.\n\n",
 		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)
+}
+
+// budgetNote says what sluice's budget is in the fleet, and where it
+// came from when $SLUICE_BENCH_BUDGET set it.
+func budgetNote() string {
+	b := bench.ProductionBudget()
+	if os.Getenv(bench.BudgetEnv) != "" && b != bench.ProductionTimeout {
+		return fmt.Sprintf("%v (set by %s; the client's timeouts stay %v)", b, bench.BudgetEnv, bench.ProductionTimeout)
+	}
+	return fmt.Sprintf("the same %v", b)
 }
 
 func (h *harness) workerPlaceNote() string {

@@ -161,6 +161,7 @@ func (h *harness) fleetPlan() time.Duration {
 func (h *harness) fleetRounds() {
 	peers := h.fleetPeers()
 	for r := range h.cfg.fleetRounds {
+		h.settle()
 		h.roundLoad = append(h.roundLoad, loadAvg1())
 		k := 0
 		for _, sc := range fleetScenarios() {
@@ -172,6 +173,26 @@ func (h *harness) fleetRounds() {
 					k++
 				}
 			}
+		}
+	}
+}
+
+// maxSettle bounds how long settle waits before a round.
+const maxSettle = 2 * time.Minute
+
+// settle waits, with -fleet-settle, until the 1-minute load average is at
+// most its value, or maxSettle has passed (the round then starts anyway,
+// and its load at start, printed beside the paired figures, says so).
+// The harness's own rounds keep a two-CPU machine's load near three; the
+// load average falls by about a sixth of the way to the background load
+// every ten idle seconds.
+func (h *harness) settle() {
+	if h.cfg.fleetSettle <= 0 {
+		return
+	}
+	for end := time.Now().Add(maxSettle); time.Now().Before(end); time.Sleep(2 * time.Second) {
+		if l := loadAvg1(); math.IsNaN(l) || l <= h.cfg.fleetSettle {
+			return
 		}
 	}
 }

@@ -92,6 +92,7 @@ type config struct {
 	fleetRounds   int
 	fleetShapes   []shape
 	fleetProcs    int
+	fleetSettle   float64 // wait before each round until the 1-minute load average is at most this; 0: do not wait
 }
 
 var allSections = []string{"throughput", "deny", "accuracy", "fleet"}
@@ -121,6 +122,7 @@ func parseFlags() (config, error) {
 	flag.StringVar(&shapes, "fleet-shapes", "64x1,32x2,8x8,1x64", "comma-separated fleet shapes, instances x callers per instance")
 	scenarios := flag.String("fleet-scenarios", "10k,hot", "comma-separated fleet scenarios: 10k, hot (one hot key, 10⁶/s, Redis-bound), hotlimit (one hot key, 1000/s burst 1000, limit-bound)")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 4, "most worker processes of the fleet's multi-process layout (one per instance up to this)")
+	flag.Float64Var(&c.fleetSettle, "fleet-settle", 0, "before each fleet round, wait (up to two minutes) until the 1-minute load average is at most this, so that every round starts on a settled machine; 0 does not wait")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", flag.Args())
@@ -149,6 +151,9 @@ func parseFlags() (config, error) {
 	}
 	if c.fleetDuration <= 0 || c.fleetRounds < 1 || c.fleetProcs < 1 {
 		return c, fmt.Errorf("-fleet-duration, -fleet-rounds and -fleet-procs must be positive")
+	}
+	if c.fleetSettle < 0 {
+		return c, fmt.Errorf("-fleet-settle must be 0 (do not wait) or a positive load average, got %v", c.fleetSettle)
 	}
 	fleetScenarioNames = nil
 	for _, f := range strings.Split(*scenarios, ",") {

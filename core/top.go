@@ -114,7 +114,7 @@ type topRefs []*topSketch
 // counted limit if admitted, else a denial on the limit that denied
 // (index). It allocates nothing.
 func (t topRefs) record(key string, allowed bool, cost int64, index int) {
-	h := keyHash(key)
+	h := model.KeyHash(key)
 	if !allowed {
 		if index >= 0 && index < len(t) && t[index] != nil {
 			s := t[index]
@@ -336,7 +336,7 @@ type Talkers struct {
 // key, as [Talker.Hash] shows it: 16 hex digits. An operator who suspects
 // a key can find it among hashed talkers with it.
 func TopKeyHash(key string) string {
-	return fmt.Sprintf("%016x", keyHash(key))
+	return fmt.Sprintf("%016x", model.KeyHash(key))
 }
 
 // Top returns the limit called limit's heaviest keys over the fleet (see

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // TestSpaceSavingBounds drives weighted Zipf streams through sketches of
@@ -36,7 +38,7 @@ func TestSpaceSavingBounds(t *testing.T) {
 			for range tc.events {
 				key := "k" + strconv.FormatUint(z.Uint64(), 10)
 				w := 1 + rng.Int64N(tc.maxW)
-				h := keyHash(key)
+				h := model.KeyHash(key)
 				truth[h] += w
 				total += w
 				s.add(h, w, key)
@@ -91,7 +93,7 @@ func TestSpaceSavingNames(t *testing.T) {
 	s := newSpaceSaving(2, true)
 	long := strings.Repeat("x", 100)
 	for _, k := range []string{"a", "b", "a", long} {
-		s.add(keyHash(k), 1, k)
+		s.add(model.KeyHash(k), 1, k)
 	}
 	got := map[string]int64{}
 	for c := range s.n {

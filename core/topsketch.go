@@ -191,22 +191,3 @@ func (s *spaceSaving) reset() {
 	s.n, s.total = 0, 0
 	clear(s.table)
 }
-
-// keyHash is the hash of a key the sketches count it under: 64-bit
-// FNV-1a, its bits then spread by SplitMix64's finalizer (so that keys
-// differing in a byte do not show as hashes differing in a digit), the
-// same in every process, so that replicas' sketches merge. It is not
-// secret: it names a key without showing it, and anyone can hash a key
-// they suspect to find it (see TopTalkers.Names).
-func keyHash(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
-}

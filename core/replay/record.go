@@ -9,6 +9,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 // Recorder writes events in the log format to a writer, for keys chosen
@@ -95,22 +97,7 @@ func NewRecorder(w io.Writer, fraction float64) (*Recorder, error) {
 // same on every replica and after restarts, and a key sampled at 5% is
 // sampled at 20%.
 func (r *Recorder) Sampled(key string) bool {
-	return r.all || keyHash(key) < r.threshold
-}
-
-// keyHash is FNV-1a of key, mixed by SplitMix64's finalizer so that
-// every bit depends on every byte.
-func keyHash(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
+	return r.all || model.KeyHash(key) < r.threshold
 }
 
 // Record queues ev to be written, without waiting: when the queue is

@@ -71,6 +71,16 @@ var hotLimitBound = bench.Limit{Rate: 1000, Period: time.Second, Burst: 1000}
 // -fleet-scenarios names it.
 const scHotLimit = "hotlimit"
 
+// hotRealBound is the hot key scenario at a realistic bound: one key at
+// 10⁶/s with a burst of one second's worth, which the fleet's callers can
+// outrun, so leases (bound 1% of the burst, 10,000 tokens) must stay
+// short-lived and small.
+var hotRealBound = bench.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}
+
+// scHotReal names the realistic-bound hot key scenario, run only when
+// -fleet-scenarios names it.
+const scHotReal = "hotreal"
+
 // fleetScenarioNames are the scenarios -fleet-scenarios chose.
 var fleetScenarioNames = []string{scMany, scHot}
 
@@ -93,6 +103,7 @@ func allFleetScenarios() []fleetScenario {
 		{scMany, fmt.Sprintf("10,000 keys at %s each", fleetLimit), manyKeys, fleetLimit, false},
 		{scHot, fmt.Sprintf("One hot key at %s (never reached)", highLimit), hotKeys, highLimit, false},
 		{scHotLimit, fmt.Sprintf("One hot key at %s, hammered (limit-bound), from a full bucket", hotLimitBound), hotKeys, hotLimitBound, true},
+		{scHotReal, fmt.Sprintf("One hot key at %s, from a full bucket", hotRealBound), hotKeys, hotRealBound, true},
 	}
 }
 

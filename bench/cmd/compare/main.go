@@ -120,7 +120,7 @@ func parseFlags() (config, error) {
 	flag.DurationVar(&c.fleetDuration, "fleet-duration", time.Second, "measured time of each fleet cell in each round")
 	flag.IntVar(&c.fleetRounds, "fleet-rounds", 5, "rounds over the fleet cells; each figure is the median over them, decisions/s with the slowest and fastest round, and sluice is paired with redis_rate and floor round by round")
 	flag.StringVar(&shapes, "fleet-shapes", "64x1,32x2,8x8,1x64", "comma-separated fleet shapes, instances x callers per instance")
-	scenarios := flag.String("fleet-scenarios", "10k,hot", "comma-separated fleet scenarios: 10k, hot (one hot key, 10⁶/s, Redis-bound), hotlimit (one hot key, 1000/s burst 1000, limit-bound)")
+	scenarios := flag.String("fleet-scenarios", "10k,hot", "comma-separated fleet scenarios: 10k, hot (one hot key, 10⁶/s, Redis-bound), hotlimit (one hot key, 1000/s burst 1000, limit-bound), hotreal (one hot key, 10⁶/s burst 10⁶)")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 4, "most worker processes of the fleet's multi-process layout (one per instance up to this)")
 	flag.Float64Var(&c.fleetSettle, "fleet-settle", 0, "before each fleet round, wait (up to two minutes) until the 1-minute load average is at most this, so that every round starts on a settled machine; 0 does not wait")
 	flag.Parse()
@@ -159,7 +159,7 @@ func parseFlags() (config, error) {
 	for _, f := range strings.Split(*scenarios, ",") {
 		f = strings.TrimSpace(f)
 		if !slices.ContainsFunc(allFleetScenarios(), func(s fleetScenario) bool { return s.name == f }) {
-			return c, fmt.Errorf("-fleet-scenarios: no scenario %q (have 10k, hot, hotlimit)", f)
+			return c, fmt.Errorf("-fleet-scenarios: no scenario %q (have 10k, hot, hotlimit, hotreal)", f)
 		}
 		fleetScenarioNames = append(fleetScenarioNames, f)
 	}

@@ -36,6 +36,7 @@ var aclCommands = []string{
 	"hexists", "hlen", "hset", "hdel", "hgetall", "incr", // overrides (replicas read with get, hlen, hgetall)
 	"ping", "info", "script|load", // Ready
 	"zincrby", "hincrby", "zrange", // WithTopTalkers: flushes (with hset, pexpire), Limiter.Top (with hgetall)
+	"hmget", // WithTokenLeases (with hset, hdel, zadd, zrem, zrange, zrangebyscore, pexpire)
 }
 
 // warnings records the limiter's log lines at Warn and above.
@@ -131,6 +132,20 @@ func runFeatures(t *testing.T, rdb *redis.Client, prefix string) []featureFailur
 		fail("PathRule.Reset", pr.Reset(ctx, "acl:org", "u"))
 	}
 
+	if rule, err := lim.Prepare(PerSecond(100000)); err != nil {
+		t.Fatal(err)
+	} else if hot, err := rule.WithTokenLeases(LeaseBound{Fraction: 0.01}); err != nil {
+		t.Fatal(err)
+	} else {
+		// Hot enough to take leases within a few calls: takes, renewals,
+		// and the give back at Close below.
+		for range 2000 {
+			if res, err := hot.Allow(ctx, "acl:lease"); err != nil || res.Degraded {
+				degraded("Allow (token leases)", res, err)
+				break
+			}
+		}
+	}
 	if rule, err := lim.Prepare(limit); err != nil {
 		t.Fatal(err)
 	} else if rv, err := rule.Reserve(ctx, "acl:reserve", 5); err != nil {
@@ -213,9 +228,10 @@ func TestLeastPrivilegeACL(t *testing.T) {
 			t.Fatalf("HSET as a user without it = %v (reason %q), want reason %q", err, ErrorReason(err), ReasonNoPerm)
 		}
 		failed := runFeatures(t, rdb, prefix)
-		// Only the features whose script calls HSET fail, and each with
-		// the server's refusal: an error reply, not a timeout, a lost
-		// connection or a degraded decision. The reply's wording is the
+		// Only the features whose script calls HSET fail: Overrides.Set
+		// with the server's refusal (an error reply, not a timeout, a lost
+		// connection or a degraded decision), and token leases, whose
+		// calls are decisions, under the failure policy. The reply's wording is the
 		// server's own and differs between Redis and Valkey versions (an
 		// ACL refusal inside a script is an ERR, not NOPERM, on Redis 7.0
 		// and Valkey 8); the library classes each as a permission error.
@@ -224,6 +240,15 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		}
 		for _, f := range failed {
 			var rerr redis.Error
+			if f.what == "Allow (token leases)" || strings.HasPrefix(f.what, "logged") && strings.Contains(f.what, "op=lease ") {
+				// A lease call the server refuses is the key's own fault:
+				// logged with its reason, and decided under the failure
+				// policy, as any decision whose call fails.
+				if f.what != "Allow (token leases)" && !strings.Contains(f.what, "reason=noperm") {
+					t.Errorf("without HSET, %v; want the lease call's refusal logged with reason=noperm", f)
+				}
+				continue
+			}
 			if !strings.HasPrefix(f.what, "Overrides.Set") || !errors.As(f.err, &rerr) {
 				t.Errorf("without HSET, %v; want only Overrides.Set to fail, with an error reply", f)
 			} else if r := ErrorReason(f.err); r != ReasonNoPerm {

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,6 +169,9 @@ func TestClusterTokenLeases(t *testing.T) {
 				t.Fatal(err)
 			}
 			for id, v := range entries {
+				if strings.HasPrefix(id, "~") {
+					continue // the holds' sums (see lease.lua)
+				}
 				var held, until int64
 				if _, err := fmt.Sscanf(v, "%d %d", &held, &until); err != nil {
 					t.Fatalf("hold %q entry %q = %q: %v", h, id, v, err)
@@ -185,7 +189,7 @@ func holdKeys(t *testing.T, mc *redis.Client) []string {
 	t.Helper()
 	ctx := context.Background()
 	var holds []string
-	iter := mc.Scan(ctx, 0, "*~h:*", 1000).Iterator()
+	iter := mc.Scan(ctx, 0, "*~h2:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		holds = append(holds, iter.Val())
 	}

@@ -252,6 +252,7 @@ type hotKey struct {
 	expires  int64  // local microsecond the lease ends
 	inflight bool   // a take or give back is in flight
 	noLease  int64  // until this microsecond, decide without leases (exhausted)
+	noTake   int64  // until this microsecond, take nothing (the bound is full); the hand is spent
 	fails    int    // takes in a row that were denied or granted nothing
 	spent    int64  // admitted from the hand since the last event
 	lastUse  int64
@@ -259,6 +260,25 @@ type hotKey struct {
 	winStart, winCount int64   // the current window of the rate estimate
 	rate               float64 // events per microsecond
 	rtt                int64   // microseconds, the last take's
+	took               int64   // the hand after the last take
+
+	// ahead bounds Redis's clock less this limiter's from above: each
+	// take's Redis time less the instant it was sent is such a bound (the
+	// script ran after the send), the least of them the tightest; kept
+	// over the current and the last window of aheadWindow, so that the
+	// clocks' drift stays negligible. aheadAt is the current window's
+	// start; aheadOK reports whether any bound is known.
+	ahead, aheadLast, aheadAt int64
+	aheadOK                   bool
+
+	// winWait is the microseconds decisions of the key decided without
+	// leases spent waiting for Redis in the current window, and busy
+	// their average number in flight (waited time over elapsed time, by
+	// Little's law): a key with a decision in flight most of the time is
+	// bound by the round trip however low its rate looks, as one caller
+	// that waits for each answer is.
+	winWait int64
+	busy    float64
 
 	remaining int64 // the bucket's remaining at the last take
 	resetAt   int64 // local microsecond the bucket is full, at the last take
@@ -312,26 +332,79 @@ func (hk *hotKey) count(now, cost, life int64) {
 	// counted enough to judge: a key that turns hot is found within a
 	// few milliseconds.
 	if el := now - hk.winStart; el >= life/2 || hk.winCount >= 64 && el >= 1000 {
-		inst := float64(hk.winCount) / float64(el)
+		inst, busy := float64(hk.winCount)/float64(el), float64(hk.winWait)/float64(el)
 		if el > 4*life || hk.rate == 0 {
-			hk.rate = inst
+			hk.rate, hk.busy = inst, busy
 		} else {
-			hk.rate = (hk.rate + inst) / 2
+			hk.rate, hk.busy = (hk.rate+inst)/2, (hk.busy+busy)/2
 		}
-		hk.winStart, hk.winCount = now, 0
+		hk.winStart, hk.winCount, hk.winWait = now, 0, 0
 	}
 }
 
+// waited adds a decision decided without leases, from start to end, to
+// the estimate of decisions in flight.
+func (hk *hotKey) waited(start, end int64) {
+	hk.mu.Lock()
+	hk.winWait += max(0, end-start)
+	hk.mu.Unlock()
+}
+
+// cold reports whether the key is decided without leases for its rate: a
+// lease would hold fewer than 2 tokens for half its life, unless the key is
+// bound by the round trip (a decision in flight at least half the time) and
+// uses a token in two lives at least.
+func (hk *hotKey) cold(life int64) bool {
+	per := hk.rate * float64(life)
+	return per < 4 && (hk.busy < 0.5 || per < 0.5)
+}
+
 // want is how many tokens a take asks for: what the key uses in half a
-// lease's life, at this replica's rate.
-func (hk *hotKey) want(life int64) int64 {
-	return int64(math.Ceil(hk.rate * float64(life) / 2))
+// lease's life, at this replica's rate; for a key bound by the round trip
+// (its rate is what Redis lets through, not what the callers would use)
+// the bound, of which Redis grants this replica's share.
+func (hk *hotKey) want(lc *leaseConf) int64 {
+	if hk.busy >= 0.5 {
+		return lc.bound
+	}
+	return int64(math.Ceil(hk.rate * float64(lc.life) / 2))
 }
 
 // lowWater is the hand below which a take starts: what the key uses
-// during two round trips.
+// during two round trips, and at most half of what the last take left in
+// hand (a take cannot bring more than Redis's share for this replica).
 func (hk *hotKey) lowWater() int64 {
-	return int64(math.Ceil(hk.rate*float64(2*hk.rtt))) + 1
+	return min(int64(math.Ceil(hk.rate*float64(2*hk.rtt)))+1, max(hk.took/2, 1))
+}
+
+// aheadWindow is how long, in microseconds, a bound on Redis's clock
+// less this limiter's serves: at a drift of 100 ppm between the clocks it
+// errs by at most 50 µs over two windows.
+const aheadWindow = 250_000
+
+// leaseEnd returns when, on this limiter's clock, a lease of life that
+// Redis began at its instant at (0: unknown) ends, for a take sent at sent
+// and answered at recv; hk.mu is held. The lease lives on Redis's clock
+// from the instant the script ran, which under load can be long after the
+// send (the call waited in queues): the end is at + life less the least
+// bound on the clocks' difference seen lately (see hotKey.ahead), never
+// before sent + life (the script ran after the send) nor after
+// recv + life (nor before the answer came).
+func (hk *hotKey) leaseEnd(sent, recv, at, life int64) int64 {
+	if at <= 0 {
+		return sent + life
+	}
+	b := at - sent
+	switch {
+	case !hk.aheadOK:
+		hk.ahead, hk.aheadLast, hk.aheadAt, hk.aheadOK = b, b, sent, true
+	case sent-hk.aheadAt >= aheadWindow:
+		hk.aheadLast, hk.ahead, hk.aheadAt = hk.ahead, b, sent
+	case b < hk.ahead:
+		hk.ahead = b
+	}
+	end := at + life - min(hk.ahead, hk.aheadLast)
+	return min(max(end, sent+life), recv+life)
 }
 
 // result is an admission from the hand at now, not yet marked DryRun;
@@ -343,12 +416,13 @@ func (hk *hotKey) result(p *plan, now int64) Result {
 }
 
 // leaseAdmit decides a request of cost on key under p, a plan with token
-// leases, if leases decide it: ok false sends it down the usual path.
-func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now int64, o *outcome) (ok bool, err error) {
+// leases, if leases decide it: ok false sends it down the usual path, and
+// the caller tells hk (if not nil) how long Redis took (hotKey.waited).
+func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now int64, o *outcome) (ok bool, hk *hotKey, err error) {
 	h := l.hotLeases()
-	hk := h.get(p, key, now)
+	hk = h.get(p, key, now)
 	if hk == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	lc := p.lease
 	hk.mu.Lock()
@@ -363,7 +437,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		res.Time = instant(now)
 		p.marked(res)
 		idx := hk.index
-		more := !hk.inflight && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
+		more := !hk.inflight && now >= hk.noTake && (hk.hand < hk.lowWater() || hk.expires-now < lc.life/2)
 		if more {
 			hk.inflight = true
 		}
@@ -378,12 +452,12 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		if res.Warning {
 			l.warned(ctx, key, p, res, o.d, cost, now)
 		}
-		return true, nil
+		return true, nil, nil
 	}
-	if hk.inflight || now < hk.noLease || float64(lc.life)*hk.rate/2 < 2 {
+	if hk.inflight || now < hk.noLease || now < hk.noTake || hk.cold(lc.life) {
 		// Taking already, exhausted, or cold: as without leases.
 		hk.mu.Unlock()
-		return false, nil
+		return false, hk, nil
 	}
 	hk.inflight = true
 	hk.lastUse = now
@@ -393,12 +467,12 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 	if na == nil {
 		l.answered(key, p, &o.d, cost, now)
 		l.decided(ctx, key, p, o, cost, now)
-		return true, nil
+		return true, nil, nil
 	}
 	if na.Gone != nil {
-		return true, na.Gone
+		return true, nil, na.Gone
 	}
-	return true, l.fallback(key, p, now, cost, 0, na.Cause, o)
+	return true, nil, l.fallback(key, p, now, cost, 0, na.Cause, o)
 }
 
 // leaseTake sends a take for hk (with a request of cost, 0 for none)
@@ -407,7 +481,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (decision, *noAnswer) {
 	p, lc := hk.p, hk.p.lease
 	hk.mu.Lock()
-	carry, want, spent := hk.hand, hk.want(lc.life), hk.spent
+	carry, want, spent := hk.hand, hk.want(lc), hk.spent
 	if now >= hk.expires && carry > 0 {
 		// The lease ended here with tokens in hand: nothing of it is
 		// spent any more, and the take gives them back first.
@@ -439,14 +513,23 @@ func (l *Limiter) leaseTake(ctx context.Context, hk *hotKey, cost, now int64) (d
 	}
 	d := a.Decision
 	hk.rtt = rtt
+	hk.winWait += rtt // a caller waited for it, as for a decision without leases
 	hk.remaining, hk.resetAt, hk.index = d.Remaining, now+d.Reset, d.Index
 	if d.Allowed && a.Life > 0 {
 		hk.hand += a.Granted
-		hk.expires = now + a.Life
+		hk.expires = hk.leaseEnd(now, l.now(), a.At, a.Life)
 	}
-	if a.Granted > 0 {
+	hk.took = hk.hand
+	switch {
+	case a.Granted > 0:
 		hk.fails = 0
-	} else {
+	case d.Allowed && d.Remaining >= 2:
+		// Nothing granted although the bucket has tokens to spare: other
+		// replicas' holds fill the bound. Try again after a quarter of a
+		// lease's life, when some of them have ended or been given back,
+		// rather than backing off as from an exhausted key.
+		hk.noTake = now + lc.life/4
+	default:
 		// Denied, or nothing granted: the key is at or near exhaustion.
 		// Redis decides it exactly (with the deny cache) for a while,
 		// twice as long after each such take in a row, up to a second,

@@ -384,7 +384,7 @@ func TestLeaseScript(t *testing.T) {
 	}
 	ctx := context.Background()
 	rkey := redisOf(lim).RKey(p.FP, "k")
-	keys := []string{rkey, redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), p.FP)}
+	keys := []string{rkey, redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), p.FP), redisstore.EndsKey(rkey, redisOf(lim).Prefix(), p.FP)}
 	call := func(op int, id string, cost, want, hand int64) []int64 {
 		t.Helper()
 		args := []any{op, id, cost, want, hand, life, p.lease.bound, 0}
@@ -466,6 +466,97 @@ func TestLeaseScript(t *testing.T) {
 	// 5 tokens left, less the request's, plus one a millisecond since.
 	if v, most := call(1, "c", 1, 50, 0), (4+time.Since(spent).Milliseconds()+1)/2; v[5] > most {
 		t.Errorf("a take with about %d tokens left granted %d, want at most %d", 2*most, v[5], most)
+	}
+
+	// A take reports Redis's clock when it ran: its lease lives from then.
+	sent, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = call(1, "d", 1, 1, 0)
+	answered, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := v[8]; at < sent.UnixMicro() || at > answered.UnixMicro() {
+		t.Errorf("take ran at %d on Redis's clock, want within [%d, %d]", at, sent.UnixMicro(), answered.UnixMicro())
+	}
+}
+
+// TestLeaseScriptShare checks that replicas share a rule's bound: beside
+// the hold-back, a replica's hold is at most the bound's rest over the
+// replicas holding (or owing a give back), so the first to take cannot
+// keep the others out, and all holds stay within the bound. The holds live
+// half a second and count the same for 10 s after they end, so a paused
+// test changes nothing.
+func TestLeaseScriptShare(t *testing.T) {
+	addr := redistest.Addr(t)
+	rdb := redistest.NewClient(t, addr)
+	lim := newRedisLimiter(t, addr)
+	base, err := lim.Prepare(Limit{Rate: 1000, Period: time.Second, Burst: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule, err := base.WithTokenLeases(LeaseBound{Tokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rule.p
+	_, lifeD := rule.LeaseBound()
+	life := micros(lifeD)
+	if life != 500_000 {
+		t.Fatalf("life = %d µs, want 500000: the hold-back, rate*life, is half the bound", life)
+	}
+	ctx := context.Background()
+	rkey := redisOf(lim).RKey(p.FP, "k")
+	keys := []string{rkey, redisstore.HoldsKey(rkey, redisOf(lim).Prefix(), p.FP), redisstore.EndsKey(rkey, redisOf(lim).Prefix(), p.FP)}
+	for _, c := range []struct {
+		id         string
+		want, gets int64
+		why        string
+	}{
+		{"a", 100, 100, "alone, it gets what it asks"},
+		{"b", 400, 250, "the 500 beside the hold-back over two replicas"},
+		{"c", 400, 150, "its share is 166, but only 150 are left of the bound"},
+		{"d", 400, 0, "the bound is full"},
+	} {
+		args := []any{1, c.id, 0, c.want, 0, life, p.lease.bound, 0}
+		args = append(args, p.Args...)
+		v, err := redisstore.LeaseScript.Run(ctx, rdb, keys, args...).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v[0]&1 != 1 || v[5] != c.gets {
+			t.Errorf("replica %s asked %d: reply %v, want admitted with %d granted (%s)", c.id, c.want, v, c.gets, c.why)
+		}
+	}
+	sums, err := rdb.HMGet(ctx, keys[1], "~a", "~n").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sums) != "[500 3]" {
+		t.Errorf("holds' sums (tokens, holds) = %v, want [500 3]", sums)
+	}
+
+	// Redis loses the ends alone (evicted): once one may be due ('~d' set
+	// back stands for the time passing), the next call rebuilds them and
+	// the sums from the holds, and the bound holds as before.
+	if err := rdb.Del(ctx, keys[2]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, keys[1], "~d", 0, "~a", 0, "~l", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	args := []any{1, "e", 0, 400, 0, life, p.lease.bound, 0}
+	args = append(args, p.Args...)
+	if v, err := redisstore.LeaseScript.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || v[5] != 0 {
+		t.Errorf("a take after the ends were lost = %v, %v; want nothing granted: the rebuilt sums fill the bound", v, err)
+	}
+	if n, err := rdb.ZCard(ctx, keys[2]).Result(); err != nil || n != 3 {
+		t.Errorf("ends after the rebuild: %d, %v; want the 3 holds'", n, err)
+	}
+	if sums, err := rdb.HMGet(ctx, keys[1], "~a", "~n").Result(); err != nil || fmt.Sprint(sums) != "[500 3]" {
+		t.Errorf("sums after the rebuild (tokens, holds) = %v, %v; want [500 3]", sums, err)
 	}
 }
 
@@ -558,5 +649,68 @@ func TestTokenLeaseHoldsOfAnotherType(t *testing.T) {
 	}
 	if err := lim.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaseEnd checks when this limiter counts a lease as ended: from
+// Redis's instant the take ran, less the tightest bound on the clocks'
+// difference seen lately, never before the send plus the life nor after
+// the answer plus the life.
+func TestLeaseEnd(t *testing.T) {
+	const life, off = 5_000, 7_000_000 // Redis's clock runs 7 s ahead of this limiter's
+	hk := &hotKey{}
+	for _, c := range []struct {
+		name            string
+		sent, ran, recv int64 // ran: the instant the script ran, on this limiter's clock
+		unknown         bool  // the reply carried no instant
+		jump            int64 // Redis's clock stepped ahead by this before the take
+		want            int64
+	}{
+		{"no instant: the send plus the life", 0, 50, 100, true, 0, life},
+		{"first take, quick: the bound is its own, the send plus the life", 1_000, 1_050, 1_100, false, 0, 1_000 + life},
+		{"queued 5 ms before the script ran: the lease lives from then", 10_000, 15_000, 15_100, false, 0, 15_000 - 50 + life},
+		{"a quicker take tightens the bound", 20_000, 20_010, 20_030, false, 0, 20_000 + life},
+		{"queued again: 10 µs short of when it ran", 30_000, 34_000, 34_100, false, 0, 34_000 - 10 + life},
+		{"Redis's clock jumped 2 ms ahead: never after the answer plus the life", 40_000, 40_050, 40_060, false, 2_000, 40_060 + life},
+	} {
+		at := c.ran + off + c.jump
+		if c.unknown {
+			at = 0
+		}
+		if got := hk.leaseEnd(c.sent, c.recv, at, life); got != c.want {
+			t.Errorf("%s: leaseEnd(sent %d, recv %d) = %d, want %d", c.name, c.sent, c.recv, got, c.want)
+		}
+	}
+	// A bound serves two windows, then the tighter one is forgotten: the
+	// clocks may have drifted since.
+	hk.leaseEnd(50_000+aheadWindow, 50_600+aheadWindow, 50_000+aheadWindow+500+off, life)
+	hk.leaseEnd(50_000+2*aheadWindow, 50_600+2*aheadWindow, 50_000+2*aheadWindow+500+off, life)
+	sent := int64(50_000 + 2*aheadWindow + 10)
+	if got, want := hk.leaseEnd(sent, sent+3_000, sent+2_000+off, life), sent+2_000-500+life; got != want {
+		t.Errorf("after two windows: leaseEnd = %d, want %d (the bound of the last two windows, 500 µs)", got, want)
+	}
+}
+
+// TestHotKeyCold checks which keys take leases: those whose rate fills a
+// lease of 2 tokens in half its life, and those bound by the round trip (a
+// decision in flight at least half the time) that use a token in two lives.
+func TestHotKeyCold(t *testing.T) {
+	const life = 5_000 // µs
+	for _, c := range []struct {
+		name string
+		rate float64 // events per second
+		busy float64
+		cold bool
+	}{
+		{"idle", 0, 0, true},
+		{"fills 2 tokens in half a life", 800, 0, false},
+		{"slower, not waiting", 375, 0.1, true},
+		{"slower, bound by the round trip", 375, 0.9, false},
+		{"waiting but rare: under a token in two lives", 50, 0.9, true},
+	} {
+		hk := &hotKey{rate: c.rate / 1e6, busy: c.busy}
+		if got := hk.cold(life); got != c.cold {
+			t.Errorf("%s: cold = %v, want %v", c.name, got, c.cold)
+		}
 	}
 }

@@ -277,34 +277,30 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 	now := l.now()
 	cost := int64(n)
 
+	var hk *hotKey
 	if p.lease != nil && maxWait == 0 { // never on NewMemory (see WithTokenLeases)
-		if ok, err := l.leaseAdmit(ctx, key, p, cost, now, o); ok {
+		var ok bool
+		var err error
+		if ok, hk, err = l.leaseAdmit(ctx, key, p, cost, now, o); ok {
 			return err
 		}
 	}
 
 	if cost == 1 && maxWait == 0 && l.denies.holdsAny() {
-		dn, st, ch := l.denies.check(p.ID, key, now)
-		if st == denyWait {
-			var err error
-			if dn, st, ch, err = l.awaitProbe(ctx, key, p, ch, &now); err != nil {
-				return err
-			}
+		hit, probe, err := l.denyCached(ctx, key, p, &now, o)
+		if hit || err != nil {
+			return err
 		}
-		switch {
-		case st == denyHit && (dn.locked || l.penaltyOf(p) <= 0):
-			// (A denial cached from a rule of the same bucket without a
-			// penalty, see Rule.WithPenalty, is not this rule's: its
-			// denial must reach the store to lock the key.)
-			o.d = decision{Retry: dn.until - now, Reset: max(0, dn.reset-now), Locked: dn.locked, Index: int(dn.index), At: now + dn.skew}
-			l.done(o, p, p.dry(key), SourceDenyCache, false)
-			return nil
-		case st == denyProbe:
-			defer l.denies.release(p.ID, key, ch)
+		if probe != nil {
+			defer l.denies.release(p.ID, key, probe)
 		}
 	}
 	var na *noAnswer
-	if o.d, na = l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now); na != nil {
+	o.d, na = l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now)
+	if hk != nil {
+		hk.waited(now, l.now())
+	}
+	if na != nil {
 		if na.Gone != nil {
 			return na.Gone // the caller gave up: no decision
 		}
@@ -315,6 +311,31 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 	}
 	l.decided(ctx, key, p, o, cost, now)
 	return nil
+}
+
+// denyCached looks key up in the deny cache at *now: hit reports a
+// denial it decided into o; otherwise, probe not nil, this request asks
+// Redis for the others waiting on key, and releases probe when answered.
+// It waits for another request's probe first (*now moves then).
+func (l *Limiter) denyCached(ctx context.Context, key string, p *plan, now *int64, o *outcome) (hit bool, probe chan struct{}, err error) {
+	dn, st, ch := l.denies.check(p.ID, key, *now)
+	if st == denyWait {
+		if dn, st, ch, err = l.awaitProbe(ctx, key, p, ch, now); err != nil {
+			return false, nil, err
+		}
+	}
+	switch {
+	case st == denyHit && (dn.locked || l.penaltyOf(p) <= 0):
+		// (A denial cached from a rule of the same bucket without a
+		// penalty, see Rule.WithPenalty, is not this rule's: its
+		// denial must reach the store to lock the key.)
+		o.d = decision{Retry: dn.until - *now, Reset: max(0, dn.reset-*now), Locked: dn.locked, Index: int(dn.index), At: *now + dn.skew}
+		l.done(o, p, p.dry(key), SourceDenyCache, false)
+		return true, nil, nil
+	case st == denyProbe:
+		return false, ch, nil
+	}
+	return false, nil, nil
 }
 
 // awaitProbe waits for the answer of another request asking Redis about

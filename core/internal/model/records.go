@@ -153,8 +153,10 @@ type LeaseCall struct {
 }
 
 // LeaseAnswer is a token lease call's answer: the request's decision, the
-// tokens granted, the lease's life and the tokens given back.
+// tokens granted, the lease's life and the tokens given back; At is the
+// microsecond on Redis's clock the call ran, when the lease's life began.
 type LeaseAnswer struct {
 	Decision               Decision
 	Granted, Life, Refunds int64
+	At                     int64
 }

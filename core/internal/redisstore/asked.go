@@ -412,7 +412,7 @@ func (s *Store) Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswe
 	args = append(args, mode, lc.ID, strconv.FormatInt(lc.Cost, 10), strconv.FormatInt(lc.Want, 10), strconv.FormatInt(lc.Carry, 10),
 		strconv.FormatInt(lc.Life, 10), strconv.FormatInt(lc.Bound, 10), strconv.FormatInt(max(0, lc.Penalty), 10))
 	args = append(args, p.Args...)
-	o := &op{script: LeaseScript, keys: []string{rkey, HoldsKey(rkey, s.cfg.Prefix, p.FP)}, args: args}
+	o := &op{script: LeaseScript, keys: []string{rkey, HoldsKey(rkey, s.cfg.Prefix, p.FP), EndsKey(rkey, s.cfg.Prefix, p.FP)}, args: args}
 	nd := s.node(ctx, rkey)
 	var vals []int64
 	routed, err := s.onNode(ctx, nd, lc.Now, kind, rkey, func(budget time.Duration) (time.Duration, error) {
@@ -438,17 +438,17 @@ func (s *Store) Lease(ctx context.Context, lc *leaseCall) (leaseAnswer, *noAnswe
 }
 
 // parseLease decodes a take's reply: the request's decision, the tokens
-// granted, the lease's life and the tokens given back first.
+// granted, the lease's life, the tokens given back first and Redis's clock.
 func parseLease(vals []int64, p *plan) (leaseAnswer, error) {
 	var a leaseAnswer
-	if len(vals) != ReplyWidth+3 {
-		return a, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), ReplyWidth+3)
+	if len(vals) != ReplyWidth+4 {
+		return a, fmt.Errorf("%w of %d values to a lease, want %d", errBadReply, len(vals), ReplyWidth+4)
 	}
 	d, err := ParseReply(vals[:ReplyWidth], p)
 	if err != nil {
 		return a, err
 	}
-	a.Decision, a.Granted, a.Life, a.Refunds = d, vals[ReplyWidth], vals[ReplyWidth+1], vals[ReplyWidth+2]
+	a.Decision, a.Granted, a.Life, a.Refunds, a.At = d, vals[ReplyWidth], vals[ReplyWidth+1], vals[ReplyWidth+2], vals[ReplyWidth+3]
 	if a.Granted < 0 || a.Life < 0 || a.Life > maxLeaseLife || a.Refunds < 0 {
 		return leaseAnswer{}, fmt.Errorf("%w: a lease of %d tokens for %d µs", errBadReply, a.Granted, a.Life)
 	}

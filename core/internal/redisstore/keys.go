@@ -160,15 +160,30 @@ func (s *Store) RKey(fp, key string) string {
 	return redisKeyTagged(s.cfg.Prefix, fp, key, s.cfg.SlotKey)
 }
 
-// HoldsKey builds the name of the hash of rkey's lease holds:
+// HoldsKey builds the name of the hash of rkey's lease holds and their
+// sums (see lease.lua):
 //
-//	<prefix>{<tag>}<fingerprint>~h:<key>
+//	<prefix>{<tag>}<fingerprint>~h2:<key>
 //
 // In the bucket's hash tag, and never a bucket's name (a bucket has ':'
 // right after the fixed-length fingerprint) nor a marker's (see markerKey).
+// The "2" is the layout's: releases before it kept a hash of holds alone
+// under "~h:", which this layout's script does not read.
 func HoldsKey(rkey, prefix, fp string) string {
 	at := len(prefix) + 6 + len(fp)
-	return rkey[:at] + "~h" + rkey[at:]
+	return rkey[:at] + "~h2" + rkey[at:]
+}
+
+// EndsKey builds the name of the sorted set of the ends of rkey's lease
+// holds (see lease.lua):
+//
+//	<prefix>{<tag>}<fingerprint>~e:<key>
+//
+// In the bucket's hash tag, and never a bucket's, a marker's or a holds'
+// name.
+func EndsKey(rkey, prefix, fp string) string {
+	at := len(prefix) + 6 + len(fp)
+	return rkey[:at] + "~e" + rkey[at:]
 }
 
 // epochKey builds the name of the epoch of rkey's hash tag (see epoch in

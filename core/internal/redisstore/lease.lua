@@ -8,9 +8,17 @@
 --
 -- KEYS
 --   | 1 | the bucket's key (see redisKey)                                   |
---   | 2 | the key's holds (see holdsKey): a hash, lease id -> "held until", |
+--   | 2 | the key's holds (see HoldsKey): a hash, lease id -> "held until", |
 --   |   | the tokens a replica may still spend and the microsecond (Redis's |
---   |   | clock) its lease ends                                             |
+--   |   | clock) its lease ends; and sums kept as each hold changes, so     |
+--   |   | that no call reads every hold: '~a' the tokens of every hold      |
+--   |   | (live, or ended and not given back yet), '~l' those of live       |
+--   |   | holds, '~u' the latest end of any hold, '~n' the holds, '~d' when |
+--   |   | the earliest end (or grace) in KEYS[3] may be due, '~x' when the  |
+--   |   | two keys expire                                                   |
+--   | 3 | the holds' ends (see EndsKey): a sorted set, 'l:'..id scored by   |
+--   |   | the microsecond a live hold ends, 'g:'..id by the one an ended    |
+--   |   | hold's grace ends                                                 |
 --
 -- ARGV
 --   | 1         | op           | 1 takes (and decides a request), 2 gives    |
@@ -34,12 +42,14 @@
 --   | limit     | ticks_per_ev,|                                             |
 --   |           | burst        |                                             |
 --
--- Reply, take: eight integers. The first five are bucket.lua's for the
+-- Reply, take: nine integers. The first five are bucket.lua's for the
 -- request of cost events (flags, remaining, delay_us, reset_us, next_us;
 -- cost 0: an admission taking nothing), after the lease; then
 --   | 6 | granted | events taken for the lease (0: none)                  |
 --   | 7 | life_us | how long the lease lives (0: not at all)              |
 --   | 8 | refunded| events given back first (a negative hand)             |
+--   | 9 | now     | the microsecond (Redis's clock) the call ran: the     |
+--   |   |         | lease ends life_us after it                           |
 -- Reply, give back: one integer, the events given back (0: the hold was
 -- given back before, or ended more than its grace ago: nothing changes).
 --
@@ -52,13 +62,22 @@
 --   debt >= max over holds j of ( sum of held_i over holds i with
 --           until_i >= until_j, in ticks ) + ticks_per_us * (until_j - now)
 --
--- (the floor). With it, tokens in hand plus the bucket's own tokens never
--- exceed Burst, and every window of t admits at most Burst + rate * t,
--- exactly as without leases. The floor's second term is the hold-back: at
+-- (the floor). The script keeps a floor never below that one and read
+-- from the sums alone, the tokens of every live hold as if all ended at
+-- the latest end:
+--
+--   debt >= live held, in ticks, + ticks_per_us * (latest end - now)
+--
+-- while any hold lives. With it, tokens in hand plus the bucket's own
+-- tokens never exceed Burst, and every window of t admits at most
+-- Burst + rate * t, exactly as without leases. The floor's second term is
+-- the hold-back: at
 -- most rate * life_us beyond the tokens held, which the bucket cannot
 -- refill while a lease lives. Grants are capped so that the tokens held
 -- (in live holds, and in ended ones not given back yet) and the hold-back
--- stay within bound; a grant is at most half the tokens the
+-- stay within bound, and each replica's hold within its share of the
+-- bound beside the hold-back (that part over the replicas with a hold or
+-- an ended one not given back yet); a grant is at most half the tokens the
 -- bucket has left, so leases shrink to nothing near exhaustion and the last
 -- tokens are decided by bucket.lua, exactly.
 --
@@ -67,8 +86,8 @@
 -- leaves the floor, and stays 10 s more for its replica's give back (the
 -- replica spends nothing of a lease past its end); then it goes, and its
 -- tokens stay spent (a replica killed with tokens in hand loses them; the
--- bucket refills them at its rate). Writes keep
--- bucket.lua's expiry; the holds expire when the last lease ends.
+-- bucket refills them at its rate). Writes keep bucket.lua's expiry; the
+-- holds and their ends expire when the last hold's grace ends.
 
 local call = redis.call
 local t = call('TIME')
@@ -106,43 +125,155 @@ if stored then
   end
 end
 
--- The holds of other replicas that have not ended. A hold that ended is
--- kept for grace_us more, outside the floor, so that its replica can still
--- give back what it did not spend, once; then it goes.
+-- The holds. A hold that ended leaves the floor and stays grace_us more,
+-- outside it, so that its replica can still give back what it did not
+-- spend, once; then it goes. A call reads its own hold and the sums, and
+-- moves the holds whose end or grace came (found by their scores) only
+-- once the earliest of them is due: its cost does not grow with the
+-- replicas, and a renewal is one HSET and one ZADD beside the bucket's.
 local grace_us = 10000000
-local holds, own, own_ended, ended = {}, nil, nil, 0
-local flat = redis.pcall('HGETALL', hkey)
-if flat.err then
+local ekey = KEYS[3]
+local function int(x) return string.format('%d', x) end
+local agg = redis.pcall('HMGET', hkey, id, '~a', '~l', '~u', '~n', '~d', '~x')
+if agg.err then
   -- A value of another type where the holds belong (another program
-  -- writes under the prefix): no hold of ours can be in it, so it goes,
+  -- writes under the prefix): no hold of ours can be in it, so both go,
   -- as foreign.lua replaces a bucket's, and the key is leased again.
-  call('DEL', hkey)
-  flat = {}
+  call('DEL', hkey, ekey)
+  agg = {}
 end
-for j = 1, #flat, 2 do
-  local held, untl = string.match(flat[j + 1], '^(%d+) (%d+)$')
-  held, untl = (held or 0) + 0, (untl or 0) + 0
-  if untl + grace_us <= now then
-    call('HDEL', hkey, flat[j])
-  elseif flat[j] == id then
-    if untl > now then own = held else own_ended = held end
-  elseif untl > now then
-    holds[#holds + 1] = { held, untl }
-  else
-    ended = ended + held -- not yet given back: still kept from users
+local all, live, last = tonumber(agg[2]) or 0, tonumber(agg[3]) or 0, tonumber(agg[4]) or 0
+local holders, next_due, expiry = tonumber(agg[5]) or 0, tonumber(agg[6]) or 0, tonumber(agg[7]) or 0
+local dirty = false -- the sums changed: keep_holds writes them
+local hw = {} -- hash fields keep_holds writes with the sums
+local function parse(v)
+  local held, untl = string.match(v or '', '^(%d+) (%d+)$')
+  return (held or 0) + 0, (untl or 0) + 0
+end
+local own_held, own_until = 0, 0
+if agg[1] then own_held, own_until = parse(agg[1]) end
+-- The scan runs when the earliest score may be due, and whenever this
+-- replica's own hold has ended, so that its hold is where its end puts it
+-- (live, in its grace, or gone) before the call changes it.
+if next_due <= now or (agg[1] and own_until <= now) then
+  local due = redis.pcall('ZRANGEBYSCORE', ekey, '-inf', now)
+  if due.err then
+    call('DEL', hkey, ekey)
+    due, all, live, holders, agg = {}, 0, 0, 0, {}
   end
+  if #due > 0 then
+    local ids = {}
+    for j = 1, #due do ids[j] = string.sub(due[j], 3) end
+    local vals = call('HMGET', hkey, unpack(ids))
+    local moved, gone = {}, {}
+    for j = 1, #due do
+      local held, untl = parse(vals[j])
+      if not vals[j] then
+        -- No such hold (the holds were lost): the end goes alone.
+      elseif string.sub(due[j], 1, 1) == 'l' then
+        -- A live hold ended: out of the floor, into its grace.
+        live = live - held
+        moved[#moved + 1] = int(untl + grace_us)
+        moved[#moved + 1] = 'g:' .. ids[j]
+      else
+        -- An ended hold's grace is over: it goes, its tokens stay spent.
+        all, holders = all - held, holders - 1
+        gone[#gone + 1] = ids[j]
+      end
+    end
+    call('ZREM', ekey, unpack(due))
+    if #moved > 0 then call('ZADD', ekey, unpack(moved)) end
+    if #gone > 0 then call('HDEL', hkey, unpack(gone)) end
+  end
+  local first = call('ZRANGE', ekey, 0, 0, 'WITHSCORES')
+  if not first[2] and holders > 0 then
+    -- The ends were lost (evicted, or deleted alone) while holds remain:
+    -- the ends and the sums are rebuilt from the holds, once.
+    local flat = call('HGETALL', hkey)
+    local adds, gone = {}, {}
+    all, live, holders = 0, 0, 0
+    for j = 1, #flat, 2 do
+      local f = flat[j]
+      if string.sub(f, 1, 1) ~= '~' then
+        local held, untl = parse(flat[j + 1])
+        if untl > now then
+          all, live, holders = all + held, live + held, holders + 1
+          adds[#adds + 1], adds[#adds + 2] = int(untl), 'l:' .. f
+        elseif untl + grace_us > now then
+          all, holders = all + held, holders + 1
+          adds[#adds + 1], adds[#adds + 2] = int(untl + grace_us), 'g:' .. f
+        else
+          gone[#gone + 1] = f
+        end
+      end
+    end
+    if #adds > 0 then call('ZADD', ekey, unpack(adds)) end
+    if #gone > 0 then call('HDEL', hkey, unpack(gone)) end
+    first = call('ZRANGE', ekey, 0, 0, 'WITHSCORES')
+    expiry = 0 -- the new set has no expiry yet: keep_holds sets both
+  end
+  next_due = tonumber(first[2]) or (now + grace_us)
+  dirty = true
+end
+if live < 0 then live = 0 end
+if all < live then all = live end
+local own, own_ended = nil, nil
+if agg[1] then
+  if own_until > now then
+    own = own_held
+  elseif own_until + grace_us > now then
+    own_ended = own_held
+  end -- else the scan took it out
 end
 
--- floor_of returns limit i's floor (see above) for holds.
-local function floor_of(i, hs)
-  table.sort(hs, function(x, y) return x[2] > y[2] end)
-  local sum, f = 0, 0
-  for j = 1, #hs do
-    sum = sum + hs[j][1] * p[i]
-    local need = sum + r[i] * (hs[j][2] - now)
-    if need > f then f = need end
+-- floor_of returns limit i's floor (see above) with live tokens held until
+-- at most last: the latest end stands for every hold's, so the floor is
+-- never lower than the exact one of each hold, and none with no hold.
+local function floor_of(i, held_live)
+  if held_live <= 0 or last <= now then return 0 end
+  return held_live * p[i] + r[i] * (last - now)
+end
+
+-- drop_own takes this replica's hold, live or ended, out of the sums and
+-- the ends; keep (a hold that replaces it) leaves its field to be written.
+local function drop_own(keep)
+  if own then
+    live, all = live - own, all - own
+    if not keep then call('ZREM', ekey, 'l:' .. id) end
+  elseif own_ended then
+    all = all - own_ended
+    call('ZREM', ekey, 'g:' .. id)
   end
-  return f
+  if (own or own_ended) and not keep then
+    call('HDEL', hkey, id)
+    holders = holders - 1
+  end
+  own, own_ended, dirty = nil, nil, true
+end
+
+-- keep_holds writes the sums (or deletes both keys when no hold is left)
+-- and keeps their expiry past the last hold's grace, renewed at most
+-- once a second.
+local function keep_holds()
+  if holders <= 0 then
+    call('DEL', hkey, ekey)
+    return
+  end
+  if live < 0 then live = 0 end
+  for _, v in ipairs({ '~a', int(all), '~l', int(live), '~u', int(last), '~n', int(holders), '~d', int(next_due) }) do
+    hw[#hw + 1] = v
+  end
+  if last + grace_us > expiry then
+    expiry = last + grace_us + 1000000
+    hw[#hw + 1] = '~x'
+    hw[#hw + 1] = int(expiry)
+    call('HSET', hkey, unpack(hw))
+    local ms = ceildiv(expiry - now, 1000)
+    call('PEXPIRE', hkey, ms)
+    call('PEXPIRE', ekey, ms)
+  else
+    call('HSET', hkey, unpack(hw))
+  end
 end
 
 -- write stores the bucket with debt, keeping lock_until, under bucket.lua's
@@ -160,30 +291,20 @@ local function write()
   call('SET', bkey, table.concat(parts, ' '), 'PX', ceildiv(ttl, 1000))
 end
 
--- keep_holds sets the holds' expiry to when the last one's grace ends.
-local function keep_holds(hs)
-  local last = 0
-  for j = 1, #hs do
-    if hs[j][2] > last then last = hs[j][2] end
-  end
-  if last > now then call('PEXPIRE', hkey, ceildiv(last + grace_us - now, 1000)) end
-end
-
 -- give_back refunds up to u unspent events of this replica's hold, live
 -- or ended within its grace, once (the hold goes), never below the floor
 -- of the other holds; it returns the events refunded.
 local function give_back(u)
   local held = own or own_ended
   if not held then return 0 end
-  call('HDEL', hkey, id)
-  own, own_ended = nil, nil
+  drop_own(false)
   if u > held then u = held end
   if u < 0 then u = 0 end
   if exists and u > 0 then
     local changed = false
     for i = 1, n do
       local after = debt[i] - u * p[i]
-      local f = floor_of(i, holds)
+      local f = floor_of(i, live)
       if after < f then after = f end
       if after < debt[i] then
         debt[i] = after
@@ -197,7 +318,7 @@ end
 
 if op == 2 then
   local u = give_back(hand)
-  keep_holds(holds)
+  keep_holds()
   return { u }
 end
 
@@ -249,15 +370,21 @@ if locked or denied then
     if penalty > nx then nx = penalty end
     write()
   end
-  return { flags + 4 * index, remaining, retry, ceildiv(debt[i], r[i]), nx, 0, 0, refunded }
+  if dirty then keep_holds() end
+  return { flags + 4 * index, remaining, retry, ceildiv(debt[i], r[i]), nx, 0, 0, refunded, now }
 end
 for i = 1, n do debt[i] = debt[i] + cost * p[i] end
 
--- Then the lease: at most want, half of what is left, and what the bound
--- leaves beside the other holds, the tokens carried and the hold-back.
+-- Then the lease: at most want, half of what is left, what the bound
+-- leaves beside the other holds, the tokens carried and the hold-back,
+-- and this replica's fair share of the bound beside the hold-back: the
+-- part of it each replica holding (or owing a give back) may have, so
+-- that the first replica to take cannot keep the others out for long.
 local g = want
-local held_others = ended
-for j = 1, #holds do held_others = held_others + holds[j][1] end
+local mine = own or own_ended
+local held_others = all - (mine or 0)
+local sharers = holders
+if not mine then sharers = sharers + 1 end
 if hand < 0 then hand = 0 end
 if not own then hand = 0 end -- the lease ended here: nothing is carried
 if own and hand > own then hand = own end
@@ -268,20 +395,30 @@ for i = 1, n do
   local holdback = ceildiv(r[i] * life, p[i])
   local room = bound - held_others - hand - holdback
   if room < g then g = room end
+  local share = floordiv(bound - holdback, sharers) - hand
+  if share < g then g = share end
 end
 if g < 0 then g = 0 end
 if g + hand > 0 then
   for i = 1, n do debt[i] = debt[i] + g * p[i] end
-  holds[#holds + 1] = { g + hand, now + life }
-  call('HSET', hkey, id, string.format('%d %d', g + hand, now + life))
-  keep_holds(holds)
+  if not mine then holders = holders + 1 end
+  drop_own(true) -- the hold it replaces, live or ended, leaves the sums
+  local h, untl = g + hand, now + life
+  hw[1], hw[2] = id, int(h) .. ' ' .. int(untl)
+  call('ZADD', ekey, int(untl), 'l:' .. id)
+  live, all = live + h, all + h
+  if untl > last then last = untl end
+  if untl < next_due then next_due = untl end
+  keep_holds()
   for i = 1, n do
-    local f = floor_of(i, holds)
+    local f = floor_of(i, live)
     if f > debt[i] then debt[i] = f end
   end
 elseif own then
-  call('HDEL', hkey, id)
-  keep_holds(holds)
+  drop_own(false)
+  keep_holds()
+elseif dirty then
+  keep_holds()
 end
 if cost > 0 or g + hand > 0 then write() end
 
@@ -295,4 +432,4 @@ for i = 1, n do
 end
 local granted_life = 0
 if g + hand > 0 then granted_life = life end
-return { 1 + 4 * index, remaining, 0, reset, unit_next(), g, granted_life, refunded }
+return { 1 + 4 * index, remaining, 0, reset, unit_next(), g, granted_life, refunded, now }

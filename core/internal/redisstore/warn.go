@@ -26,8 +26,8 @@ var warnScript = redis.NewScript(warnLua)
 //	<prefix>{<tag>}<fingerprint>~w<index>:<key>
 //
 // In the bucket's hash tag, and never a bucket's name (a bucket has ':'
-// right after the fixed-length fingerprint), a holds' ("~h:") nor a
-// settlement marker's (an id has no ':').
+// right after the fixed-length fingerprint), a holds' ("~h2:"), their
+// ends' ("~e:") nor a settlement marker's (an id has no ':').
 func WarnKey(rkey, prefix, fp string, index int) string {
 	at := len(prefix) + 6 + len(fp)
 	return rkey[:at] + "~w" + strconv.Itoa(index) + rkey[at:]

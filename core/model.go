@@ -34,5 +34,9 @@ const (
 
 var errInMemory = model.ErrInMemory
 
+// errPaused is model.ErrPaused: a store call that timed out while this
+// process was paused.
+var errPaused = model.ErrPaused
+
 // newID is model.NewID: the one kind of random id the library writes.
 func newID() string { return model.NewID() }

@@ -37,9 +37,12 @@ import (
 // maxCharging charges in flight per limiter (a key that finds them all
 // busy stays owed until its next answer). A charge the breaker kept from
 // Redis (the node is not back yet, or only probing) is owed again; a charge
-// Redis did not answer is dropped: the key then returns as it would without
-// this (full, at most one burst more), rather than risk charging twice.
-// Paths, token leases and caps are not charged.
+// whose call timed out while this process was paused (the pause's, not
+// Redis's) is sent again, as it was, up to chargeResends times: its marker
+// has Redis apply it once, whether or not the lost send had reached it. A
+// charge Redis did not answer otherwise is dropped: the key then returns as
+// it would without this (full, at most one burst more), rather than risk
+// charging twice. Paths, token leases and caps are not charged.
 
 // owedCapacity bounds the keys the fallback remembers owing.
 const owedCapacity = 16_384
@@ -169,17 +172,39 @@ func (l *Limiter) chargeOwed(key string, p *plan, now int64) {
 }
 
 // chargeMarker is how long Redis keeps a charge's marker: long enough for
-// the call to be sent again within its budget.
+// the call to be sent again (see chargeResends).
 const chargeMarker = 10 * time.Second
 
+// chargeResends bounds how many times one charge is sent again after a
+// send that timed out in a pause of this process. A pause overlaps a send
+// of a millisecond or so only now and then; a process paused at every send
+// gives up on the charge, as it does on one Redis did not answer.
+const chargeResends = 3
+
 // sendCharge charges n events on key under p to the store, as a positive
-// settlement; a charge the breaker kept away is owed again (counted under
-// ticks, from now), one Redis did not answer is dropped.
+// settlement: a charge the breaker kept away is owed again (counted under
+// ticks, from now); one whose send timed out in a pause of this process is
+// sent again under the same marker, which Redis applies once; one Redis
+// did not answer otherwise is dropped.
 func (l *Limiter) sendCharge(ctx context.Context, p *plan, key string, n int64, ticks []tickLimit) {
 	now := l.now()
 	a := settleAsk{Plans: []*model.Plan{&p.Plan}, Keys: []string{key}, ID: newID(), Delta: n, Marker: chargeMarker, Now: now, At: now}
-	_, err := l.store.Settle(ctx, a)
-	if na, ok := errors.AsType[*noAnswer](err); ok && na.Cause == nil && na.Gone == nil {
-		l.local.owed.admitted(p, key, now, ticks, n)
+	for sent := 0; ; sent++ {
+		_, err := l.store.Settle(ctx, a)
+		na, ok := errors.AsType[*noAnswer](err)
+		switch {
+		case !ok || na.Gone != nil:
+			return // applied (or applied before), or the limiter is closing
+		case na.Cause == nil:
+			if sent == 0 {
+				l.local.owed.admitted(p, key, now, ticks, n)
+			}
+			// Kept away after a send whose fate is unknown: owing it
+			// again would charge it under a new marker, perhaps twice.
+			return
+		case !errors.Is(na.Cause, errPaused) || sent == chargeResends:
+			return
+		}
+		a.Now = l.now()
 	}
 }

@@ -10,6 +10,12 @@ var ErrUnavailable = errors.New("core: store unavailable")
 // it was released (see its documentation there).
 var ErrLeaseLost = errors.New("core: the slot's lease expired before it was released")
 
+// ErrPaused marks a store call that timed out while this process was
+// paused: the failure is nobody's, Redis may or may not have applied the
+// call, and it may be sent again where that is safe (an acquisition, by
+// its lease id; a settlement, by its marker).
+var ErrPaused = errors.New("core: the call timed out while this process was paused")
+
 // ErrInMemory answers the calls that exist for Redis alone, which the
 // engine never makes of a NewMemory limiter.
 var ErrInMemory = errors.New("core: not a Redis-backed limiter")

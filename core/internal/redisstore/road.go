@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/internal/model"
 	"github.com/sluicehq/sluice/core/internal/pause"
 )
 
@@ -275,9 +276,8 @@ func (s *Store) faultOf(err error, took time.Duration) fault {
 }
 
 // errPaused marks a store call that timed out while this process was
-// paused: the failure is nobody's, and the call may be sent again where
-// that is safe (an acquisition, by its lease id).
-var errPaused = errors.New("core: the call timed out while this process was paused")
+// paused (see model.ErrPaused).
+var errPaused = model.ErrPaused
 
 // keyLogs bounds the keys whose failures are logged, so that a flood of
 // bad keys cannot flood the log.

@@ -172,13 +172,16 @@ func TestChargeSentAgainAfterPause(t *testing.T) {
 				hook.seen.Store(0)
 				hook.hold.Store(1)
 				lim.sendCharge(ctx, p, "k", owed, ticks)
-				res, err := lim.Peek(ctx, "k", limit)
-				if err != nil || res.Degraded {
-					t.Fatalf("Peek = %+v, %v; want an answer from Redis", res, err)
-				}
-				if want := limit.Burst - owed; res.Remaining != want || hook.seen.Load() != 2 {
-					t.Errorf("after a charge of %d whose first send timed out in a pause: %d settle sends, Remaining %d; want 2 sends, Remaining %d (charged once)",
-						owed, hook.seen.Load(), res.Remaining, want)
+				sends := hook.seen.Load() // more than 2 if a real pause (under-load --stall) hit a send again
+				var res Result
+				byRedis(t, "Peek", func() (bool, error) { // Peek writes nothing: asked again after a pause
+					var err error
+					res, err = lim.Peek(ctx, "k", limit)
+					return answered(res, err)
+				})
+				if want := limit.Burst - owed; res.Remaining != want || sends < 2 {
+					t.Errorf("after a charge of %d whose first send timed out in a pause: %d settle sends, Remaining %d; want 2 sends or more, Remaining %d (charged once)",
+						owed, sends, res.Remaining, want)
 				}
 			})
 		}

@@ -111,7 +111,8 @@ func lookup(syms []symbol, addr uint64) string {
 // with an instruction address and a line number, each absolute (0x1f, 31),
 // relative to the previous one (+4, -2) or the same (*), then the counts of
 // the "events:" line in order, trailing zeros left out; "ob=(n) name" names
-// the object that follows, "ob=(n)" names it again; the cost line after a
+// the object that follows, "ob=(n)" names it again ("ob=name" without
+// compression); the cost line after a
 // "calls=" line is a call's inclusive cost, already counted where its
 // instructions ran, so only its position is taken.
 func parseCosts(r io.Reader, bin string, syms []symbol) (costs, error) {
@@ -132,7 +133,11 @@ func parseCosts(r io.Reader, bin string, syms []symbol) (costs, error) {
 		case strings.HasPrefix(line, "positions:") && strings.TrimSpace(strings.TrimPrefix(line, "positions:")) != "instr line":
 			return costs{}, fmt.Errorf("positions %q: want \"instr line\" (--dump-instr=yes)", line)
 		case strings.HasPrefix(line, "ob="):
-			id, name, _ := strings.Cut(strings.TrimPrefix(line, "ob="), " ")
+			v := strings.TrimPrefix(line, "ob=")
+			id, name, _ := strings.Cut(v, " ")
+			if !strings.HasPrefix(v, "(") { // --compress-strings=no
+				id, name = v, v
+			}
 			if name != "" {
 				objects[id] = name
 			}

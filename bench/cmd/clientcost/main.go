@@ -34,7 +34,9 @@
 // timing. Every child runs with GOMAXPROCS=1, as the fleet's worker
 // processes do (with two, an idle processor's spinning makes the count
 // swing by a third from run to run), and GODEBUG=asyncpreemptoff=1 (under
-// valgrind the runtime's preemption signals are not reliably delivered),
+// valgrind the runtime's preemption signals are not reliably delivered)
+// with cpu.rdtscp=off (on some AMD hosts the runtime sees RDTSCP, which
+// valgrind 3.19 cannot run, and the child dies of SIGILL at once),
 // for every limiter alike. Three runs of 10,000 decisions agreed within
 // 1% for sluice and redis_rate, 3% for floor. Time-driven work (a limiter's heartbeat, the
 // runtime's monitor) is counted at valgrind's pace, tens of times slower
@@ -213,7 +215,7 @@ func (c child) cmd(prefix []string, calls int) *exec.Cmd {
 	args := append(append([]string{}, prefix[1:]...), c.self, "-child", c.name, "-addr", c.addr,
 		"-calls", strconv.Itoa(calls), "-keys", strconv.Itoa(c.nkeys), "-callers", strconv.Itoa(c.callers), "-cold", strconv.Itoa(*cold))
 	cmd := exec.Command(prefix[0], args...)
-	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
+	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off", "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	return cmd
 }
@@ -281,7 +283,11 @@ func (c child) instructions(calls int) (float64, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "callgrind.out")
-	vg := []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}
+	// Names uncompressed: a compressed dump names an object at its first
+	// use in the process, which may come before the counters are zeroed,
+	// and the dump then never names the child's own binary (seen once in
+	// three runs: every function read as "the rest").
+	vg := []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, "--compress-strings=no"}
 	if *cold > 0 {
 		vg = append(vg, coldSims...)
 	}

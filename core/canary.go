@@ -90,8 +90,15 @@ func (c *canary) enforces(key string) bool {
 // dry reports whether p's decision of key is a dry run's: a dry-run rule's,
 // or a canary's of a key it does not enforce.
 func (p *plan) dry(key string) bool {
-	return p.dryRun || p.canary != nil && !p.canary.enforces(key)
+	return p.dryRun || p.canary != nil && p.canary.spares(key)
 }
+
+// spares reports whether key is one of the keys the canary does not
+// enforce: a call of its own (not inlined), so that plan.dry is, and a
+// decision of a plan without a canary calls nothing (clientcost -cold).
+//
+//go:noinline
+func (c *canary) spares(key string) bool { return !c.enforces(key) }
 
 // modesOf gives p the modes of q, a plan of the same limits and scope:
 // dry run, canary, penalty, warning threshold and shadow limits (not

@@ -113,7 +113,8 @@ type fleet struct {
 	// The implicit fleet (see implicitFleet) has no goroutine: decisions
 	// beat, at most one at a time and once per heartbeat.
 	implicit bool
-	beatAt   atomic.Int64 // unix nanoseconds of the last beat begun
+	beatAt   atomic.Int64 // the limiter's clock (microseconds) at the last beat begun
+	everyUS  int64        // every, in microseconds
 	beating  atomic.Bool
 	closed   atomic.Bool
 }
@@ -141,11 +142,11 @@ func newImplicitFleet(st store) *fleet {
 // without traffic stops being counted after three. The decision that
 // found it due does not wait for it: the beat has its own budget (a
 // heartbeat), so a slow node costs no request its time, and a busy
-// process's late beat is not a decision's failure.
-func (f *fleet) maybeBeat(run func(func(context.Context)) bool) {
-	now := time.Now().UnixNano()
+// process's late beat is not a decision's failure. now is the limiter's
+// clock (the decision's own instant: no clock is read here).
+func (f *fleet) maybeBeat(now int64, run func(func(context.Context)) bool) {
 	last := f.beatAt.Load()
-	if now-last < int64(f.every) || f.closed.Load() || !f.beating.CompareAndSwap(false, true) {
+	if now-last < f.everyUS || f.closed.Load() || !f.beating.CompareAndSwap(false, true) {
 		return
 	}
 	if !f.beatAt.CompareAndSwap(last, now) {
@@ -171,13 +172,14 @@ func newFleet(st store, f Fleet, floor, unmet int) *fleet {
 // newFleetState returns a fleet membership with nothing running.
 func newFleetState(st store, f Fleet, floor, unmet int) *fleet {
 	return &fleet{
-		store: st,
-		name:  f.Name,
-		id:    newID(),
-		every: f.Heartbeat,
-		floor: floor,
-		unmet: max(floor, unmet),
-		done:  make(chan struct{}),
+		store:   st,
+		name:    f.Name,
+		id:      newID(),
+		every:   f.Heartbeat,
+		everyUS: f.Heartbeat.Microseconds(),
+		floor:   floor,
+		unmet:   max(floor, unmet),
+		done:    make(chan struct{}),
 	}
 }
 

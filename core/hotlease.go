@@ -450,7 +450,7 @@ func (l *Limiter) leaseAdmit(ctx context.Context, key string, p *plan, cost, now
 		}
 		o.d = decision{Allowed: true, Remaining: int64(res.Remaining), Reset: micros(res.ResetAfter), Index: idx}
 		if res.Warning {
-			l.warned(ctx, key, p, res, o.d, cost, now)
+			l.warned(ctx, key, p, res, &o.d, cost, now)
 		}
 		return true, nil, nil
 	}

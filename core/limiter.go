@@ -188,12 +188,15 @@ func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Resul
 // under [FailClosed] only, while the store is unavailable (wrapping
 // [ErrUnavailable]).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int, limits ...Limit) (Result, error) {
-	p, err := l.plans.get(limits)
-	if err != nil {
-		return Result{}, err
+	p := l.plans.hit(limits)
+	if p == nil {
+		var err error
+		if p, err = l.plans.getSlow(limits); err != nil {
+			return Result{}, err
+		}
 	}
 	var o outcome
-	err = l.admit(ctx, key, p, n, 0, &o)
+	err := l.admit(ctx, key, p, n, 0, &o)
 	return o.res, err
 }
 
@@ -252,17 +255,22 @@ type outcome struct {
 // admit decides a request on key into o (see decideKey) and counts it in
 // the plan's top-talkers sketches, if any.
 func (l *Limiter) admit(ctx context.Context, key string, p *plan, n int, maxWait int64, o *outcome) error {
-	err := l.decideKey(ctx, key, p, n, maxWait, o)
+	err := l.decideKey(ctx, key, p, n, maxWait, 0, o)
 	if p.top != nil && err == nil {
 		p.top.record(key, o.d.Allowed, int64(n), o.d.Index)
 	}
 	return err
 }
 
-// decideKey validates a request on key and decides it: from the deny
-// cache, the store, or, when the store is unavailable, under the failure
-// policy, into o.
-func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, maxWait int64, o *outcome) error {
+// decideKey validates a request on key and decides it into o: by its
+// token lease or the deny cache, when its plan has the one or the limiter
+// holds the other (see leaseFirst and cacheFirst), else from the store,
+// or, when the store is unavailable, under the failure policy. past says
+// which of those two the request has passed already: each calls
+// decideKey again when it cannot answer, so that a plain request's whole
+// path is this one function (each frame cost a lone decision code lines
+// from cold; clientcost -cold).
+func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, maxWait int64, past passed, o *outcome) error {
 	if key == "" {
 		return errEmptyKey
 	}
@@ -274,32 +282,16 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	switch {
+	case p.lease != nil && maxWait == 0 && past&pastLease == 0: // never on NewMemory (see WithTokenLeases)
+		return l.leaseFirst(ctx, key, p, n, past, o)
+	case n == 1 && maxWait == 0 && past&pastCache == 0 && l.denies.holdsAny():
+		return l.cacheFirst(ctx, key, p, past, o)
+	}
 	now := l.now()
 	cost := int64(n)
-
-	var hk *hotKey
-	if p.lease != nil && maxWait == 0 { // never on NewMemory (see WithTokenLeases)
-		var ok bool
-		var err error
-		if ok, hk, err = l.leaseAdmit(ctx, key, p, cost, now, o); ok {
-			return err
-		}
-	}
-
-	if cost == 1 && maxWait == 0 && l.denies.holdsAny() {
-		hit, probe, err := l.denyCached(ctx, key, p, &now, o)
-		if hit || err != nil {
-			return err
-		}
-		if probe != nil {
-			defer l.denies.release(p.ID, key, probe)
-		}
-	}
 	var na *noAnswer
 	o.d, na = l.store.Decide(ctx, key, &p.Plan, cost, maxWait, l.penaltyOf(p), now)
-	if hk != nil {
-		hk.waited(now, l.now())
-	}
 	if na != nil {
 		if na.Gone != nil {
 			return na.Gone // the caller gave up: no decision
@@ -309,8 +301,52 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 	if l.remote { // a NewMemory limiter has nothing to take in
 		l.answered(key, p, &o.d, cost, now)
 	}
-	l.decided(ctx, key, p, o, cost, now)
+	// decided's, inline: its call cost a lone decision three code lines.
+	l.done(o, p, p.dry(key), SourceStore, false)
+	if p.warn != nil {
+		l.warned(ctx, key, p, &o.res, &o.d, cost, now)
+	}
 	return nil
+}
+
+// passed is the layers before the store a request has passed (see
+// decideKey).
+type passed uint8
+
+const (
+	pastLease passed = 1 << iota // its plan's token lease could not answer
+	pastCache                    // the deny cache could not answer
+)
+
+// leaseFirst decides a request of cost n on key by its plan's token
+// lease (see WithTokenLeases), else as decideKey does without it; the
+// time that takes counts as the hot key's wait for the store.
+func (l *Limiter) leaseFirst(ctx context.Context, key string, p *plan, n int, past passed, o *outcome) error {
+	now := l.now()
+	ok, hk, err := l.leaseAdmit(ctx, key, p, int64(n), now, o)
+	if ok {
+		return err
+	}
+	err = l.decideKey(ctx, key, p, n, 0, past|pastLease, o)
+	if hk != nil {
+		hk.waited(now, l.now())
+	}
+	return err
+}
+
+// cacheFirst decides a unit request on key by the deny cache, else as
+// decideKey does without it, holding the key's probe (if it got one)
+// until the store has answered.
+func (l *Limiter) cacheFirst(ctx context.Context, key string, p *plan, past passed, o *outcome) error {
+	now := l.now()
+	hit, probe, err := l.denyCached(ctx, key, p, &now, o)
+	if hit || err != nil {
+		return err
+	}
+	if probe != nil {
+		defer l.denies.release(p.ID, key, probe)
+	}
+	return l.decideKey(ctx, key, p, 1, 0, past|pastCache, o)
 }
 
 // denyCached looks key up in the deny cache at *now: hit reports a
@@ -410,8 +446,10 @@ func (l *Limiter) answered(key string, p *plan, d *decision, cost, now int64) {
 	if l.local.owed.holdsAny() {
 		l.chargeOwed(key, p, now)
 	}
-	if l.fleet != nil && l.fleet.implicit {
-		l.fleet.maybeBeat(l.bg.Run)
+	// The beat's clock test, before the call: most decisions find no
+	// beat due, and call nothing.
+	if f := l.fleet; f != nil && f.implicit && now-f.beatAt.Load() >= f.everyUS {
+		f.maybeBeat(now, l.bg.Run)
 	}
 }
 
@@ -491,7 +529,7 @@ func (l *Limiter) fallback(key string, p *plan, now, cost, maxWait int64, cause 
 	res.Limit = sh.limits[d.Index] // the limit actually enforced, which the observer is told too
 	res.Degraded, res.DryRun = true, dry
 	p.marked(res)
-	res.Shadow = shadowsOf(p, d, false)
+	res.Shadow = shadowsOf(p, &d, false)
 	if l.obs != nil {
 		l.obs.ObserveDecision(*res, SourceFallback)
 	}
@@ -544,14 +582,14 @@ func (l *Limiter) done(o *outcome, p *plan, dry bool, src Source, degraded bool)
 	res.Degraded = degraded
 	res.DryRun = dry
 	if p.shadow != nil && src != SourceFailOpen { // fail-open decides no shadow limit
-		res.Shadow = shadowsOf(p, o.d, src == SourceDenyCache)
+		res.Shadow = shadowsOf(p, &o.d, src == SourceDenyCache)
 	}
 	if o.d.Remaining < 0 { // fail-open: nothing was counted
 		res.Remaining = res.Limit.Burst
 	}
 	p.marked(res)
 	if l.obs != nil {
-		l.obs.ObserveDecision(*res, src)
+		l.observe(res, src)
 	}
 }
 
@@ -561,7 +599,7 @@ func (l *Limiter) done(o *outcome, p *plan, dry bool, src Source, degraded bool)
 func (l *Limiter) decided(ctx context.Context, key string, p *plan, o *outcome, cost, now int64) {
 	l.done(o, p, p.dry(key), SourceStore, false)
 	if p.warn != nil {
-		l.warned(ctx, key, p, &o.res, o.d, cost, now)
+		l.warned(ctx, key, p, &o.res, &o.d, cost, now)
 	}
 }
 

@@ -203,20 +203,33 @@ func (c *planCache) compileScoped(scope string, limits []Limit) (*plan, error) {
 	return p, err
 }
 
+// get returns the plan of limits.
 func (c *planCache) get(limits []Limit) (*plan, error) {
+	if p := c.hit(limits); p != nil {
+		return p, nil
+	}
+	return c.getSlow(limits)
+}
+
+// hit returns the last plan used if limits is its one limit, else nil.
+// It is inlined: [Limiter.AllowN] tests it before it calls get, as a
+// lone decision's lookup through get's own call cost it two code lines
+// more (clientcost -cold).
+func (c *planCache) hit(limits []Limit) *plan {
+	if p := c.last.Load(); p != nil && len(limits) == 1 && p.limits[0] == limits[0] {
+		return p
+	}
+	return nil
+}
+
+// getSlow is get for a plan hit does not find.
+func (c *planCache) getSlow(limits []Limit) (*plan, error) {
 	if len(limits) != 1 {
 		// Several limits on a key are usually prepared once (a Rule);
 		// direct callers pay the compilation.
 		return c.compile(limits)
 	}
-	return c.getOne(limits[0])
-}
-
-// getOne returns the plan of l alone.
-func (c *planCache) getOne(l Limit) (*plan, error) {
-	if p := c.last.Load(); p != nil && p.limits[0] == l {
-		return p, nil
-	}
+	l := limits[0]
 	p, err := c.lookup(l)
 	if err == nil {
 		c.last.Store(p)

@@ -58,7 +58,7 @@ func (s Shadows) AnyDenied() bool { return s.denied != 0 }
 
 // shadowsOf returns the Shadows of d, a decision under p; all marks every
 // shadow limit as denying (a deny cache's answer, see answered).
-func shadowsOf(p *plan, d decision, all bool) Shadows {
+func shadowsOf(p *plan, d *decision, all bool) Shadows {
 	if p.shadows == nil {
 		return Shadows{}
 	}

@@ -47,7 +47,10 @@ func (w *warnConf) usedAt(burst int) int64 {
 }
 
 // over reports whether res, an admission, leaves its key over the
-// threshold of res.Limit.
+// threshold of res.Limit. (Not inlined, so that plan.marked is small
+// where a plan without a threshold calls it.)
+//
+//go:noinline
 func (w *warnConf) over(res *Result) bool {
 	return res.Allowed && int64(res.Limit.Burst-res.Remaining) >= w.usedAt(res.Limit.Burst)
 }
@@ -212,7 +215,7 @@ func (t *thresholds) remember(k localKey, now, until int64) {
 // warned marks res, the store's admission of cost on key under p (a plan
 // with a threshold), and raises the threshold event if res crossed it
 // and the key's marker was not set in its window.
-func (l *Limiter) warned(ctx context.Context, key string, p *plan, res *Result, d decision, cost, now int64) {
+func (l *Limiter) warned(ctx context.Context, key string, p *plan, res *Result, d *decision, cost, now int64) {
 	t := l.plans.thresholds
 	if !res.Warning || t == nil || !p.warn.crossed(res, cost) {
 		return

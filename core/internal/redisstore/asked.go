@@ -37,48 +37,64 @@ func (s *Store) unrouted(ctx context.Context, nd *node, now int64, routed bool, 
 	return &noAnswer{Node: nd.brk.node, Cause: err}
 }
 
+// Decide decides a request of cost on key under p at now; with cost 0, a
+// peek (an operation of kind OpPeek that writes nothing). It sends the
+// query to the node of its key and takes in the answer, or returns a
+// *noAnswer: in one function, as a lone decision's every frame costs it
+// code lines from cold (clientcost -cold).
 func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	c := Query{Key: key, Plan: p, Cost: cost, MaxWait: maxWait, Penalty: penalty, Now: now}
 	var d decision
-	na := s.ask(ctx, OpDecide, &c, &d)
-	return d, na
-}
-
-func (s *Store) Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
-	c := Query{Key: key, Plan: p, Now: now}
-	var d decision
-	na := s.ask(ctx, OpPeek, &c, &d)
-	return d, na
-}
-
-// ask sends c, a decision of kind OpDecide or OpPeek, to the node of its
-// key, and sets d to the answer. (Both are handed down by pointer: copied
-// at each layer, they cost a lone decision a tenth of its code lines.)
-func (s *Store) ask(ctx context.Context, kind string, c *Query, d *decision) *noAnswer {
-	c.RKey = s.RKey(c.Plan.FP, c.Key)
-	c.keys[0] = c.RKey
-	if c.Cost > 0 && c.Plan.Shadow != nil { // a peek's answer is the enforced limits'
-		c.setShadows(func(fp string) string { return s.RKey(fp, c.Key) })
+	kind := OpDecide
+	if cost == 0 {
+		kind = OpPeek
 	}
-	if c.Plan.Stepped && c.Cost > 0 {
-		c.quota = s.quota.entry(c.RKey, epochKey(c.RKey, s.cfg.Prefix), c.Plan)
+	// Named first, so that the query is one literal: stores into an
+	// object just made need no write barriers.
+	rkey := s.RKey(p.FP, key)
+	c := &Query{Key: key, RKey: rkey, Plan: p, Cost: cost, MaxWait: maxWait, Penalty: penalty, Now: now, keys: [1]string{rkey}}
+	if cost > 0 && (p.Shadow != nil || p.Stepped) { // a peek's answer is the enforced limits'
+		s.extend(c)
 	}
 	nd := s.node(ctx, c.RKey)
-	routed, err := s.onNode(ctx, nd, c.Now, kind, c.RKey, func(budget time.Duration) (time.Duration, error) {
-		return s.submit(ctx, nd, c, budget, d)
+	routed, err := s.onNode(ctx, nd, now, kind, c.RKey, func(budget time.Duration) (time.Duration, error) {
+		return s.submit(ctx, nd, c, budget, &d)
 	})
 	if !routed || err != nil {
-		return s.unrouted(ctx, nd, c.Now, routed, err, kind == OpDecide)
+		return d, s.unrouted(ctx, nd, now, routed, err, cost > 0)
 	}
 	if c.quota != nil {
-		admitted := int64(0)
-		if d.Allowed {
-			admitted = c.Cost
-		}
-		s.quota.answered(c.RKey, c.quota, c.Plan, d.Epoch, admitted, c.Now)
+		s.quotaAnswered(c, &d)
 	}
-	s.maybeSweep(ctx, c.Now)
-	return nil
+	s.maybeSweep(ctx, now)
+	return d, nil
+}
+
+// extend gives c, a decision, what its plan adds to a plain one: its
+// shadow limits' decisions and, for a stepped limit, its quota entry.
+// (This and quotaAnswered are out of Decide's line: there, their code sat
+// between the steps every decision takes; clientcost -cold.)
+func (s *Store) extend(c *Query) {
+	if c.Plan.Shadow != nil {
+		c.setShadows(func(fp string) string { return s.RKey(fp, c.Key) })
+	}
+	if c.Plan.Stepped {
+		c.quota = s.quota.entry(c.RKey, epochKey(c.RKey, s.cfg.Prefix), c.Plan)
+	}
+}
+
+// quotaAnswered takes in d, the answer to c, a decision of a stepped
+// limit, in c's quota entry.
+func (s *Store) quotaAnswered(c *Query, d *decision) {
+	admitted := int64(0)
+	if d.Allowed {
+		admitted = c.Cost
+	}
+	s.quota.answered(c.RKey, c.quota, c.Plan, d.Epoch, admitted, c.Now)
+}
+
+// Peek is Decide at cost 0.
+func (s *Store) Peek(ctx context.Context, key string, p *plan, now int64) (decision, *noAnswer) {
+	return s.Decide(ctx, key, p, 0, 0, 0, now)
 }
 
 func (s *Store) DecidePath(ctx context.Context, q *pathAsk) (decision, int, error) {

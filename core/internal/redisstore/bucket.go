@@ -212,10 +212,17 @@ func (c *Query) AppendArgs(args []any) []any {
 // argument at its default) they are part of the plan's own arguments,
 // shared and not to be modified; otherwise a new slice (see appendArgs).
 func (c *Query) loneArgs() []any {
-	if len(c.Plan.Ticks) == 1 && !c.Plan.Stepped && c.Cost == 1 && c.MaxWait == 0 && c.Penalty == 0 && c.shadow == nil {
+	if c.plain() {
 		return c.Plan.Args[1:4:4]
 	}
 	return c.AppendArgs(make([]any, 0, 4+len(c.Plan.Args)))
+}
+
+// plain reports whether c is a plain Allow under one limit: its lone
+// form is its bucket and part of the plan's own arguments (see loneArgs),
+// every trailing argument at its default.
+func (c *Query) plain() bool {
+	return len(c.Plan.Ticks) == 1 && !c.Plan.Stepped && c.Cost == 1 && c.MaxWait == 0 && c.Penalty == 0 && c.shadow == nil && c.quota == nil
 }
 
 // ScriptArgs returns the keys and script arguments (the batch form) that
@@ -298,6 +305,7 @@ func ParseReply(v []int64, p *plan) (decision, error) {
 // parseReply is ParseReply into d, which it sets only on success (the
 // engine's decisions are filled in place, not copied up each layer).
 func parseReply(v []int64, p *plan, d *decision) error {
+	v = v[:ReplyWidth] // one bounds check, not one per value
 	flags := v[0]
 	if flags == -1 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 0 {
 		return ErrKeyFailed
@@ -305,7 +313,7 @@ func parseReply(v []int64, p *plan, d *decision) error {
 	allowed, locked, index := flags&1 == 1, flags&2 == 2, int(flags>>2)
 	if flags < 0 || index >= len(p.Ticks) || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 ||
 		(allowed && locked) || (!allowed && v[2] == 0) {
-		return fmt.Errorf("%w %v", errBadReply, v)
+		return badReply(v)
 	}
 	*d = decision{Allowed: allowed, Locked: locked, Index: index, Remaining: v[1], Reset: v[3], Next: v[4]}
 	if allowed {
@@ -315,3 +323,10 @@ func parseReply(v []int64, p *plan, d *decision) error {
 	}
 	return nil
 }
+
+// badReply is the error of a reply v that does not decode. Out of line:
+// built in its caller, its code sat between the checks and the decoding,
+// and cost every decision code lines it never runs (clientcost -cold).
+//
+//go:noinline
+func badReply(v []int64) error { return fmt.Errorf("%w %v", errBadReply, v) }

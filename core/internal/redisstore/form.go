@@ -158,19 +158,24 @@ func RunInts(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []s
 // none): a lone decision's store keeps it (see Store.proc).
 func runInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
 	if p == nil {
-		return cmdInts(sc.Run(ctx, rdb, keys, args...), single)
+		return runScript(ctx, rdb, sc, keys, args, single)
 	}
 	argv := make([]any, 3+len(keys)+len(args))
 	argv[0], argv[1] = "evalsha", hashOf(sc)
-	if n := len(keys); n < len(smallInts) {
-		argv[2] = smallInts[n] // boxed once, not on every call
-	} else {
-		argv[2] = n
-	}
+	argv[2] = boxedInt(len(keys))
 	for i, k := range keys {
 		argv[3+i] = k
 	}
-	copy(argv[3+len(keys):], args)
+	for i, a := range args { // not copy: its call costs more for a few
+		argv[3+len(keys)+i] = a
+	}
+	return processInts(ctx, p, rdb, sc, keys, args, argv, single)
+}
+
+// processInts sends argv, the EVALSHA of sc with keys and args, through p
+// and reads its reply as runInts does: runInts's second half, which a
+// plain decision calls with its own argv (see Store.submit).
+func processInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, argv []any, single bool) ([]int64, error) {
 	var vals []int64
 	var err error
 	if single {
@@ -186,9 +191,36 @@ func runInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Scr
 		vals, err = cmd.Result()
 	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return cmdInts(sc.Eval(ctx, rdb, keys, args...), single)
+		return evalScript(ctx, rdb, sc, keys, args, single)
 	}
 	return vals, err
+}
+
+// The rare turns of runInts, out of line: built in it, their calls sat
+// between the steps every call takes and cost each decision code lines
+// it never runs (clientcost -cold).
+
+// runScript runs sc through a client without a processor.
+//
+//go:noinline
+func runScript(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
+	return cmdInts(sc.Run(ctx, rdb, keys, args...), single)
+}
+
+// evalScript sends sc whole, after Redis said it did not have it.
+//
+//go:noinline
+func evalScript(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
+	return cmdInts(sc.Eval(ctx, rdb, keys, args...), single)
+}
+
+// boxedInt is n as an interface value: boxed once for the key counts of
+// most calls (see smallInts).
+func boxedInt(n int) any {
+	if n < len(smallInts) {
+		return smallInts[n]
+	}
+	return n
 }
 
 // processInt sends argv through p as a command whose reply is one
@@ -232,9 +264,14 @@ var bucketHash any = BucketScript.Hash()
 
 // hashOf returns sc's SHA1, as EVALSHA's argument.
 func hashOf(sc *redis.Script) any {
-	if sc == BucketScript { // a decision's, without a sync.Map's code
+	if sc == BucketScript { // a decision's, inlined, without a sync.Map's code
 		return bucketHash
 	}
+	return hashOfOther(sc)
+}
+
+// hashOfOther is hashOf for a script other than BucketScript.
+func hashOfOther(sc *redis.Script) any {
 	if h, ok := hashes.Load(sc); ok {
 		return h
 	}

@@ -67,7 +67,7 @@ func RedisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 		}
 	}
 	if len(key) > MaxVerbatimKey || len(key) > 0 && key[0] == '#' {
-		return digestedName(prefix, fp, tagOf(sum), key)
+		return digestedName(prefix, fp, sum, key)
 	}
 	// One exact-size buffer, given back as the string: a strings.Builder
 	// spent twice the instructions and code lines on growth checks a
@@ -110,7 +110,8 @@ func keyedTag(slotKey []byte, tagKey string) uint32 {
 
 // digestedName is redisKeyFrom for a key stored as its digest (longer than
 // maxVerbatimKey, or starting with '#'): out of line, as it is rare.
-func digestedName(prefix, fp string, tag [4]byte, key string) string {
+func digestedName(prefix, fp string, sum uint32, key string) string {
+	tag := tagOf(sum) // here, not in the caller: a lone decision's code
 	d := sha256.Sum256([]byte(key))
 	var b strings.Builder
 	b.Grow(len(prefix) + 6 + len(fp) + 2 + 32)

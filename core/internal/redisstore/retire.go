@@ -15,10 +15,16 @@ const sweepEvery = 100_000
 // traffic, no probe would ever close its breaker, and it would read as down
 // forever (sluice_store_up 0). Such a node is retired: its outage ends, as
 // its keys are back on Redis elsewhere.
+//
+// It is inlined: with no node open it calls nothing.
 func (s *Store) maybeSweep(ctx context.Context, now int64) {
-	if s.openNodes.Load() == 0 || s.nodeOf == nil {
-		return
+	if s.openNodes.Load() != 0 && s.nodeOf != nil {
+		s.sweep(ctx, now)
 	}
+}
+
+// sweep is maybeSweep once a node is open on a Cluster.
+func (s *Store) sweep(ctx context.Context, now int64) {
 	last := s.lastSweep.Load()
 	if now-last < sweepEvery || !s.lastSweep.CompareAndSwap(last, now) {
 		return

@@ -207,7 +207,17 @@ func (s *Store) sentAlone(budget time.Duration) bool { return budget < s.cfg.Bud
 // with that judgement. A call whose caller gave up is not reported (the
 // store said nothing), and its fault is faultNode, which onNode does not
 // use for it.
+//
+// It is inlined: an answer no observer hears is judged without a call.
 func (s *Store) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
+	if err == nil && s.up.Obs == nil {
+		return faultNode
+	}
+	return s.judge(ctx, brk, kind, took, err)
+}
+
+// judge is judged for a call that failed or that an observer hears of.
+func (s *Store) judge(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
 	f := faultNode
 	if err != nil {
 		if callerGone(ctx) != nil {

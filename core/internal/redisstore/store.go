@@ -231,11 +231,17 @@ func (s *Store) equip(n *node, split bool, pipeline func() redis.Pipeliner) {
 // maxBatch bounds the decisions in one script call or pipeline.
 const maxBatch = 256
 
-// node returns the node that decides rkey.
+// node returns the node that decides rkey. It is inlined: a client of
+// one node (not a Cluster's) finds it without a call.
 func (s *Store) node(ctx context.Context, rkey string) *node {
 	if s.nodeOf == nil {
 		return &s.whole
 	}
+	return s.nodeFor(ctx, rkey)
+}
+
+// nodeFor is node on a Cluster client: the node that owns rkey's slot.
+func (s *Store) nodeFor(ctx context.Context, rkey string) *node {
 	c, err := s.nodeOf(ctx, rkey)
 	if err != nil || c == nil {
 		return &s.whole
@@ -252,6 +258,7 @@ func (s *Store) node(ctx context.Context, rkey string) *node {
 // batch's own budget, while its caller may leave when ctx ends.
 func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration, d *decision) (took time.Duration, err error) {
 	fits := enough(ctx, budget)
+	alone := false // holding one of n.batch's slots, given back at the end
 	if n.batch != nil && !s.sentAlone(budget) {
 		// A lone decision on an idle node, whose caller has the budget
 		// left, is sent here, in the caller's goroutine, holding one of
@@ -261,7 +268,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 			*d, took, err = n.batch.Do(ctx, c)
 			return took, err
 		}
-		defer n.batch.Done()
+		alone = true // not a defer: its code cost a lone decision two code lines
 	} else if s.detached {
 		*d, took, err = s.submitDetached(ctx, n, c, budget)
 		return took, err
@@ -287,22 +294,52 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 	default:
 		rctx, cancel = context.WithTimeout(ctx, budget)
 	}
-	if s.ack != nil {
-		*d, err = s.evalAcked(rctx, n, c)
+	if s.ack != nil || s.proc == nil || !c.plain() {
+		err = s.sendOther(rctx, n, c, d)
 	} else {
-		// The lone form straight to runInts and decode, without the
-		// form's layers (see EvalOne).
-		keys, args := c.lone()
+		// A plain decision's lone form, as one literal (stores into a
+		// slice just made need no write barriers), straight to
+		// processInts and parseReply: without runInts's loops, the
+		// form's layers (see EvalOne) or decode's call.
+		a := c.Plan.Args[1:4:4]
+		argv := []any{"evalsha", bucketHash, smallInts[1], c.RKey, a[0], a[1], a[2]}
 		var vals []int64
-		if vals, err = runInts(rctx, s.proc, s.rdb, BucketScript, keys, args, false); err == nil {
-			err = c.decode(vals, d)
+		vals, err = processInts(rctx, s.proc, s.rdb, BucketScript, c.keys[:], a, argv, false)
+		switch {
+		case err != nil:
+		case len(vals) != ReplyWidth+ReplyTime:
+			err = c.decode(vals, d) // which says what is wrong
+		default: // decode's, inline
+			if err = parseReply(vals, c.Plan, d); err == nil {
+				d.At = vals[ReplyWidth]
+			}
 		}
 	}
 	took = time.Since(start)
 	if cancel != nil {
 		cancel()
 	}
+	if alone {
+		n.batch.Done()
+	}
 	return took, err
+}
+
+// sendOther sends c, a decision that is not plain or on a store that
+// waits for replicas, alone under rctx, and sets d to the answer: out of
+// submit's line, where a plain decision's code is.
+func (s *Store) sendOther(rctx context.Context, n *node, c *Query, d *decision) error {
+	if s.ack != nil {
+		var err error
+		*d, err = s.evalAcked(rctx, n, c)
+		return err
+	}
+	keys, args := c.lone()
+	vals, err := runInts(rctx, s.proc, s.rdb, BucketScript, keys, args, false)
+	if err != nil {
+		return err
+	}
+	return c.decode(vals, d)
 }
 
 // enough reports whether ctx leaves at least budget (or has no deadline).

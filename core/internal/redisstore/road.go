@@ -89,14 +89,36 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 	brk := nd.brk
 	r := brk.route(now)
 	if r == viaLocal {
-		if kind != OpRenew {
-			return false, nil
-		}
-		return true, s.aside(ctx, nd, kind, key, run)
+		return s.offRoad(ctx, nd, kind, key, run)
 	}
 	pause.Watch()
 	asked := time.Now()
 	took, err := run(s.cfg.Budget)
+	if err == nil && r == viaStore && s.up.Obs == nil && brk.fails.Load() == 0 && brk.excused.Load() == 0 && nd.policy.Load() {
+		// An answer on a closed breaker with nothing to record and
+		// nobody to tell: what follows would do nothing with it. (The
+		// rest is out of line: here, its code sat between the steps
+		// every call takes; clientcost -cold.)
+		return true, nil
+	}
+	return s.sent(ctx, nd, r, now, kind, key, asked, took, err, run)
+}
+
+// offRoad is onNode for a call routed to the fallback (viaLocal): only
+// the lease keeper's renewals are sent, aside.
+func (s *Store) offRoad(ctx context.Context, nd *node, kind, key string, run sendFunc) (bool, error) {
+	if kind != OpRenew {
+		return false, nil
+	}
+	return true, s.aside(ctx, nd, kind, key, run)
+}
+
+// sent is the rest of onNode, once the call's first send under route r,
+// asked at asked, took took and ended with err: the observer told, the
+// call sent again if worth it, and its outcome counted on the node's
+// breaker.
+func (s *Store) sent(ctx context.Context, nd *node, r route, now int64, kind, key string, asked time.Time, took time.Duration, err error, run sendFunc) (bool, error) {
+	brk := nd.brk
 	f := s.judged(ctx, brk, kind, took, err)
 	if err != nil && again(kind, f, err) {
 		if left := s.cfg.Budget - time.Since(asked); left >= s.cfg.Budget/minResend && callerGone(ctx) == nil {
@@ -207,17 +229,7 @@ func (s *Store) sentAlone(budget time.Duration) bool { return budget < s.cfg.Bud
 // with that judgement. A call whose caller gave up is not reported (the
 // store said nothing), and its fault is faultNode, which onNode does not
 // use for it.
-//
-// It is inlined: an answer no observer hears is judged without a call.
 func (s *Store) judged(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
-	if err == nil && s.up.Obs == nil {
-		return faultNode
-	}
-	return s.judge(ctx, brk, kind, took, err)
-}
-
-// judge is judged for a call that failed or that an observer hears of.
-func (s *Store) judge(ctx context.Context, brk *breaker, kind string, took time.Duration, err error) fault {
 	f := faultNode
 	if err != nil {
 		if callerGone(ctx) != nil {

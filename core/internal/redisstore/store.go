@@ -258,7 +258,6 @@ func (s *Store) nodeFor(ctx context.Context, rkey string) *node {
 // batch's own budget, while its caller may leave when ctx ends.
 func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration, d *decision) (took time.Duration, err error) {
 	fits := enough(ctx, budget)
-	alone := false // holding one of n.batch's slots, given back at the end
 	if n.batch != nil && !s.sentAlone(budget) {
 		// A lone decision on an idle node, whose caller has the budget
 		// left, is sent here, in the caller's goroutine, holding one of
@@ -268,7 +267,10 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 			*d, took, err = n.batch.Do(ctx, c)
 			return took, err
 		}
-		alone = true // not a defer: its code cost a lone decision two code lines
+		// A defer, though its code costs a lone decision two code
+		// lines: a go-redis hook of the user's that panics (and a
+		// server that recovers) must not keep the slot for ever.
+		defer n.batch.Done()
 	} else if s.detached {
 		*d, took, err = s.submitDetached(ctx, n, c, budget)
 		return took, err
@@ -297,8 +299,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 	if s.ack != nil || s.proc == nil || !c.plain() {
 		err = s.sendOther(rctx, n, c, d)
 	} else {
-		// A plain decision's lone form, as one literal (stores into a
-		// slice just made need no write barriers), straight to
+		// A plain decision's lone form, as one literal, straight to
 		// processInts and parseReply: without runInts's loops, the
 		// form's layers (see EvalOne) or decode's call.
 		a := c.Plan.Args[1:4:4]
@@ -318,9 +319,6 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 	took = time.Since(start)
 	if cancel != nil {
 		cancel()
-	}
-	if alone {
-		n.batch.Done()
 	}
 	return took, err
 }

@@ -162,7 +162,11 @@ func runInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Scr
 	}
 	argv := make([]any, 3+len(keys)+len(args))
 	argv[0], argv[1] = "evalsha", hashOf(sc)
-	argv[2] = boxedInt(len(keys))
+	if n := len(keys); n < len(smallInts) {
+		argv[2] = smallInts[n] // boxed once, not on every call
+	} else {
+		argv[2] = n
+	}
 	for i, k := range keys {
 		argv[3+i] = k
 	}
@@ -212,15 +216,6 @@ func runScript(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys [
 //go:noinline
 func evalScript(ctx context.Context, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, single bool) ([]int64, error) {
 	return cmdInts(sc.Eval(ctx, rdb, keys, args...), single)
-}
-
-// boxedInt is n as an interface value: boxed once for the key counts of
-// most calls (see smallInts).
-func boxedInt(n int) any {
-	if n < len(smallInts) {
-		return smallInts[n]
-	}
-	return n
 }
 
 // processInt sends argv through p as a command whose reply is one

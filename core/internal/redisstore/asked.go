@@ -56,9 +56,21 @@ func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, 
 		s.extend(c)
 	}
 	nd := s.node(ctx, c.RKey)
-	routed, err := s.onNode(ctx, nd, now, kind, c.RKey, func(budget time.Duration) (time.Duration, error) {
-		return s.submit(ctx, nd, c, budget, &d)
-	})
+	// onNode's steps (see depart), with submit called directly; the
+	// closure is built only for a call sent needs to send again.
+	routed, err := false, error(nil)
+	if r, asked := s.depart(nd, now); r == viaLocal {
+		routed, err = s.offRoad(ctx, nd, kind, c.RKey, nil) // a decision is never a renewal: no send
+	} else {
+		var took time.Duration
+		took, err = s.submit(ctx, nd, c, s.cfg.Budget, &d)
+		routed = true
+		if !s.quiet(nd, r, err) {
+			routed, err = s.sent(ctx, nd, r, now, kind, c.RKey, asked, took, err, func(budget time.Duration) (time.Duration, error) {
+				return s.submit(ctx, nd, c, budget, &d)
+			})
+		}
+	}
 	if !routed || err != nil {
 		return d, s.unrouted(ctx, nd, now, routed, err, cost > 0)
 	}

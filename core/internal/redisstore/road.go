@@ -86,22 +86,40 @@ const excuseFor = 2_000_000
 // first send's, counted from that send): a send again shares what is left
 // of it (see again).
 func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key string, run sendFunc) (routed bool, err error) {
-	brk := nd.brk
-	r := brk.route(now)
+	r, asked := s.depart(nd, now)
 	if r == viaLocal {
 		return s.offRoad(ctx, nd, kind, key, run)
 	}
-	pause.Watch()
-	asked := time.Now()
 	took, err := run(s.cfg.Budget)
-	if err == nil && r == viaStore && s.up.Obs == nil && brk.fails.Load() == 0 && brk.excused.Load() == 0 && nd.policy.Load() {
-		// An answer on a closed breaker with nothing to record and
-		// nobody to tell: what follows would do nothing with it. (The
-		// rest is out of line: here, its code sat between the steps
-		// every call takes; clientcost -cold.)
+	if s.quiet(nd, r, err) {
 		return true, nil
 	}
 	return s.sent(ctx, nd, r, now, kind, key, asked, took, err, run)
+}
+
+// depart is the start of every call on nd at now (see onNode): its
+// route and, unless that is viaLocal, the instant it is asked, with the
+// pause detector watching. Store.Decide runs onNode's steps itself, with
+// its send called directly (a closure's call and its frame cost a lone
+// decision code lines from cold; clientcost -cold): this and quiet are
+// the steps both share.
+func (s *Store) depart(nd *node, now int64) (route, time.Time) {
+	r := nd.brk.route(now)
+	if r == viaLocal {
+		return r, time.Time{}
+	}
+	pause.Watch()
+	return r, time.Now()
+}
+
+// quiet reports whether a call's first send under route r, which ended
+// with err, needs nothing more: an answer on a closed breaker with
+// nothing to record and nobody to tell, which sent would do nothing
+// with. (The rest is out of line: here, its code sat between the steps
+// every call takes; clientcost -cold.)
+func (s *Store) quiet(nd *node, r route, err error) bool {
+	brk := nd.brk
+	return err == nil && r == viaStore && s.up.Obs == nil && brk.fails.Load() == 0 && brk.excused.Load() == 0 && nd.policy.Load()
 }
 
 // offRoad is onNode for a call routed to the fallback (viaLocal): only

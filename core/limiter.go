@@ -291,11 +291,8 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	switch {
-	case p.lease != nil && maxWait == 0 && past&pastLease == 0: // never on NewMemory (see WithTokenLeases)
-		return l.counted(key, p, n, past, o, l.leaseFirst(ctx, key, p, n, past, o))
-	case n == 1 && maxWait == 0 && past&pastCache == 0 && l.denies.holdsAny():
-		return l.counted(key, p, n, past, o, l.cacheFirst(ctx, key, p, past, o))
+	if maxWait == 0 && (p.lease != nil && past&pastLease == 0 || n == 1 && past&pastCache == 0 && l.denies.holdsAny()) {
+		return l.layered(ctx, key, p, n, past, o)
 	}
 	now := l.now()
 	cost := int64(n)
@@ -319,6 +316,18 @@ func (l *Limiter) decideKey(ctx context.Context, key string, p *plan, n int, max
 		return l.counted(key, p, n, past, o, nil)
 	}
 	return nil
+}
+
+// layered is decideKey for a request a layer before the store may
+// answer: its plan's token lease (never on NewMemory, see
+// WithTokenLeases), or the deny cache for a unit request. (Out of
+// decideKey's line: there, these calls sat between the steps every
+// decision takes; clientcost -cold.)
+func (l *Limiter) layered(ctx context.Context, key string, p *plan, n int, past passed, o *outcome) error {
+	if p.lease != nil && past&pastLease == 0 {
+		return l.counted(key, p, n, past, o, l.leaseFirst(ctx, key, p, n, past, o))
+	}
+	return l.counted(key, p, n, past, o, l.cacheFirst(ctx, key, p, past, o))
 }
 
 // passed is the layers before the store a request has passed (see
@@ -440,8 +449,7 @@ func (l *Limiter) answered(key string, p *plan, d *decision, cost, now int64) {
 		// limit: an admission does not say which limit denies next,
 		// and a quota spent until midnight should be named by the
 		// denials it causes.
-		l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(next, denyMaxAge),
-			reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: int32(d.Index), skew: d.At - now})
+		l.cacheDenial(key, p, d, now, next)
 	}
 	if !l.remote {
 		return
@@ -452,7 +460,7 @@ func (l *Limiter) answered(key string, p *plan, d *decision, cost, now int64) {
 		// bucket, which it nearly is, and costs no memory. (The test
 		// before the call spares a lone decision charge's code.)
 		if insert := 2*d.Remaining < int64(p.limits[d.Index].Burst); insert || l.local.m.live.Load() != 0 {
-			l.local.charge(p.ID, key, now, l.share(p).ticks, cost, insert)
+			l.keepWarm(key, p, cost, now, insert)
 		}
 	}
 	if l.local.owed.holdsAny() {
@@ -472,6 +480,22 @@ func (l *Limiter) penaltyOf(p *plan) int64 {
 		return p.penalty
 	}
 	return l.penalty
+}
+
+// keepWarm charges an admission of cost on key under p at now to the
+// local fallback (see answered); insert adds the key if it has no bucket
+// there. Out of answered's line, as cacheDenial is.
+func (l *Limiter) keepWarm(key string, p *plan, cost, now int64, insert bool) {
+	l.local.charge(p.ID, key, now, l.share(p).ticks, cost, insert)
+}
+
+// cacheDenial puts d, the store's answer at now to a request on key under
+// p, in the deny cache, to answer until next microseconds from now (see
+// answered). Out of answered's line: the denial built there sat between
+// the steps every answer takes (clientcost -cold).
+func (l *Limiter) cacheDenial(key string, p *plan, d *decision, now, next int64) {
+	l.denies.put(p.ID, key, now, denial{until: now + d.Next, expires: now + min(next, denyMaxAge),
+		reset: now + d.Reset, locked: d.Locked && !d.Allowed, index: int32(d.Index), skew: d.At - now})
 }
 
 // denyMaxAge bounds, in microseconds, how long the deny cache answers for

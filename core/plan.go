@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/core/internal/model"
 )
@@ -215,15 +216,46 @@ func (c *planCache) get(limits []Limit) (*plan, error) {
 // It is inlined: [Limiter.AllowN] tests it before it calls get, as a
 // lone decision's lookup through get's own call cost it two code lines
 // more (clientcost -cold).
+//
+// It compares the limit's strings by identity (the same bytes at the same
+// address), which a limit written in the code as a literal, or kept,
+// passes (an empty string that points elsewhere does not): the == of two Limits is a call to a generated function, whose
+// code and the spills around its call cost a lone decision six code lines
+// from cold (clientcost -cold). A limit equal but built anew is found by
+// getSlow.
 func (c *planCache) hit(limits []Limit) *plan {
-	if p := c.last.Load(); p != nil && len(limits) == 1 && p.limits[0] == limits[0] {
+	if p := c.last.Load(); p != nil && len(limits) == 1 && sameLimit(&p.limits[0], &limits[0]) {
 		return p
 	}
 	return nil
 }
 
+// sameLimit reports whether a and b are the same Limit with the same
+// strings: word for word the same, so equal numbers and each string the
+// same bytes at the same address (see hit). Padding or a field that is
+// not a word would only make equal limits differ, which getSlow then
+// finds; TestSameLimit checks that Limit is whole words.
+//
+// A loop of word compares, not the == of two arrays: that is a call to
+// runtime.memequal, and the spills around a call were what this saves.
+func sameLimit(a, b *Limit) bool {
+	x, y := (*[limitSize]uintptr)(unsafe.Pointer(a)), (*[limitSize]uintptr)(unsafe.Pointer(b))
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// limitSize is the size of a Limit in machine words.
+const limitSize = unsafe.Sizeof(Limit{}) / unsafe.Sizeof(uintptr(0))
+
 // getSlow is get for a plan hit does not find.
 func (c *planCache) getSlow(limits []Limit) (*plan, error) {
+	if p := c.last.Load(); p != nil && len(limits) == 1 && p.limits[0] == limits[0] {
+		return p, nil // equal to the last one, with strings of its own
+	}
 	if len(limits) != 1 {
 		// Several limits on a key are usually prepared once (a Rule);
 		// direct callers pay the compilation.
@@ -231,7 +263,7 @@ func (c *planCache) getSlow(limits []Limit) (*plan, error) {
 	}
 	l := limits[0]
 	p, err := c.lookup(l)
-	if err == nil {
+	if err == nil && c.last.Load() != p { // a store only when it changes keeps the line shared
 		c.last.Store(p)
 	}
 	return p, err

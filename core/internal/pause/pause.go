@@ -66,14 +66,24 @@ type detector struct {
 var std detector
 
 // Watch makes sure the detector runs, and keeps it running for at least
-// Idle more. It is cheap enough for every store call.
+// Idle more. It is cheap enough for every store call: inlined, a Watch
+// since the detector last looked costs one load (the rest is watch's, out
+// of line: its code cost every call code lines from cold; clientcost
+// -cold). While watched is set the detector runs: run clears it only to
+// look for a Watch, and looks again after it stops.
 func Watch() {
+	if !std.watched.Load() {
+		watch()
+	}
+}
+
+// watch is Watch when the detector was not watched since it last
+// looked, or is not running.
+func watch() {
 	if std.running.Load() {
 		// Storing only when the ticker has cleared it keeps the cache
 		// line quiet.
-		if !std.watched.Load() {
-			std.watched.Store(true)
-		}
+		std.watched.Store(true)
 		return
 	}
 	std.watched.Store(true)

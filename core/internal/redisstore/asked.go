@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/internal/batch"
+	"github.com/sluicehq/sluice/core/internal/pause"
 )
 
 // This file is what the engine asks of the Redis store (see store): each
@@ -40,14 +41,11 @@ func (s *Store) unrouted(ctx context.Context, nd *node, now int64, routed bool, 
 // Decide decides a request of cost on key under p at now; with cost 0, a
 // peek (an operation of kind OpPeek that writes nothing). It sends the
 // query to the node of its key and takes in the answer, or returns a
-// *noAnswer: in one function, as a lone decision's every frame costs it
-// code lines from cold (clientcost -cold).
-func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (decision, *noAnswer) {
-	var d decision
-	kind := OpDecide
-	if cost == 0 {
-		kind = OpPeek
-	}
+// *noAnswer. A lone decision's every frame, and every byte of code it
+// runs, costs it code lines from cold (clientcost -cold): so this runs
+// onNode's steps itself (depart's written in), with submit's lone send
+// written in, and what a quiet answer does not need is out of line (decideRest).
+func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, penalty, now int64) (d decision, na *noAnswer) {
 	// Named first, so that the query is one literal: stores into an
 	// object just made need no write barriers.
 	rkey := s.RKey(p.FP, key)
@@ -55,30 +53,69 @@ func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, 
 	if cost > 0 && (p.Shadow != nil || p.Stepped) { // a peek's answer is the enforced limits'
 		s.extend(c)
 	}
-	nd := s.node(ctx, c.RKey)
-	// onNode's steps (see depart), with submit called directly; the
-	// closure is built only for a call sent needs to send again.
-	routed, err := false, error(nil)
-	if r, asked := s.depart(nd, now); r == viaLocal {
-		routed, err = s.offRoad(ctx, nd, kind, c.RKey, nil) // a decision is never a renewal: no send
-	} else {
-		var took time.Duration
-		took, err = s.submit(ctx, nd, c, s.cfg.Budget, &d)
-		routed = true
-		if !s.quiet(nd, r, err) {
-			routed, err = s.sent(ctx, nd, r, now, kind, c.RKey, asked, took, err, func(budget time.Duration) (time.Duration, error) {
-				return s.submit(ctx, nd, c, budget, &d)
-			})
+	nd := s.node(ctx, rkey)
+	// depart's step, written here (its frame cost a lone decision
+	// code lines from cold).
+	r := nd.brk.route(now)
+	if r == viaLocal {
+		// offRoad sends nothing for a decision (it is never a renewal).
+		na = s.unrouted(ctx, nd, now, false, nil, cost > 0)
+		return
+	}
+	pause.Watch()
+	asked := time.Now()
+	var took time.Duration
+	var err error
+	if s.lean && nd.batch != nil && c.plain() && enough(ctx, s.cfg.Budget) {
+		// submit's lone send, for a plain decision on a lean store (see
+		// Store.lean), written here: its frame cost a lone decision
+		// code lines from cold. The slot is given back when Decide
+		// returns.
+		if !nd.batch.Alone() {
+			took, err = batched(ctx, nd, c, &d)
+		} else {
+			// Its I/O time and budget are counted from asked, an
+			// instant before (see submit).
+			defer nd.batch.Done() // as in submit
+			c.bctx = budgetCtx{Context: ctx, start: asked, budget: s.cfg.Budget}
+			err = s.sendPlain(&c.bctx, c, &d)
+			took = time.Since(asked)
 		}
+	} else {
+		took, err = s.submit(ctx, nd, c, s.cfg.Budget, &d)
 	}
-	if !routed || err != nil {
-		return d, s.unrouted(ctx, nd, now, routed, err, cost > 0)
-	}
-	if c.quota != nil {
-		s.quotaAnswered(c, &d)
+	if !s.quiet(nd, r, err) || c.quota != nil {
+		na = s.decideRest(ctx, nd, c, r, asked, took, err, &d)
+		return
 	}
 	s.maybeSweep(ctx, now)
-	return d, nil
+	return
+}
+
+// decideRest is the rest of Decide for c, whose first send under route
+// r, asked at asked, took took and ended with err, was not quiet or is a
+// stepped limit's: onNode's last step (sent, with the send again built
+// here), the store's error if the road gave no answer, and the quota
+// entry told of one.
+func (s *Store) decideRest(ctx context.Context, nd *node, c *Query, r route, asked time.Time, took time.Duration, err error, d *decision) *noAnswer {
+	routed := true
+	if !s.quiet(nd, r, err) {
+		kind := OpDecide
+		if c.Cost == 0 {
+			kind = OpPeek
+		}
+		routed, err = s.sent(ctx, nd, r, c.Now, kind, c.RKey, asked, took, err, func(budget time.Duration) (time.Duration, error) {
+			return s.submit(ctx, nd, c, budget, d)
+		})
+	}
+	if !routed || err != nil {
+		return s.unrouted(ctx, nd, c.Now, routed, err, c.Cost > 0)
+	}
+	if c.quota != nil {
+		s.quotaAnswered(c, d)
+	}
+	s.maybeSweep(ctx, c.Now)
+	return nil
 }
 
 // extend gives c, a decision, what its plan adds to a plain one: its

@@ -49,12 +49,22 @@ func (b *breaker) clone(node string) *breaker {
 	return &breaker{threshold: b.threshold, closeAfter: b.closeAfter, cooldown: b.cooldown, stale: b.stale, node: node}
 }
 
+// route says how a call at now goes: to the store on a closed breaker;
+// else a probe when one is due, or to the fallback.
 func (b *breaker) route(now int64) route {
-	s := b.state.Load()
+	if s := b.state.Load(); s&3 != modeClosed {
+		return b.routeOpen(s, now)
+	}
+	return viaStore
+}
+
+// routeOpen is route for a breaker whose state s is not closed. (Out of
+// route's line: route is inlined in every call's first step.)
+//
+//go:noinline
+func (b *breaker) routeOpen(s, now int64) route {
 	since := s >> 2
 	switch s & 3 {
-	case modeClosed:
-		return viaStore
 	case modeOpen:
 		if now-since >= b.cooldown && b.state.CompareAndSwap(s, now<<2|modeProbing) {
 			return viaProbe

@@ -177,28 +177,38 @@ func runInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Scr
 }
 
 // processInts sends argv, the EVALSHA of sc with keys and args, through p
-// and reads its reply as runInts does: runInts's second half, which a
-// plain decision calls with its own argv (see Store.submit).
+// and reads its reply as runInts does: runInts's second half.
 func processInts(ctx context.Context, p processor, rdb redis.Scripter, sc *redis.Script, keys []string, args []any, argv []any, single bool) ([]int64, error) {
 	var vals []int64
 	var err error
 	if single {
 		vals, err = processInt(ctx, p, argv, len(keys) > 0)
 	} else {
-		// Read as integers straight off the wire (see RunInts). A
-		// Cluster client routes by argv[3], the first key.
-		cmd := redis.NewIntSliceCmd(ctx, argv...)
-		if len(keys) > 0 {
-			cmd.SetFirstKeyPos(3)
-		}
-		_ = p.Process(ctx, cmd)
-		vals, err = cmd.Result()
+		vals, err = processList(ctx, p, argv, len(keys) > 0)
 	}
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && noScript(err) {
 		return evalScript(ctx, rdb, sc, keys, args, single)
 	}
 	return vals, err
 }
+
+// processList sends argv through p as a command whose reply is a list of
+// integers, read as integers straight off the wire (see RunInts); keyed
+// says argv[3] is its first key (a Cluster client routes by it). A plain
+// decision calls it with its own argv (see Store.sendPlain), and sends
+// its script whole if Redis does not have it (noScript).
+func processList(ctx context.Context, p processor, argv []any, keyed bool) ([]int64, error) {
+	cmd := redis.NewIntSliceCmd(ctx, argv...)
+	if keyed {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = p.Process(ctx, cmd)
+	return cmd.Result()
+}
+
+// noScript reports whether err is Redis's answer to an EVALSHA of a
+// script it does not have.
+func noScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // The rare turns of runInts, out of line: built in it, their calls sat
 // between the steps every call takes and cost each decision code lines

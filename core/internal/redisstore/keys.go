@@ -55,9 +55,25 @@ func redisKeyTagged(prefix, fp, key string, slotKey []byte) string {
 // than key: a path's levels all take their root's (see pathKeys), so they
 // share one Cluster slot.
 func RedisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
+	nm := naming{prefix: prefix, slotKey: slotKey}
+	return nm.name(fp, tagKey, key)
+}
+
+// naming is what a store's names start with and how their tags are
+// hashed: WithPrefix and WithSlotKey (nil for the unkeyed tag). A store
+// keeps its own (Store.names), so that RKey passes a pointer, not the
+// five words of the two: its call cost a lone decision code lines from
+// cold (clientcost -cold).
+type naming struct {
+	prefix  string
+	slotKey []byte
+}
+
+// name is RedisKeyFrom under nm.
+func (nm *naming) name(fp, tagKey, key string) string {
 	var sum uint32
-	if slotKey != nil {
-		sum = keyedTag(slotKey, tagKey)
+	if nm.slotKey != nil {
+		sum = keyedTag(nm.slotKey, tagKey)
 	} else {
 		sum = 2166136261 // FNV-1a, inline so it stays off the heap
 		for i := 0; i < len(tagKey); i++ {
@@ -66,14 +82,14 @@ func RedisKeyFrom(prefix, fp, tagKey, key string, slotKey []byte) string {
 		}
 	}
 	if len(key) > MaxVerbatimKey || len(key) > 0 && key[0] == '#' {
-		return digestedName(prefix, fp, sum, key)
+		return digestedName(nm.prefix, fp, sum, key)
 	}
 	// The runtime's concatenation, one call: the same code every Go
 	// program runs hot, where a buffer built here was 13 code lines of
 	// the limiter's own that a lone decision missed from cold
 	// (clientcost -cold).
 	tag := tagOf(sum)
-	return prefix + "{" + string(tag[:]) + "}" + fp + ":" + key
+	return nm.prefix + "{" + string(tag[:]) + "}" + fp + ":" + key
 }
 
 const hexDigits = "0123456789abcdef"
@@ -146,7 +162,7 @@ func (s *Store) fleetKey(name string) string {
 // RKey builds the stored name of key's bucket under plan fp, with the
 // store's tag (keyed, with WithSlotKey).
 func (s *Store) RKey(fp, key string) string {
-	return redisKeyTagged(s.cfg.Prefix, fp, key, s.cfg.SlotKey)
+	return s.names.name(fp, key, key)
 }
 
 // HoldsKey builds the name of the hash of rkey's lease holds and their

@@ -100,9 +100,9 @@ func (s *Store) onNode(ctx context.Context, nd *node, now int64, kind, key strin
 // depart is the start of every call on nd at now (see onNode): its
 // route and, unless that is viaLocal, the instant it is asked, with the
 // pause detector watching. Store.Decide runs onNode's steps itself, with
-// its send called directly (a closure's call and its frame cost a lone
-// decision code lines from cold; clientcost -cold): this and quiet are
-// the steps both share.
+// its send called directly and these three lines written in (a closure's
+// call and each frame cost a lone decision code lines from cold;
+// clientcost -cold): quiet is the step both share.
 func (s *Store) depart(nd *node, now int64) (route, time.Time) {
 	r := nd.brk.route(now)
 	if r == viaLocal {

@@ -41,6 +41,7 @@ type Store struct {
 	proc      processor                                                     // rdb's, found once; nil if it has none (see runInts)
 	timerless bool                                                          // the client bounds every wait by the budget (see boundsWaits)
 	detached  bool                                                          // the client ignores the budget: calls run apart (see submitDetached)
+	lean      bool                                                          // a lone plain decision takes Decide's own line: timerless, batching, with a processor, a budget and no WAIT (on a node with a batcher)
 	whole     node                                                          // the whole store; on a Cluster, keys whose master is unknown
 	nodeOf    func(ctx context.Context, rkey string) (*redis.Client, error) // nil: the store is one node
 	nodes     sync.Map                                                      // *redis.Client -> *node
@@ -49,6 +50,7 @@ type Store struct {
 	reloaded  atomic.Int64 // unix nanoseconds of the last reload asked for
 	ack       *replicaAck  // WAIT after every script call; nil for none (see WithReplicaAck)
 	cfg       Config       // names, budget and batching, as the limiter was given them
+	names     naming       // cfg.Prefix and cfg.SlotKey (see RKey)
 	up        Up           // what the engine hears; the store calls nothing else above it
 
 	openNodes     atomic.Int32 // nodes whose breaker is open
@@ -178,9 +180,11 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, cfg Config, up Up) *Store {
 		up.Log = slog.Default
 	}
 	s := &Store{rdb: rdb, timerless: boundsWaits(rdb, budget), detached: ignoresBudget(rdb, budget), cfg: cfg, up: up}
+	s.names = naming{prefix: cfg.Prefix, slotKey: cfg.SlotKey}
 	s.proc, _ = rdb.(processor)
 	s.whole.brk = brk
 	s.ack = newReplicaAck(cfg.Ack, up.Log)
+	s.lean = s.timerless && !s.detached && cfg.Inflight > 0 && s.proc != nil && s.ack == nil && budget > 0
 	switch c := rdb.(type) {
 	case *redis.Client:
 		s.whole.client = c
@@ -253,23 +257,33 @@ func (s *Store) nodeFor(ctx context.Context, rkey string) *node {
 	return n.(*node)
 }
 
-// submit decides c on n and reports how long the store I/O took. A lone
-// decision runs under ctx bounded by budget; a batched one under its
-// batch's own budget, while its caller may leave when ctx ends.
+// batched decides c in n's batcher into d. (Not inlined: in Decide,
+// its copy of the answer sat between the steps of a lone decision.)
+//
+//go:noinline
+func batched(ctx context.Context, n *node, c *Query, d *decision) (took time.Duration, err error) {
+	*d, took, err = n.batch.Do(ctx, c)
+	return took, err
+}
+
+// submit decides c on n and reports how long the store I/O took: batched,
+// sent alone (under a budget as a deadline or a timer, or under the
+// caller's context), or apart from its caller on a client that ignores
+// deadlines. A lone decision runs under ctx bounded by budget; a batched
+// one under its batch's own budget, while its caller may leave when ctx
+// ends. (A lean store's lone plain decision is sent by Decide itself.)
 func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Duration, d *decision) (took time.Duration, err error) {
 	fits := enough(ctx, budget)
 	if n.batch != nil && !s.sentAlone(budget) {
+		if s.ack != nil || !fits || !n.batch.Alone() {
+			return batched(ctx, n, c, d)
+		}
 		// A lone decision on an idle node, whose caller has the budget
 		// left, is sent here, in the caller's goroutine, holding one of
 		// the node's slots as a batch would (see batch.Alone): what the
-		// batcher would do with it, without its layers.
-		if s.ack != nil || !fits || !n.batch.Alone() {
-			*d, took, err = n.batch.Do(ctx, c)
-			return took, err
-		}
-		// A defer, though its code costs a lone decision two code
-		// lines: a go-redis hook of the user's that panics (and a
-		// server that recovers) must not keep the slot for ever.
+		// batcher would do with it, without its layers. A defer: a
+		// go-redis hook of the user's that panics (and a server that
+		// recovers) must not keep the slot for ever.
 		defer n.batch.Done()
 	} else if s.detached {
 		*d, took, err = s.submitDetached(ctx, n, c, budget)
@@ -291,7 +305,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 		// which a send again overwrites only once this send is over:
 		// neither an allocation nor a sync.Pool (whose code cost a
 		// cold decision 16 code lines).
-		c.bctx = budgetCtx{Context: ctx, dl: start.Add(budget)}
+		c.bctx = budgetCtx{Context: ctx, start: start, budget: budget}
 		rctx = &c.bctx
 	default:
 		rctx, cancel = context.WithTimeout(ctx, budget)
@@ -299,28 +313,36 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 	if s.ack != nil || s.proc == nil || !c.plain() {
 		err = s.sendOther(rctx, n, c, d)
 	} else {
-		// A plain decision's lone form, as one literal, straight to
-		// processInts and parseReply: without runInts's loops, the
-		// form's layers (see EvalOne) or decode's call.
-		a := c.Plan.Args[1:4:4]
-		argv := []any{"evalsha", bucketHash, smallInts[1], c.RKey, a[0], a[1], a[2]}
-		var vals []int64
-		vals, err = processInts(rctx, s.proc, s.rdb, BucketScript, c.keys[:], a, argv, false)
-		switch {
-		case err != nil:
-		case len(vals) != ReplyWidth+ReplyTime:
-			err = c.decode(vals, d) // which says what is wrong
-		default: // decode's, inline
-			if err = parseReply(vals, c.Plan, d); err == nil {
-				d.At = vals[ReplyWidth]
-			}
-		}
+		err = s.sendPlain(rctx, c, d)
 	}
 	took = time.Since(start)
 	if cancel != nil {
 		cancel()
 	}
 	return took, err
+}
+
+// sendPlain sends c, a plain decision, alone under rctx and sets d to
+// the answer: as one literal, straight to processList and parseReply,
+// without runInts's loops, the form's layers (see EvalOne) or decode's
+// call.
+func (s *Store) sendPlain(rctx context.Context, c *Query, d *decision) error {
+	a := c.Plan.Args[1:4:4]
+	argv := []any{"evalsha", bucketHash, smallInts[1], c.RKey, a[0], a[1], a[2]}
+	vals, err := processList(rctx, s.proc, argv, true)
+	if err != nil && noScript(err) {
+		vals, err = evalScript(rctx, s.rdb, BucketScript, c.keys[:], a, false)
+	}
+	switch {
+	case err != nil:
+	case len(vals) != ReplyWidth+ReplyTime:
+		err = c.decode(vals, d) // which says what is wrong
+	default: // decode's, inline
+		if err = parseReply(vals, c.Plan, d); err == nil {
+			d.At = vals[ReplyWidth]
+		}
+	}
+	return err
 }
 
 // sendOther sends c, a decision that is not plain or on a store that
@@ -349,19 +371,22 @@ func enough(ctx context.Context, budget time.Duration) bool {
 // budgetCtx carries a call's budget as a deadline without a timer: Done is
 // the caller's, and Err reports context.DeadlineExceeded once the deadline
 // has passed. Only for a client that bounds its waits by the deadline
-// itself (see boundsWaits).
+// itself (see boundsWaits). The deadline is budget after start, added up
+// when asked for (where it is set, its arithmetic cost a lone decision a
+// code line from cold; clientcost -cold).
 type budgetCtx struct {
 	context.Context
-	dl time.Time
+	start  time.Time
+	budget time.Duration
 }
 
-func (c *budgetCtx) Deadline() (time.Time, bool) { return c.dl, true }
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.start.Add(c.budget), true }
 
 func (c *budgetCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if !time.Now().Before(c.dl) {
+	if dl, _ := c.Deadline(); !time.Now().Before(dl) {
 		return context.DeadlineExceeded
 	}
 	return nil

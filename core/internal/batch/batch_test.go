@@ -486,7 +486,7 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 	quiet := func() (inflight, forming, queued int, ok bool) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return b.inflight, b.forming, len(b.queue), b.inflight == 0 && b.forming == 0 && len(b.queue) == 0
+		return b.inflight, b.forming, len(b.queue), b.inflight == 0 && b.forming == 0 && len(b.queue) == 0 && b.door.Load() != doorHeld
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		i, f, q, ok := quiet()
@@ -504,4 +504,86 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 	}
 	t.Logf("%d callers: %d answered, %d left with their own context's error, %d store errors; latest return %v after a deadline",
 		n, answered, ctxErrs, storeErrs, worst)
+}
+
+// TestAloneDoor: on an idle batcher Alone takes the slot through the door
+// (one compare-and-swap) and Done gives it back there; a caller that
+// comes while the slot is held that way shuts the door and finds the slot
+// taken, as it would had Alone taken the mutex; the holder's Done then
+// frees it through finish, and the idle batcher opens the door again. With
+// one slot the door never opens (Alone must mark the batcher busy).
+func TestAloneDoor(t *testing.T) {
+	send := func(ctx context.Context, batch []*Member[int, int]) {
+		for _, m := range batch {
+			m.Res = m.Req + 1
+		}
+	}
+	b := New(send, Config{MaxInflight: 3, MaxBatch: 8})
+	state := func(b *Batcher[int, int]) (door int32, inflight int) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.door.Load(), b.inflight
+	}
+	check := func(b *Batcher[int, int], when string, door int32, inflight int) {
+		t.Helper()
+		if d, n := state(b); d != door || n != inflight {
+			t.Fatalf("%s: door %d, inflight %d; want %d, %d", when, d, n, door, inflight)
+		}
+	}
+	check(b, "new batcher", doorOpen, 0)
+	for range 3 {
+		if !b.Alone() {
+			t.Fatal("Alone on an idle batcher = false")
+		}
+		check(b, "after Alone on an idle batcher (held through the door)", doorHeld, 0)
+		b.Done()
+		check(b, "after Done", doorOpen, 0)
+	}
+
+	// A second Alone while the first holds the slot through the door:
+	// it shuts the door, counts the held slot, and takes another.
+	if !b.Alone() || !b.Alone() {
+		t.Fatal("two Alones on three free slots: want both")
+	}
+	check(b, "two slots held", doorShut, 2)
+	b.Done()
+	check(b, "after one Done", doorShut, 1)
+	b.Done()
+	check(b, "after both Dones", doorOpen, 0)
+
+	// Do while a slot is held through the door: it leads on another.
+	if !b.Alone() {
+		t.Fatal("Alone on an idle batcher = false")
+	}
+	if res, _, err := b.Do(context.Background(), 41); err != nil || res != 42 {
+		t.Fatalf("Do beside a held slot = %d, %v; want 42, nil", res, err)
+	}
+	check(b, "after Do beside a held slot", doorShut, 1)
+	b.Done()
+	check(b, "after Done", doorOpen, 0)
+
+	// Every slot taken makes the batcher busy (worth yielding for):
+	// Alone refuses and the door stays shut until a batch forms alone.
+	two := New(send, Config{MaxInflight: 2, MaxBatch: 8})
+	if !two.Alone() || !two.Alone() || two.Alone() {
+		t.Fatal("Alone on two slots: want two taken, the third refused")
+	}
+	two.Done()
+	two.Done()
+	check(two, "after both Dones, busy", doorShut, 0)
+	if two.Alone() {
+		t.Fatal("Alone while busy = true")
+	}
+	if res, _, err := two.Do(context.Background(), 1); err != nil || res != 2 {
+		t.Fatalf("Do = %d, %v; want 2, nil", res, err)
+	}
+	check(two, "after a batch alone", doorOpen, 0)
+
+	// With one slot the door never opens: Alone must mark it busy.
+	one := New(send, Config{MaxInflight: 1, MaxBatch: 8})
+	check(one, "new batcher of one slot", doorShut, 0)
+	if !one.Alone() || one.Alone() {
+		t.Fatal("Alone on one slot: want it taken, the second refused")
+	}
+	one.Done()
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -61,6 +62,12 @@ func ProductionBudget() time.Duration {
 	return sluiceProductionBudget
 }
 
+// BatchingEnv names the environment variable that, when set to a whole
+// number, replaces sluice's batches in flight per node (core.WithBatching;
+// 0 turns batching off): to measure another setting than the default
+// without a build of its own. Worker processes inherit it.
+const BatchingEnv = "SLUICE_BENCH_BATCHING"
+
 // quietLogger drops the limiter's state-transition logs, which would
 // otherwise land in the middle of the tables.
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -80,6 +87,9 @@ func newSluice(opts ...core.Option) func(Env, Limit) (*Built, error) {
 			base = append(base, core.WithTimeout(ProductionBudget()))
 		} else {
 			base = append(base, core.WithTimeout(sluiceBudget))
+		}
+		if n, err := strconv.Atoi(os.Getenv(BatchingEnv)); err == nil && n >= 0 {
+			base = append(base, core.WithBatching(n))
 		}
 		l, err := core.New(rdb, append(base, opts...)...)
 		if err != nil {

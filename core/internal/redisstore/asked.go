@@ -77,7 +77,7 @@ func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, 
 			// Its I/O time and budget are counted from asked, an
 			// instant before (see submit).
 			defer nd.batch.Done() // as in submit
-			c.bctx = budgetCtx{Context: ctx, start: asked, budget: s.cfg.Budget}
+			c.bctx = budgetCtx{Context: ctx, dl: asked.Add(s.cfg.Budget)}
 			err = s.sendPlain(&c.bctx, c, &d)
 			took = time.Since(asked)
 		}

@@ -305,7 +305,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 		// which a send again overwrites only once this send is over:
 		// neither an allocation nor a sync.Pool (whose code cost a
 		// cold decision 16 code lines).
-		c.bctx = budgetCtx{Context: ctx, start: start, budget: budget}
+		c.bctx = budgetCtx{Context: ctx, dl: start.Add(budget)}
 		rctx = &c.bctx
 	default:
 		rctx, cancel = context.WithTimeout(ctx, budget)
@@ -371,22 +371,19 @@ func enough(ctx context.Context, budget time.Duration) bool {
 // budgetCtx carries a call's budget as a deadline without a timer: Done is
 // the caller's, and Err reports context.DeadlineExceeded once the deadline
 // has passed. Only for a client that bounds its waits by the deadline
-// itself (see boundsWaits). The deadline is budget after start, added up
-// when asked for (where it is set, its arithmetic cost a lone decision a
-// code line from cold; clientcost -cold).
+// itself (see boundsWaits).
 type budgetCtx struct {
 	context.Context
-	start  time.Time
-	budget time.Duration
+	dl time.Time
 }
 
-func (c *budgetCtx) Deadline() (time.Time, bool) { return c.start.Add(c.budget), true }
+func (c *budgetCtx) Deadline() (time.Time, bool) { return c.dl, true }
 
 func (c *budgetCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if dl, _ := c.Deadline(); !time.Now().Before(dl) {
+	if !time.Now().Before(c.dl) {
 		return context.DeadlineExceeded
 	}
 	return nil

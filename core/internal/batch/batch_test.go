@@ -542,7 +542,7 @@ func TestAloneDoor(t *testing.T) {
 
 	// A second Alone while the first holds the slot through the door:
 	// it shuts the door, counts the held slot, and takes another.
-	if !b.Alone() || !b.Alone() {
+	if first, second := b.Alone(), b.Alone(); !first || !second {
 		t.Fatal("two Alones on three free slots: want both")
 	}
 	check(b, "two slots held", doorShut, 2)
@@ -565,7 +565,7 @@ func TestAloneDoor(t *testing.T) {
 	// Every slot taken makes the batcher busy (worth yielding for):
 	// Alone refuses and the door stays shut until a batch forms alone.
 	two := New(send, Config{MaxInflight: 2, MaxBatch: 8})
-	if !two.Alone() || !two.Alone() || two.Alone() {
+	if first, second, third := two.Alone(), two.Alone(), two.Alone(); !first || !second || third {
 		t.Fatal("Alone on two slots: want two taken, the third refused")
 	}
 	two.Done()

@@ -31,9 +31,10 @@ type recorder struct {
 	degraded  []time.Time
 	recovered []time.Time
 	outages   []time.Duration
+	errs      map[string]int // failed store calls by op, reason and latency class
 }
 
-func newRecorder() *recorder { return &recorder{bySource: map[Source]int{}} }
+func newRecorder() *recorder { return &recorder{bySource: map[Source]int{}, errs: map[string]int{}} }
 
 func (r *recorder) ObserveDecision(res Result, src Source) {
 	r.mu.Lock()
@@ -51,6 +52,7 @@ func (r *recorder) ObserveStore(c StoreCall) {
 		if c.Paused {
 			r.paused++
 		}
+		r.errs[fmt.Sprintf("%s %s paused=%v took %s", c.Op, ErrorReason(c.Err), c.Paused, c.Latency.Round(10*time.Millisecond))]++
 		r.mu.Unlock()
 	}
 }

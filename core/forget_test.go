@@ -25,10 +25,11 @@ import (
 // flight (a's held ones plus those b and c took), how many of a's leases
 // Redis held again after the window, and a's releases' errors.
 type capLoss struct {
-	peak      int64 // most in flight at once: a's leases plus newcomers'
-	taken     int64 // newcomers' acquisitions while a held every slot
-	reheld    int64 // a's leases in Redis after the window
-	releaseOK int   // a's releases that returned nil
+	peak       int64 // most in flight at once: a's leases plus newcomers'
+	taken      int64 // newcomers' acquisitions while a held every slot
+	reheld     int64 // a's leases in Redis after the window
+	releaseOK  int   // a's releases that returned nil
+	releaseErr error // the first of a's releases' errors, if any
 }
 
 // check fails t unless the cap of most held: never more in flight, and
@@ -40,7 +41,7 @@ func (got capLoss) check(t *testing.T, after string, most int64) {
 		t.Errorf("in flight reached %d for a cap of %d (newcomers took %d slots)", got.peak, most, got.taken)
 	}
 	if got.reheld != most || int64(got.releaseOK) != most {
-		t.Errorf("the holder's leases: %d of %d held again in Redis, %d released without error; want all", got.reheld, most, got.releaseOK)
+		t.Errorf("the holder's leases: %d of %d held again in Redis, %d released without error (first error: %v); want all", got.reheld, most, got.releaseOK, got.releaseErr)
 	}
 }
 
@@ -117,6 +118,8 @@ func capAfterLossOn(t *testing.T, newLim func(...Option) *Limiter, addr string, 
 	for _, ls := range held {
 		if err := ls.Release(ctx); err == nil {
 			out.releaseOK++
+		} else if out.releaseErr == nil {
+			out.releaseErr = err
 		}
 	}
 	for _, ls := range theirs {

@@ -298,7 +298,8 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	d := net.Dialer{Timeout: proxyDialTimeout}
-	up, err := d.DialContext(p.ctx, "tcp", *p.target.Load())
+	target := p.target.Load()
+	up, err := d.DialContext(p.ctx, "tcp", *target)
 	if err != nil {
 		// Pass the failure on the way a client would see a dead Redis.
 		resetConn(c)
@@ -306,7 +307,7 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	l := &link{client: c, upstream: up, done: make(chan struct{})}
-	if !p.track(l) {
+	if !p.track(l, target) {
 		l.close(true)
 		return
 	}
@@ -327,11 +328,15 @@ func (p *Proxy) refusing() bool {
 	return p.refuse || p.down || p.closed
 }
 
-// track registers l, unless the proxy is refusing, down or closed.
-func (p *Proxy) track(l *link) bool {
+// track registers l, dialled to target, unless the proxy is refusing,
+// down or closed, or its target has changed since the dial: SetTarget
+// stores the new target before it takes the links to reset, so a link
+// dialled to the old one either is among them or is refused here, and
+// no connection outlives a failover on the old master.
+func (p *Proxy) track(l *link, target *string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.refuse || p.down || p.closed {
+	if p.refuse || p.down || p.closed || p.target.Load() != target {
 		return false
 	}
 	p.links[l] = struct{}{}

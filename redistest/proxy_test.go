@@ -3,7 +3,10 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -275,5 +278,65 @@ func TestProxySetDown(t *testing.T) {
 	s.Kill()
 	if err := leakcheck.Check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestProxySetTargetRacesDials: connections dialled while SetTarget runs
+// either reach the new target or are reset; none stays on the old one.
+// (Before, a connection whose upstream was dialled to the old target just
+// before the switch and registered just after it survived the reset, and
+// a test's failover left a client talking to the old master.)
+func TestProxySetTargetRacesDials(t *testing.T) {
+	ctx := t.Context()
+	servers := []*Server{Start(t), Start(t)}
+	names := []string{"a", "b"}
+	for i, s := range servers {
+		if err := NewClient(t, s.Addr()).Set(ctx, "where", names[i], 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := NewProxy(t, servers[0].Addr())
+	get := []byte("*2\r\n$3\r\nGET\r\n$5\r\nwhere\r\n")
+	for round := range 20 {
+		next := (round + 1) % 2
+		var (
+			mu    sync.Mutex
+			conns []net.Conn
+			stop  atomic.Bool
+			wg    sync.WaitGroup
+		)
+		for range 4 {
+			wg.Go(func() {
+				for n := 0; n < 25 && !stop.Load(); n++ {
+					c, err := net.Dial("tcp", p.Addr())
+					if err != nil {
+						continue
+					}
+					mu.Lock()
+					conns = append(conns, c)
+					mu.Unlock()
+				}
+			})
+		}
+		time.Sleep(time.Millisecond)
+		p.SetTarget(servers[next].Addr())
+		stop.Store(true)
+		wg.Wait()
+		for _, c := range conns {
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Write(get); err != nil {
+				c.Close()
+				continue // reset: fine
+			}
+			buf := make([]byte, 16)
+			n, err := c.Read(buf)
+			c.Close()
+			if err != nil {
+				continue // reset: fine
+			}
+			if want := fmt.Sprintf("$1\r\n%s\r\n", names[next]); string(buf[:n]) != want {
+				t.Fatalf("round %d: a connection answered %q after SetTarget to %s; want %q", round, buf[:n], names[next], want)
+			}
+		}
 	}
 }

@@ -300,8 +300,9 @@ func storedNames(t *testing.T, addr string, keys []string) []string {
 // foResult is what one run measured.
 type foResult struct {
 	keys                   []foKeyResult
-	firstDegraded, backAt  time.Duration // from the failover's start; -1: none
-	promoted               time.Duration // failover's start to the new master serving
+	firstDegraded, backAt  time.Duration   // from the failover's start; -1: none
+	backEach               []time.Duration // each limiter's last degraded decision, from the failover's start; -1: none
+	promoted               time.Duration   // failover's start to the new master serving
 	decisions, degradedN   int
 	misses                 int64
 	errs                   int64
@@ -443,7 +444,8 @@ func runFailoverUnder(t *testing.T, sc foScenario, ack bool, limit core.Limit) f
 	}
 	t.Logf("%d decisions (%d degraded, %d errors, %d WAIT misses); failover began at %v, new master serving %v later; degraded from %v to %v after it began; acknowledged admissions the replica never saw: %d in all",
 		r.decisions, r.degradedN, r.errs, r.misses, ev.at, r.promoted, r.firstDegraded, r.backAt, r.lostRawSum)
-	t.Logf("each limiter's last degraded decision after the failover began: %v", lastDegradedEach(all, ev.at))
+	r.backEach = lastDegradedEach(all, ev.at)
+	t.Logf("each limiter's last degraded decision after the failover began: %v", r.backEach)
 	for k, kr := range r.keys {
 		t.Logf("key %s: admitted %d (%d by the fallback), bound %d, over %+d (lost writes %d, fallback %+d); acknowledged admissions the replica never saw %d",
 			f.keys[k], kr.admitted, kr.degraded, kr.bound, kr.over, kr.lost, kr.fallback, kr.lostRaw)

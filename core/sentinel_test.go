@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"testing"
@@ -176,9 +177,10 @@ func TestSentinelFailover(t *testing.T) {
 // (WithFallbackReplicas(3)), ask for six hot keys about five times faster
 // than their limit: the first row of TestFailoverTable, run once, under
 // crashLimit. No caller sees an error, and no key admits more than one
-// burst beyond an exact bucket over the run (docs/topologies.md,
-// "Over-admission during a failover", publishes the bound and the
-// measurements behind it).
+// burst beyond an exact bucket over the run, besides what the limiters
+// still on their fallbacks admit after the first is back (spreadShare;
+// docs/topologies.md, "Over-admission during a failover", publishes the
+// bound and the measurements behind it).
 //
 // The burst is larger than the table's so that the bound measures what a
 // crash costs in bursts rather than the limiters' timing: what comes on top
@@ -196,12 +198,44 @@ func TestSentinelCrashBound(t *testing.T) {
 	if r.errs != 0 {
 		t.Errorf("%d callers got an error", r.errs)
 	}
-	bound := crashLimit.Burst
+	spread := spreadShare(r.backEach, crashLimit)
+	bound := crashLimit.Burst + spread
 	for i, k := range r.keys {
 		if k.over > bound {
-			t.Errorf("key %d: %d admitted, %d over an exact bucket (%d by the fallback); the bound is one burst (%d)", i, k.admitted, k.over, k.degraded, bound)
+			t.Errorf("key %d: %d admitted, %d over an exact bucket (%d by the fallback); the bound is one burst (%d) and the returns' spread (%d: back at %v)", i, k.admitted, k.over, k.degraded, crashLimit.Burst, spread, r.backEach)
 		}
 	}
+}
+
+// spreadShare is what limiters that go back to Redis one after another
+// admit beside it (docs/topologies.md, "Over-admission during a
+// failover"): from the first limiter's return, each one still on its
+// fallback admits its share of the rate (a third here) until its own, on
+// top of what Redis admits to those back. Their returns are apart by the
+// breakers' probes (three, 100 ms apart) and by each limiter's go-redis
+// Sentinel client finding the new master: under under-load --stall, in 2
+// of 18 runs, two limiters' clients went on dialling the dead master
+// (connection refused) for up to a second after the third limiter was
+// back, and each key admitted 51 to 62 over an exact bucket, against a
+// bound of one burst (50) that left this term out.
+func spreadShare(back []time.Duration, limit core.Limit) int {
+	first := time.Duration(-1)
+	for _, b := range back {
+		if b >= 0 && (first < 0 || b < first) {
+			first = b
+		}
+	}
+	if first < 0 {
+		return 0
+	}
+	perSec := float64(limit.Rate) / limit.Period.Seconds() / float64(len(back))
+	var sum float64
+	for _, b := range back {
+		if b > first {
+			sum += (b - first).Seconds() * perSec
+		}
+	}
+	return int(math.Ceil(sum))
 }
 
 // crashLimit is TestSentinelCrashBound's: the table's rate (foLimit), with

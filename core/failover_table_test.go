@@ -316,6 +316,7 @@ type foKeyResult struct {
 	lost            int // Redis admissions a bucket without lost writes would have refused
 	fallback        int // over - lost: from deciding outside Redis
 	degraded        int // admissions made by the fallback
+	lateFallback    int // of those, made after the first limiter was back on Redis (see foResult.backEach)
 	lostRaw         int // -1: not measured
 }
 
@@ -445,12 +446,31 @@ func runFailoverUnder(t *testing.T, sc foScenario, ack bool, limit core.Limit) f
 	t.Logf("%d decisions (%d degraded, %d errors, %d WAIT misses); failover began at %v, new master serving %v later; degraded from %v to %v after it began; acknowledged admissions the replica never saw: %d in all",
 		r.decisions, r.degradedN, r.errs, r.misses, ev.at, r.promoted, r.firstDegraded, r.backAt, r.lostRawSum)
 	r.backEach = lastDegradedEach(all, ev.at)
+	if first := firstBack(r.backEach); first >= 0 {
+		for _, d := range all {
+			if d.degraded && d.allowed && d.start-ev.at >= first {
+				r.keys[d.key].lateFallback++
+			}
+		}
+	}
 	t.Logf("each limiter's last degraded decision after the failover began: %v", r.backEach)
 	for k, kr := range r.keys {
-		t.Logf("key %s: admitted %d (%d by the fallback), bound %d, over %+d (lost writes %d, fallback %+d); acknowledged admissions the replica never saw %d",
-			f.keys[k], kr.admitted, kr.degraded, kr.bound, kr.over, kr.lost, kr.fallback, kr.lostRaw)
+		t.Logf("key %s: admitted %d (%d by the fallback, %d of them after the first limiter was back), bound %d, over %+d (lost writes %d, fallback %+d); acknowledged admissions the replica never saw %d",
+			f.keys[k], kr.admitted, kr.degraded, kr.lateFallback, kr.bound, kr.over, kr.lost, kr.fallback, kr.lostRaw)
 	}
 	return r
+}
+
+// firstBack is the first limiter's return to Redis among back (see
+// lastDegradedEach), -1 if none had degraded.
+func firstBack(back []time.Duration) time.Duration {
+	first := time.Duration(-1)
+	for _, b := range back {
+		if b >= 0 && (first < 0 || b < first) {
+			first = b
+		}
+	}
+	return first
 }
 
 // lastDegradedEach returns, for each limiter, when its last degraded

@@ -236,11 +236,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // share of the queue in one script call (the whole queue if no other round
 // trip is free, an even part otherwise). An idle limiter therefore adds no
 // latency, and a busy one spends one Redis command on many decisions. Zero sends every
-// decision on its own. A batch with company is led on at most half of
-// them (at least one), so that under load the batches are fewer and
-// larger, which costs Redis less per decision; a decision that finds the
-// node idle may use any (with [WithReplicaAck], batches are led on all:
-// each waits for replicas). On a single node or Sentinel failover client
+// decision on its own. On a single node or Sentinel failover client
 // (*redis.Client) a batch is one script call; on *redis.ClusterClient and
 // *redis.Ring it is one script call per hash tag (so per slot), all in one
 // pipeline. Other Scripter implementations are not batched. Settlements

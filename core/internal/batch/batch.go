@@ -16,9 +16,7 @@
 // # Slots, leaders and batches
 //
 // At most maxInflight batches are under way at once; each holds a slot. A
-// batch with company is led only while fewer than maxLeading slots are
-// taken (Config.MaxLeading; [Batcher.Alone] may take any). A caller that
-// finds such a slot free takes it and leads a batch: it forms the
+// caller that finds a slot free takes it and leads a batch: it forms the
 // batch from itself and its share of the queue, and sends it. Callers that
 // find no slot free queue. When a batch ends, its slot goes to the first
 // queued caller, who leads the next batch. A leader that forms while other
@@ -62,9 +60,9 @@
 //  1. At most maxInflight slots are taken; each is held by one leader that
 //     has not formed yet or by one batch in flight, and is freed exactly
 //     once, when that batch's I/O has ended.
-//  2. No slot a batch may be led on stays free while a live caller is
-//     queued: freeing a slot and forming a batch with such slots left both
-//     wake the first live queued caller to lead.
+//  2. No slot stays free while a live caller is queued: freeing a slot and
+//     forming a batch with free slots left both wake the first live queued
+//     caller to lead.
 //  3. Every member gets exactly one answer (result, store error, or its own
 //     context's error), and it is delivered once, by exactly one party.
 //  4. A batch's I/O is bounded by the budget from its send; a member waits
@@ -130,13 +128,6 @@ type Config struct {
 	// Timed measures each batch's I/O for Do's second result;
 	// otherwise that result is 0.
 	Timed bool
-	// MaxLeading, if between 1 and MaxInflight, is how many slots a
-	// batch may be led on: Do leads, and a freed slot goes to a queued
-	// caller, only while fewer are taken. Alone may still take every
-	// slot. Fewer batches under way under load make larger ones, which
-	// cost the store less per request; a lone request is not held back.
-	// 0: MaxInflight.
-	MaxLeading int
 }
 
 // Batcher coalesces concurrent requests into batches sent by one [Sender].
@@ -146,7 +137,6 @@ type Batcher[Req, Res any] struct {
 	send        Sender[Req, Res]
 	budget      time.Duration // a batch's I/O, from its send; 0 for none
 	maxInflight int
-	maxLeading  int // slots a batch may be led on (see Config.MaxLeading)
 	maxBatch    int
 	timerless   bool
 	timed       bool
@@ -202,11 +192,8 @@ func (b *Batcher[Req, Res]) unlock() {
 
 // New returns a Batcher that sends through send within cfg's limits.
 func New[Req, Res any](send Sender[Req, Res], cfg Config) *Batcher[Req, Res] {
-	b := &Batcher[Req, Res]{send: send, budget: max(0, cfg.Budget), maxInflight: max(1, cfg.MaxInflight), maxLeading: max(1, cfg.MaxInflight),
+	b := &Batcher[Req, Res]{send: send, budget: max(0, cfg.Budget), maxInflight: max(1, cfg.MaxInflight),
 		maxBatch: max(1, cfg.MaxBatch), timerless: cfg.Timerless, timed: cfg.Timed}
-	if cfg.MaxLeading > 0 && cfg.MaxLeading < b.maxLeading {
-		b.maxLeading = cfg.MaxLeading
-	}
 	if b.maxInflight > 1 {
 		b.door.Store(doorOpen) // idle (see unlock)
 	}
@@ -229,7 +216,7 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, time.Duration
 		m.deadline = dl
 	}
 	b.lock()
-	if b.inflight < b.maxLeading && b.forming == 0 {
+	if b.inflight < b.maxInflight && b.forming == 0 {
 		b.inflight++
 		b.forming++
 		yield := b.busy
@@ -451,7 +438,7 @@ func (b *Batcher[Req, Res]) form(leader *Member[Req, Res]) []*Member[Req, Res] {
 		return leader.self[:]
 	}
 	now := time.Now()
-	free := max(0, b.maxLeading-b.inflight)
+	free := b.maxInflight - b.inflight
 	share := min(b.maxBatch, (len(b.queue)+1+free)/(free+1)) // ceil((queue+1)/(free+1))
 	batch := leader.self[:]
 	if share > 1 && len(b.queue) > 0 {
@@ -489,7 +476,7 @@ func (b *Batcher[Req, Res]) finish() {
 		b.unlock()
 		return
 	}
-	next := b.nextLeader(time.Now(), b.inflight < b.maxLeading, &late)
+	next := b.nextLeader(time.Now(), true, &late)
 	b.unlock()
 	b.wake(next, late)
 }

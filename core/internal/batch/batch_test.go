@@ -87,43 +87,6 @@ func TestFormSplitsQueue(t *testing.T) {
 		}
 	})
 
-	t.Run("leading on fewer slots", func(t *testing.T) {
-		// Four slots, batches led on two: 10 callers make two batches
-		// of five, and a slot freed while two are taken goes to nobody.
-		b := New(func(context.Context, []*M) {}, Config{MaxInflight: 4, MaxBatch: 256, MaxLeading: 2})
-		b.inflight, b.forming = 1, 1
-		leader := newMember(b)
-		all := []*M{leader}
-		for range 9 {
-			m := newMember(b)
-			b.queue = append(b.queue, m)
-			all = append(all, m)
-		}
-		var sizes []int
-		for l := leader; l != nil; l = woken(all) {
-			sizes = append(sizes, len(b.form(l)))
-		}
-		if !slices.Equal(sizes, []int{5, 5}) {
-			t.Errorf("batch sizes %v, want [5 5]", sizes)
-		}
-		// Two more slots taken alone (Alone may take every slot), and a
-		// queued caller: freeing one of four leaves three taken, more
-		// than two, so nobody is woken; the next frees leave two, then
-		// one, and the queued caller leads.
-		b.inflight = 4
-		q := newMember(b)
-		b.queue = []*M{q}
-		b.finish()
-		b.finish()
-		if len(q.done) != 0 || b.inflight != 2 {
-			t.Fatalf("after two frees: woken %v, inflight %d; want not woken, 2", len(q.done) == 1, b.inflight)
-		}
-		b.finish()
-		if len(q.done) != 1 || !q.lead || b.inflight != 2 {
-			t.Fatalf("after the third free: woken %v, lead %v, inflight %d; want woken to lead, 2", len(q.done) == 1, q.lead, b.inflight)
-		}
-	})
-
 	t.Run("yield only with company", func(t *testing.T) {
 		b := newBatcher(4, 256)
 		b.inflight, b.forming = 1, 1
@@ -340,16 +303,14 @@ func TestStress(t *testing.T) {
 		inflight, maxBatch int
 		budget             time.Duration
 		timerless          bool
-		leading            int
 	}{
-		{4, 256, 40 * time.Millisecond, false, 0},
-		{4, 256, 40 * time.Millisecond, true, 0},
-		{4, 256, 40 * time.Millisecond, true, 2},
-		{1, 8, 40 * time.Millisecond, false, 0},
-		{2, 3, 0, false, 1},
+		{4, 256, 40 * time.Millisecond, false},
+		{4, 256, 40 * time.Millisecond, true},
+		{1, 8, 40 * time.Millisecond, false},
+		{2, 3, 0, false},
 	} {
-		t.Run(fmt.Sprintf("inflight=%d,max=%d,budget=%v,timerless=%v,leading=%d", tc.inflight, tc.maxBatch, tc.budget, tc.timerless, tc.leading), func(t *testing.T) {
-			stress(t, tc.inflight, tc.maxBatch, tc.budget, tc.timerless, tc.leading, 2500)
+		t.Run(fmt.Sprintf("inflight=%d,max=%d,budget=%v,timerless=%v", tc.inflight, tc.maxBatch, tc.budget, tc.timerless), func(t *testing.T) {
+			stress(t, tc.inflight, tc.maxBatch, tc.budget, tc.timerless, 2500)
 		})
 	}
 }
@@ -364,7 +325,7 @@ type outcome struct {
 	start    time.Time
 }
 
-func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerless bool, leading, n int) {
+func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerless bool, n int) {
 	var inFlight, maxSeen atomic.Int32
 	var sentMu sync.Mutex
 	sent := map[int]bool{}
@@ -421,7 +382,7 @@ func stress(t *testing.T, inflight, maxBatch int, budget time.Duration, timerles
 			m.Res = m.Req*2 + 1
 		}
 	}
-	b := New(send, Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: timerless, MaxLeading: leading})
+	b := New(send, Config{Budget: budget, MaxInflight: inflight, MaxBatch: maxBatch, Timerless: timerless})
 	out := make([]outcome, n)
 	var wg sync.WaitGroup
 	var returned atomic.Int32

@@ -221,15 +221,7 @@ func (s *Store) equip(n *node, split bool, pipeline func() redis.Pipeliner) {
 	// Every batch is timed: the road judges a call by its I/O time (see
 	// onNode).
 	cfg := batch.Config{Budget: s.cfg.Budget, MaxInflight: s.cfg.Inflight, MaxBatch: maxBatch, Timerless: s.timerless, Timed: true}
-	dcfg := cfg
-	if s.ack == nil {
-		// Decisions with company are led on half the slots: under load
-		// fewer, larger batches cost Redis less per decision (bench/README.md,
-		// "Two batches in flight instead of four"); a lone decision may
-		// still take any slot.
-		dcfg.MaxLeading = max(1, s.cfg.Inflight/2)
-	}
-	n.batch = batch.New(s.sendDecisions(n, split, pipeline), dcfg)
+	n.batch = batch.New(s.sendDecisions(n, split, pipeline), cfg)
 	// Settlements have batchers of their own, with the same limits: they
 	// neither take the decisions' slots nor wait behind them. So have
 	// paths of keys (see PathRule): path.lua decides many in one call.

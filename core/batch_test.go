@@ -99,8 +99,9 @@ func batchAgainstModel(t *testing.T, send batch.Sender[*redisstore.Query, decisi
 }
 
 // TestScriptArgsGroups checks how a batch's arguments are laid out: calls
-// with the same numbers share one group, and group numbers per key follow
-// only when there is more than one group.
+// under one continuous limit with the same numbers in the lone form;
+// otherwise calls with the same numbers share one group, and group
+// numbers per key follow only when there is more than one group.
 func TestScriptArgsGroups(t *testing.T) {
 	a, _ := newPlan([]Limit{PerSecond(5)}, nil)
 	b, _ := newPlan([]Limit{PerSecond(10).WithBurst(3), PerMinute(40)}, nil)
@@ -114,8 +115,13 @@ func TestScriptArgsGroups(t *testing.T) {
 		calls []*redisstore.Query
 		want  []any
 	}{
-		{"one", []*redisstore.Query{c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
-		{"shared", []*redisstore.Query{c("x", a, 1), c("y", a, 1), c("x", a, 1)}, []any{"1", "1", "0", "0", "1", "1", "200000", "5"}},
+		// Keys under one continuous limit with the same numbers travel in
+		// the lone form: the limit's three numbers, then any trailing
+		// argument not at its default.
+		{"one", []*redisstore.Query{c("x", a, 1)}, []any{"1", "200000", "5"}},
+		{"shared", []*redisstore.Query{c("x", a, 1), c("y", a, 1), c("x", a, 1)}, []any{"1", "200000", "5"}},
+		{"shared cost", []*redisstore.Query{c("x", a, 3), c("y", a, 3)}, []any{"1", "200000", "5", "3"}},
+		{"shared several limits", []*redisstore.Query{c("x", b, 1), c("y", b, 1)}, []any{"1", "1", "0", "0", "2", "1", "100000", "3", "1", "1500000", "40"}},
 		{"two", []*redisstore.Query{c("x", a, 1), c("y", a, 2), c("z", a, 1)},
 			[]any{"2", "1", "0", "0", "1", "1", "200000", "5", "2", "0", "0", "1", "1", "200000", "5", "1", "2", "1"}},
 		{"plans", []*redisstore.Query{c("x", b, 1), c("y", a, 1)},

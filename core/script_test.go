@@ -201,9 +201,10 @@ func runAt(ctx context.Context, rdb *redis.Client, keys []string, args []any, no
 
 // TestScriptBatchMatchesModel sends random batches, duplicate keys
 // included, at one virtual instant each, and compares every answer with
-// the model applied in order. Some batches share
-// one group (the scalar path), the others mix costs, waits, penalties and
-// plans (the general path).
+// the model applied in order. Some batches share one limit and one cost,
+// wait and penalty (the lone form with several keys, or for several
+// limits one group), the others mix costs, waits, penalties and plans
+// (the batch form's groups).
 func TestScriptBatchMatchesModel(t *testing.T) {
 	plans := make([]*plan, len(diffPlans))
 	for i, ls := range diffPlans {
@@ -221,21 +222,26 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 		n := 1 + r.IntN(20)
 		shared := r.IntN(2) == 0 // one group for the whole batch
 		sp := plans[r.IntN(len(plans))]
+		numbers := func(c *redisstore.Query, p *plan) {
+			c.Cost = 1 + r.Int64N(min(2, p.minB))
+			if r.IntN(8) == 0 {
+				c.Penalty = 500_000
+			}
+			if r.IntN(6) == 0 {
+				c.MaxWait = min(r.Int64N(1_000_000), p.maxW)
+			}
+		}
+		var same redisstore.Query // the shared batch's cost, wait and penalty
+		numbers(&same, sp)
 		calls := make([]*redisstore.Query, n)
 		for i := range calls {
 			p := sp
 			if !shared {
 				p = plans[r.IntN(len(plans))]
 			}
-			c := &redisstore.Query{Key: fmt.Sprint("k", r.IntN(4)), Plan: &p.Plan, Cost: 1}
+			c := &redisstore.Query{Key: fmt.Sprint("k", r.IntN(4)), Plan: &p.Plan, Cost: same.Cost, MaxWait: same.MaxWait, Penalty: same.Penalty}
 			if !shared {
-				c.Cost = 1 + r.Int64N(min(2, p.minB))
-				if r.IntN(8) == 0 {
-					c.Penalty = 500_000
-				}
-				if r.IntN(6) == 0 {
-					c.MaxWait = min(r.Int64N(1_000_000), p.maxW)
-				}
+				numbers(c, p)
 			}
 			c.RKey = redisstore.RedisKey(prefix, p.FP, c.Key)
 			calls[i] = c

@@ -16,9 +16,12 @@
 // measurement first decides every key once, then measures -calls script
 // calls cycling over them. sluice's and redis_rate's scripts and arguments
 // are the ones the libraries send: each library is run once against a
-// recording client that captures its EVALSHA. A lone sluice call (1 key
-// per call) sends the lone form of the arguments, a batch the batch form
-// of one group, as described at the top of core/internal/redisstore/bucket.lua.
+// recording client that captures its EVALSHA. sluice sends the lone form
+// of the arguments, with one key or several under the same limit, as
+// described at the top of core/internal/redisstore/bucket.lua; with
+// -batch-form, a call of several keys sends the batch form of one group
+// instead (what sluice sent for them before 2026-11-29, and still sends
+// for keys whose numbers differ).
 //
 // Each measurement gets its own redis-server (bench.StartRedis). With
 // -callgrind it runs under `valgrind --tool=callgrind`; the counters are
@@ -96,6 +99,9 @@ type variant struct {
 // keep is -keep: where to copy each callgrind output; empty for nowhere.
 var keep *string
 
+// batchForm is -batch-form: calls of several keys in the batch form.
+var batchForm bool
+
 func main() {
 	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/internal/redisstore/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
@@ -104,6 +110,7 @@ func main() {
 	useCallgrind := flag.Bool("callgrind", false, "count the server's instructions under valgrind instead of reading its CPU time")
 	keep = flag.String("keep", "", "with -callgrind, copy each measurement's callgrind output into this folder (for callgrind_annotate)")
 	paths := flag.Bool("paths", false, "measure a path of 1 to 4 levels (core.PathRule) against one key with as many limits, per decision")
+	flag.BoolVar(&batchForm, "batch-form", false, "send calls of several keys in the batch form of one group, not the lone form")
 	flag.Parse()
 	if *paths {
 		if err := runPaths(*calls, *nkeys, *useCallgrind); err != nil {
@@ -146,7 +153,7 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 		return err
 	}
 	args := func(k int) []any {
-		if k == 1 {
+		if k == 1 || !batchForm {
 			return sl.args
 		}
 		return batchArgs
@@ -192,6 +199,9 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 		fmt.Printf("| %s |\n", strings.Join(row, " | "))
 	}
 	flags := map[bool]string{true: " -callgrind"}[useCallgrind]
+	if batchForm {
+		flags += " -batch-form"
+	}
 	fmt.Printf("\n%s; %d calls per cell over %d keys; go run ./cmd/scriptcost%s\n", unit, calls, nkeys, flags)
 	return nil
 }

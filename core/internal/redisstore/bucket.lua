@@ -10,8 +10,9 @@
 --
 -- KEYS     one bucket per key, decided in order.
 --
--- ARGV, lone form (#ARGV < 8): one key under one continuous limit. Trailing
--- arguments at their default are left out: a plain Allow sends three.
+-- ARGV, lone form (#ARGV < 8): one key, or several under the same
+-- numbers, under one continuous limit. Trailing arguments at their default
+-- are left out: a plain Allow sends three.
 --   | 1 | ticks_per_us    | r: one microsecond is r ticks                  |
 --   | 2 | ticks_per_event | p: one event is p ticks                        |
 --   | 3 | burst           | b: the capacity, in events (b * p ticks)       |
@@ -219,7 +220,7 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
 end
 
 local nargs, nkeys = #argv, #keys
-if nargs < 8 then
+if nargs < 8 and nkeys == 1 then
   -- The lone form, the single-limit fast path: one key under one limit,
   -- its numbers parsed straight into scalars, no table but the reply's, no
   -- pcall (the one caller gets the script's error). Measured under
@@ -228,13 +229,14 @@ if nargs < 8 then
   -- runs on 2026-11-27 (61.1k to 62.1k before the expiry went as
   -- format('%d'); 59.7k to 61.1k over 15 runs on 2026-11-24), against
   -- 74.1k (2026-11-24) for the same decision in the batch form (one
-  -- group of one limit, the scalar path below) and 106k on the batch
-  -- form's table path. The first figure is `go run ./cmd/scriptcost
+  -- group of one limit, on a scalar path that several keys under one
+  -- limit now take in this form, below) and 106k on the batch form's
+  -- table path. The first figure is `go run ./cmd/scriptcost
   -- -callgrind` (from bench/), "1 key per call". scriptcost sends the
-  -- batch form only with several keys per call (33.6k per key at 10 on
-  -- 2026-11-27; no figure for one key): the other two come
-  -- from a copy of it that sends the batch form for one key ("01" as the
-  -- group count takes the table path).
+  -- batch form (with -batch-form) only with several keys per call (33.6k
+  -- per key at 10 on 2026-11-27; no figure for one key): the other two
+  -- come from a copy of it that sends the batch form for one key ("01" as
+  -- the group count takes the table path).
   local ticks_per_us, ticks_per_event = argv[1] + 0, argv[2] + 0
   local cost_ticks, max_wait_ticks, penalty_us = ticks_per_event, 0, 0
   if nargs > 3 then
@@ -248,24 +250,28 @@ if nargs < 8 then
   return { flags, remaining, delay_us, reset_us, next_us, now }
 end
 
--- The batch form. Each key's decision may fail alone: the keys are decided
--- under pcall and, after a failure, on from the next key.
+-- The batch. reply: each key's five integers, in key order.
+-- decide_from(first_key, ...) decides keys first_key.. in order into it.
 local reply = {}
--- decide_from(first_key, ...) decides keys first_key.. in order into reply,
--- five integers each.
 local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity
 local qepoch -- the quota section's epochs, in its order (see the layout table)
-if argv[1] == '1' and argv[5] == '1' and argv[6] ~= '0' and argv[6] ~= '-1' then
-  -- One group of one continuous limit, the usual batch: its numbers are parsed once
-  -- and passed as arguments, scalars all the way down.
-  ticks_per_us, ticks_per_event = argv[6] + 0, argv[7] + 0
-  cost_ticks, max_wait_ticks, penalty_us, capacity = argv[2] * ticks_per_event, argv[3] * ticks_per_us, argv[4] + 0, argv[8] * ticks_per_event
-  decide_from = function(first_key, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
-    for k = first_key, nkeys do
-      local at = 5 * k - 5 -- the key's first integer in reply, less one
-      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_one(keys[k], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+if nargs < 8 then
+  -- Several keys under one limit, the usual batch, travel in the lone
+  -- form: five arguments fewer than the batch form's, and no group to
+  -- parse. Under callgrind (`go run ./cmd/scriptcost -callgrind
+  -- -keys-per-call 2,4`, 2026-11-29), 51.1k to 51.6k instructions per key
+  -- at two keys a call against 53.8k to 54.0k in the batch form, and
+  -- 40.0k to 40.5k against 41.6k to 41.7k at four.
+  ticks_per_us, ticks_per_event = argv[1] + 0, argv[2] + 0
+  cost_ticks, max_wait_ticks, penalty_us = ticks_per_event, 0, 0
+  if nargs > 3 then
+    cost_ticks = argv[4] * ticks_per_event
+    if nargs > 4 then
+      max_wait_ticks = argv[5] * ticks_per_us
+      if nargs > 5 then penalty_us = argv[6] + 0 end
     end
   end
+  capacity = argv[3] * ticks_per_event
 else
   -- Several groups, or several limits: each group parsed once, into tables
   -- indexed by group (and each limit's numbers by limit).
@@ -374,8 +380,19 @@ else
     end
   end
 end
+if not decide_from then
+  -- The lone form's several keys, under one continuous limit: its numbers
+  -- were parsed once and are passed as arguments, scalars all the way down.
+  decide_from = function(first_key, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+    for k = first_key, nkeys do
+      local at = 5 * k - 5 -- the key's first integer in reply, less one
+      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_one(keys[k], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+    end
+  end
+end
 
--- Decide every key; after a failing key, go on from the next one.
+-- Decide every key, each under pcall: a key's decision may fail alone, and
+-- after a failing key the others are decided on from the next one.
 local k, nfailed, first_error = 1, 0, nil
 while true do
   local ok, err = pcall(decide_from, k, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)

@@ -122,6 +122,56 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 	}
 }
 
+// TestScriptReplySizes sends batches around the size at which the script
+// stops making its reply in one step and fills it in a loop (2,000
+// integers: 399 keys and fewer in one step), in the lone form with several
+// keys and in the batch form, with a key that holds a hash near each end:
+// every other key is decided, and the failing ones, only they, say so.
+func TestScriptReplySizes(t *testing.T) {
+	a := mustPlan(t, PerSecond(5))
+	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
+	rdb := scriptClient(t)
+	ctx := context.Background()
+	for _, n := range []int{2, 399, 400, 450} {
+		for _, p := range []*plan{a, b} {
+			t.Run(fmt.Sprintf("%d keys, %d limits", n, len(p.Ticks)), func(t *testing.T) {
+				wrong := map[int]bool{1: true}
+				if n > 3 {
+					wrong[n-2] = true
+				}
+				calls := make([]*redisstore.Query, n)
+				for i := range calls {
+					calls[i] = &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &p.Plan, Cost: 1}
+					calls[i].SetRKey(testKey(t, p, calls[i].Key))
+					if wrong[i] {
+						if err := rdb.HSet(ctx, calls[i].RKey, "f", "v").Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				keys, args := redisstore.ScriptArgs(calls)
+				vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+				if err != nil {
+					t.Fatalf("the call failed: %v", err)
+				}
+				if len(vals) != redisstore.ReplyWidth*n+redisstore.ReplyTime {
+					t.Fatalf("%d integers for %d keys", len(vals), n)
+				}
+				want, _ := stepBucket(&bucket{}, 0, p.Ticks, 1, 0, 0)
+				for i, c := range calls {
+					d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+					if wrong[i] != errors.Is(err, redisstore.ErrKeyFailed) || (!wrong[i] && (err != nil || d != want)) {
+						t.Fatalf("key %d (a hash: %v): %+v, %v, want %+v", i, wrong[i], d, err, want)
+					}
+				}
+				if at := vals[len(vals)-1]; at < 1_700_000_000_000_000 {
+					t.Fatalf("the call's instant %d is not Redis's clock", at)
+				}
+			})
+		}
+	}
+}
+
 // TestScriptEveryKeyFails checks that a call whose every key fails fails
 // with Redis's own error: a lone call, and a batch.
 func TestScriptEveryKeyFails(t *testing.T) {

@@ -61,48 +61,60 @@ func TestAppendArgsLoneForm(t *testing.T) {
 	}
 }
 
+// hashMember is one call of a batch that sendWithHashes sends.
+type hashMember struct {
+	p     *plan
+	cost  int64
+	wrong bool // the key holds a hash
+}
+
+// sendWithHashes sends members in one script call, as the store would
+// (ScriptArgs), on keys k0, k1, ... of the test, those marked wrong holding
+// a hash first, and returns the calls and the reply, checked for its size.
+func sendWithHashes(t *testing.T, rdb *redis.Client, members []hashMember) ([]*redisstore.Query, []int64) {
+	t.Helper()
+	ctx := context.Background()
+	calls := make([]*redisstore.Query, len(members))
+	for i, m := range members {
+		calls[i] = &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &m.p.Plan, Cost: m.cost}
+		calls[i].SetRKey(testKey(t, m.p, calls[i].Key))
+		if m.wrong {
+			if err := rdb.HSet(ctx, calls[i].RKey, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keys, args := redisstore.ScriptArgs(calls)
+	vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil {
+		t.Fatalf("the call failed: %v", err)
+	}
+	if len(vals) != redisstore.ReplyWidth*len(calls)+redisstore.ReplyTime {
+		t.Fatalf("%d integers for %d keys", len(vals), len(calls))
+	}
+	return calls, vals
+}
+
 // TestScriptKeyFailureIsolated sends batches in which some keys hold a hash
 // (another program's value): those keys, and only those, get errKeyFailed;
 // the others are decided, and the hashes are left alone.
 func TestScriptKeyFailureIsolated(t *testing.T) {
 	a := mustPlan(t, PerSecond(5))
 	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
-	type member struct {
-		p     *plan
-		cost  int64
-		wrong bool // the key holds a hash
-	}
 	tests := []struct {
 		name    string
-		members []member
+		members []hashMember
 	}{
-		{"middle of one group", []member{{a, 1, false}, {a, 1, true}, {a, 1, false}}},
-		{"middle of several groups", []member{{a, 1, false}, {b, 1, true}, {a, 2, false}}},
-		{"first and last", []member{{a, 1, true}, {a, 1, false}, {a, 1, false}, {a, 1, true}}},
-		{"several limits", []member{{b, 2, false}, {b, 1, true}, {b, 1, false}}},
+		{"middle of one group", []hashMember{{a, 1, false}, {a, 1, true}, {a, 1, false}}},
+		{"middle of several groups", []hashMember{{a, 1, false}, {b, 1, true}, {a, 2, false}}},
+		{"first and last", []hashMember{{a, 1, true}, {a, 1, false}, {a, 1, false}, {a, 1, true}}},
+		{"several limits", []hashMember{{b, 2, false}, {b, 1, true}, {b, 1, false}}},
 	}
 	rdb := scriptClient(t)
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := make([]*redisstore.Query, len(tt.members))
-			for i, m := range tt.members {
-				calls[i] = &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &m.p.Plan, Cost: m.cost}
-				calls[i].SetRKey(testKey(t, m.p, calls[i].Key))
-				if m.wrong {
-					if err := rdb.HSet(ctx, calls[i].RKey, "f", "v").Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			keys, args := redisstore.ScriptArgs(calls)
-			vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-			if err != nil {
-				t.Fatalf("the call failed: %v", err)
-			}
-			if len(vals) != redisstore.ReplyWidth*len(calls)+redisstore.ReplyTime {
-				t.Fatalf("%d integers for %d keys", len(vals), len(calls))
-			}
+			calls, vals := sendWithHashes(t, rdb, tt.members)
 			for i, c := range calls {
 				d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
 				typ, _ := rdb.Type(ctx, c.RKey).Result()
@@ -131,7 +143,6 @@ func TestScriptReplySizes(t *testing.T) {
 	a := mustPlan(t, PerSecond(5))
 	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
 	rdb := scriptClient(t)
-	ctx := context.Background()
 	for _, n := range []int{2, 399, 400, 450} {
 		for _, p := range []*plan{a, b} {
 			t.Run(fmt.Sprintf("%d keys, %d limits", n, len(p.Ticks)), func(t *testing.T) {
@@ -139,24 +150,11 @@ func TestScriptReplySizes(t *testing.T) {
 				if n > 3 {
 					wrong[n-2] = true
 				}
-				calls := make([]*redisstore.Query, n)
-				for i := range calls {
-					calls[i] = &redisstore.Query{Key: fmt.Sprint("k", i), Plan: &p.Plan, Cost: 1}
-					calls[i].SetRKey(testKey(t, p, calls[i].Key))
-					if wrong[i] {
-						if err := rdb.HSet(ctx, calls[i].RKey, "f", "v").Err(); err != nil {
-							t.Fatal(err)
-						}
-					}
+				members := make([]hashMember, n)
+				for i := range members {
+					members[i] = hashMember{p, 1, wrong[i]}
 				}
-				keys, args := redisstore.ScriptArgs(calls)
-				vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-				if err != nil {
-					t.Fatalf("the call failed: %v", err)
-				}
-				if len(vals) != redisstore.ReplyWidth*n+redisstore.ReplyTime {
-					t.Fatalf("%d integers for %d keys", len(vals), n)
-				}
+				calls, vals := sendWithHashes(t, rdb, members)
 				want, _ := stepBucket(&bucket{}, 0, p.Ticks, 1, 0, 0)
 				for i, c := range calls {
 					d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)

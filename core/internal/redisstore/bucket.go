@@ -273,6 +273,9 @@ func ScriptArgs(calls []*Query) ([]string, []any) {
 // and the script parses no group (about 2.7k of Redis's instructions fewer
 // per key at two keys a call; bench/README.md).
 func sharedLimit(calls []*Query) bool {
+	if len(calls) == 0 {
+		return false
+	}
 	c := calls[0]
 	if len(c.Plan.Ticks) != 1 || c.Plan.Stepped || c.shadow != nil || c.quota != nil {
 		return false

@@ -93,11 +93,6 @@ func stepBucket(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty 
 	return stepContinuous(b, now, ticks, cost, maxWait, penalty)
 }
 
-// unitWaitTicks is unitWait for a continuous limit.
-func unitWaitTicks(d int64, t tickLimit) int64 {
-	return max(0, ceilDiv(d+t.P-t.Capacity(), t.R))
-}
-
 // stepContinuous is stepBucket for continuous limits only: the arithmetic
 // of stepMixed without its windows, kept apart for speed (the usual case).
 func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, penalty int64) (decision, bool) {
@@ -142,11 +137,11 @@ func stepContinuous(b *bucket, now int64, ticks []tickLimit, cost, maxWait, pena
 	for i, t := range ticks {
 		d2 := d[i] + cost*t.P
 		b.tats[i] = tat{us: now + d2/t.R, frac: d2 % t.R}
-		rem := max(0, (t.Capacity()-d2)/t.P)
+		rem := t.Left(d2)
 		if out.Remaining < 0 || rem < out.Remaining {
 			out.Remaining, out.Index, out.Reset = rem, i, ceilDiv(d2, t.R)
 		}
-		out.Next = max(out.Next, unitWaitTicks(d2, t))
+		out.Next = max(out.Next, t.UnitWait(d2))
 	}
 	b.lock = 0
 	b.set = true
@@ -161,15 +156,15 @@ func refuseContinuous(b *bucket, d *[maxLimits]int64, now int64, ticks []tickLim
 	out.Remaining = -1
 	for i, t := range ticks {
 		if !denied { // locked: the limit with the fewest tokens left decides
-			if rem := max(0, (t.Capacity()-d[i])/t.P); out.Remaining < 0 || rem < out.Remaining {
+			if rem := t.Left(d[i]); out.Remaining < 0 || rem < out.Remaining {
 				out.Remaining, out.Index = rem, i
 			}
 		}
-		out.Next = max(out.Next, unitWaitTicks(d[i], t))
+		out.Next = max(out.Next, t.UnitWait(d[i]))
 	}
 	if denied { // the limit with the longest retry decides
 		t := ticks[retryIdx]
-		out.Index, out.Remaining = retryIdx, max(0, (t.Capacity()-d[retryIdx])/t.P)
+		out.Index, out.Remaining = retryIdx, t.Left(d[retryIdx])
 	}
 	out.Reset = ceilDiv(d[out.Index], ticks[out.Index].R)
 	return refuse(b, out, retry, now, penalty, locked, func() {
@@ -275,7 +270,7 @@ func refuseMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now 
 	out.Remaining = -1
 	for i, t := range ticks {
 		if !denied { // locked: the limit with the fewest tokens left decides
-			if rem := max(0, (t.Capacity()-d[i])/t.P); out.Remaining < 0 || rem < out.Remaining {
+			if rem := t.Left(d[i]); out.Remaining < 0 || rem < out.Remaining {
 				out.Remaining, out.Index = rem, i
 			}
 		}
@@ -283,7 +278,7 @@ func refuseMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now 
 	}
 	if denied { // the limit with the longest retry decides
 		t := ticks[retryIdx]
-		out.Index, out.Remaining = retryIdx, max(0, (t.Capacity()-d[retryIdx])/t.P)
+		out.Index, out.Remaining = retryIdx, t.Left(d[retryIdx])
 	}
 	out.Reset = until(d[out.Index], now, ticks[out.Index], ws[out.Index])
 	return refuse(b, out, retry, now, penalty, locked, func() {
@@ -318,7 +313,7 @@ func admitMixed(b *bucket, d *[maxLimits]int64, ws *[maxLimits]stepWindow, now i
 			b.tats[i] = tat{us: now + d2/t.R, frac: d2 % t.R}
 			reset = ceilDiv(d2, t.R)
 		}
-		rem := max(0, (t.Capacity()-d2)/t.P)
+		rem := t.Left(d2)
 		if out.Remaining < 0 || rem < out.Remaining {
 			out.Remaining, out.Index, out.Reset = rem, i, reset
 		}

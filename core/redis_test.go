@@ -227,7 +227,7 @@ func TestDifferential(t *testing.T) {
 		if err != nil {
 			return decision{}, err
 		}
-		return redisstore.ParseReply(vals, c.Plan)
+		return decodeOne(c, vals)
 	}, func(ctx context.Context, rkey string, want time.Duration) error {
 		var px *redis.StringCmd
 		var pttl *redis.DurationCmd

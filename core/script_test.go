@@ -89,8 +89,8 @@ func sendWithHashes(t *testing.T, rdb *redis.Client, members []hashMember) ([]*r
 	if err != nil {
 		t.Fatalf("the call failed: %v", err)
 	}
-	if len(vals) != redisstore.ReplyWidth*len(calls)+redisstore.ReplyTime {
-		t.Fatalf("%d integers for %d keys", len(vals), len(calls))
+	if n := len(calls); len(vals) != redisstore.DebtWidth*n+redisstore.ReplyTime && len(vals) != redisstore.ReplyWidth*n+redisstore.ReplyTime {
+		t.Fatalf("%d integers for %d keys", len(vals), n)
 	}
 	return calls, vals
 }
@@ -115,8 +115,9 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls, vals := sendWithHashes(t, rdb, tt.members)
+			ds, errs := decodeAll(calls, vals)
 			for i, c := range calls {
-				d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+				d, err := ds[i], errs[i]
 				typ, _ := rdb.Type(ctx, c.RKey).Result()
 				if tt.members[i].wrong {
 					if !errors.Is(err, redisstore.ErrKeyFailed) || typ != "hash" {
@@ -136,14 +137,15 @@ func TestScriptKeyFailureIsolated(t *testing.T) {
 
 // TestScriptReplySizes sends batches around the size at which the script
 // stops making its reply in one step and fills it in a loop (2,000
-// integers: 399 keys and fewer in one step), in the lone form with several
-// keys and in the batch form, with a key that holds a hash near each end:
-// every other key is decided, and the failing ones, only they, say so.
+// integers: in the batch form 399 keys and fewer in one step, in the lone
+// form with several keys 999 and fewer), with a key that holds a hash
+// near each end: every other key is decided, and the failing ones, only
+// they, say so.
 func TestScriptReplySizes(t *testing.T) {
 	a := mustPlan(t, PerSecond(5))
 	b := mustPlan(t, PerSecond(10).WithBurst(3), PerMinute(40))
 	rdb := scriptClient(t)
-	for _, n := range []int{2, 399, 400, 450} {
+	for _, n := range []int{2, 399, 400, 450, 999, 1000} {
 		for _, p := range []*plan{a, b} {
 			t.Run(fmt.Sprintf("%d keys, %d limits", n, len(p.Ticks)), func(t *testing.T) {
 				wrong := map[int]bool{1: true}
@@ -156,8 +158,9 @@ func TestScriptReplySizes(t *testing.T) {
 				}
 				calls, vals := sendWithHashes(t, rdb, members)
 				want, _ := stepBucket(&bucket{}, 0, p.Ticks, 1, 0, 0)
-				for i, c := range calls {
-					d, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+				ds, errs := decodeAll(calls, vals)
+				for i := range calls {
+					d, err := ds[i], errs[i]
 					if wrong[i] != errors.Is(err, redisstore.ErrKeyFailed) || (!wrong[i] && (err != nil || d != want)) {
 						t.Fatalf("key %d (a hash: %v): %+v, %v, want %+v", i, wrong[i], d, err, want)
 					}
@@ -236,9 +239,32 @@ func TestScriptServerErrorFailsCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	vals, err := redisstore.BucketScript.Run(ctx, rdb, keys, args...).Int64Slice()
-	if err != nil || len(vals) != 2*redisstore.ReplyWidth+redisstore.ReplyTime || vals[0] != 2 || vals[redisstore.ReplyWidth] != 1 {
-		t.Fatalf("with memory again: %v, %v; want the first key locked, the second admitted", vals, err)
+	if err != nil {
+		t.Fatalf("with memory again: %v", err)
 	}
+	if ds, errs := decodeAll(calls, vals); errs[0] != nil || errs[1] != nil || !ds[0].Locked || !ds[1].Allowed {
+		t.Fatalf("with memory again: %v: %+v, %v; want the first key locked, the second admitted", vals, ds, errs)
+	}
+}
+
+// decodeOne decodes the reply of a bucket.lua call that decided c alone
+// as the store does, without the instant it carries (the model's
+// decisions have none).
+func decodeOne(c *redisstore.Query, vals []int64) (decision, error) {
+	d, err := c.Decode(vals)
+	d.At = 0
+	return d, err
+}
+
+// decodeAll decodes the reply of a bucket.lua call that decided calls
+// (redisstore.ScriptArgs) as the store's batches do, without the instant
+// each decision carries: each call's decision and error.
+func decodeAll(calls []*redisstore.Query, vals []int64) ([]decision, []error) {
+	ds, errs := redisstore.DecodeBatch(calls, vals)
+	for i := range ds {
+		ds[i].At = 0
+	}
+	return ds, errs
 }
 
 // runAt runs the script with the clock at now (microseconds), through
@@ -299,8 +325,9 @@ func TestScriptBatchMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		gots, errs := decodeAll(calls, vals)
 		for i, c := range calls {
-			got, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+			got, err := gots[i], errs[i]
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,7 +401,7 @@ func TestScriptReadsStoredState(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := redisstore.ParseReply(vals, c.Plan)
+				got, err := decodeOne(&c, vals)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -217,7 +217,7 @@ func TestSettleSteppedDifferential(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seq %d step %d: %v", seq, i, err)
 				}
-				got, err := redisstore.ParseReply(vals, &p.Plan)
+				got, err := decodeOne(&c, vals)
 				if err != nil || got != want {
 					t.Fatalf("seq %d step %d: store = %+v, %v; model = %+v", seq, i, got, err, want)
 				}

@@ -111,7 +111,7 @@ func TestSettleDifferential(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seed %d step %d: %v", seed, i, err)
 				}
-				got, err := redisstore.ParseReply(vals, &p.Plan)
+				got, err := decodeOne(&c, vals)
 				if err != nil || got != want {
 					t.Fatalf("seed %d step %d: store = %+v, %v; model = %+v", seed, i, got, err, want)
 				}

@@ -263,7 +263,7 @@ func TestSteppedDifferential(t *testing.T) {
 		if err != nil {
 			return decision{}, err
 		}
-		return redisstore.ParseReply(vals, c.Plan)
+		return decodeOne(c, vals)
 	}
 	checkTTL := func(ctx context.Context, rkey string, want time.Duration) error {
 		ms, err := rdb.Get(ctx, rkey+pxSuffix).Int64()
@@ -375,8 +375,9 @@ func TestSteppedBatchMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		gots, errs := decodeAll(calls, vals)
 		for i, c := range calls {
-			got, err := redisstore.ParseReply(vals[i*redisstore.ReplyWidth:(i+1)*redisstore.ReplyWidth], c.Plan)
+			got, err := gots[i], errs[i]
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -452,10 +453,11 @@ func TestCalendarClockSkew(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a batch with one skewed group: %v", err)
 	}
-	if _, err := redisstore.ParseReply(vals[:redisstore.ReplyWidth], &p.Plan); !errors.Is(err, redisstore.ErrKeyFailed) {
+	ds, errs := decodeAll([]*redisstore.Query{&c, o}, vals)
+	if err := errs[0]; !errors.Is(err, redisstore.ErrKeyFailed) {
 		t.Errorf("the skewed key: %v, want errKeyFailed", err)
 	}
-	if d, err := redisstore.ParseReply(vals[redisstore.ReplyWidth:], &other.Plan); err != nil || !d.Allowed {
+	if d, err := ds[1], errs[1]; err != nil || !d.Allowed {
 		t.Errorf("the other key: %+v, %v; want admitted", d, err)
 	}
 	// A period off either way is fine.

@@ -39,6 +39,20 @@ func (t Tick) Calendar() *Calendar {
 // Capacity is the bucket's tolerance in ticks.
 func (t Tick) Capacity() int64 { return t.B * t.P }
 
+// Left is how many unit requests t could still take with a debt of d
+// ticks (events for a stepped limit): 0 when d is at or beyond its
+// capacity.
+func (t Tick) Left(d int64) int64 { return max(0, (t.Capacity()-d)/t.P) }
+
+// UnitWait is how long, in microseconds, a unit request waits under t, a
+// continuous limit, with a debt of d ticks: 0 when it would pass now.
+func (t Tick) UnitWait(d int64) int64 {
+	if x := d + t.P - t.Capacity(); x > 0 {
+		return (x + t.R - 1) / t.R
+	}
+	return 0
+}
+
 // MaxWaitMicros is the longest reservation, in microseconds, whose tick count
 // stays exact for this limit.
 func (t Tick) MaxWaitMicros() int64 {

@@ -21,9 +21,14 @@ var BucketLua = expandLua("bucket.lua", bucketSrc)
 // one key's reply: see the layout table at the top of core/internal/redisstore/bucket.lua.
 var BucketScript = redis.NewScript(BucketLua)
 
-// ReplyWidth is the number of integers the script returns per key (see the
-// layout table at the top of core/internal/redisstore/bucket.lua).
+// ReplyWidth is the number of integers the script returns per key in its
+// batch form (see the layout table at the top of
+// core/internal/redisstore/bucket.lua).
 const ReplyWidth = 5
+
+// DebtWidth is the number of integers the script returns per key in its
+// lone form: the key's flags and its debt (see parseDebt).
+const DebtWidth = 2
 
 // ReplyTime is the number of integers the script returns once per call,
 // after its keys' replies and epochs: the instant the keys were decided
@@ -72,22 +77,75 @@ func (c *Query) setShadows(rkey func(fp string) string) {
 // shadow limits'.
 func (c *Query) width() int { return 1 + len(c.shadow) }
 
-// parse decodes c's reply from v, which starts at c's first integer:
-// its own decision, with its shadow limits' folded in (see
+// continuous reports whether c's plan is one continuous limit: the
+// script answers it with its flags and debt (see parseDebt).
+func (c *Query) continuous() bool { return len(c.Plan.Ticks) == 1 && !c.Plan.Stepped }
+
+// parse decodes c's reply in the batch form from v, which starts at c's
+// first integer: its own decision, with its shadow limits' folded in (see
 // model.Decision.AddShadow). A shadow limit's bucket that failed alone
 // (another program's value in its name) fails nothing: it is folded as a
 // decision that denied nothing.
 func (c *Query) parse(v []int64, d *decision) error {
-	if err := parseReply(v[:ReplyWidth], c.Plan, d); err != nil {
+	if err := c.parseKey(v[:ReplyWidth], d); err != nil {
 		return err
 	}
 	for i := range c.shadow {
 		at := ReplyWidth * (i + 1)
 		var sd decision
-		if parseReply(v[at:at+ReplyWidth], c.shadow[i].Plan, &sd) != nil {
+		if c.shadow[i].parseKey(v[at:at+ReplyWidth], &sd) != nil {
 			sd = decision{Allowed: true}
 		}
 		d.AddShadow(i, sd)
+	}
+	return nil
+}
+
+// parseKey decodes c's own ReplyWidth integers of the batch form: under
+// one continuous limit its flags and debt (the others are 0), otherwise
+// its five.
+func (c *Query) parseKey(v []int64, d *decision) error {
+	if c.continuous() {
+		if v[2] != 0 || v[3] != 0 || v[4] != 0 {
+			return badReply(v)
+		}
+		return c.parseDebt(v[:DebtWidth], d)
+	}
+	return parseReply(v, c.Plan, d)
+}
+
+// parseDebt decodes into d the two integers the script returns for c
+// under one continuous limit (see the layout table at the top of
+// core/internal/redisstore/bucket.lua): its flags and its debt before the
+// decision. The rest of the decision follows from the debt and c's cost
+// and wait, as in core's stepContinuous, so the script need not compute
+// it or send it (three integers fewer per key, about 3k of Redis's
+// instructions; bench/README.md). A reply the numbers contradict (an
+// admission beyond the wait, a denial within it) does not decode.
+func (c *Query) parseDebt(v []int64, d *decision) error {
+	v = v[:DebtWidth] // one bounds check, not one per value
+	flags, debt := v[0], v[1]
+	t := &c.Plan.Ticks[0]
+	after := debt + c.Cost*t.P
+	excess := after - t.Capacity() // the ticks after is over the capacity; negative: room left
+	var wait int64
+	if excess > 0 {
+		wait = (excess + t.R - 1) / t.R
+	}
+	switch {
+	case debt < 0:
+		return badReply(v)
+	case flags == 1 && excess <= c.MaxWait*t.R:
+		*d = decision{Allowed: true, Wait: wait, Remaining: t.Left(after), Reset: (after + t.R - 1) / t.R, Next: t.UnitWait(after)}
+	case flags == 0 && excess > c.MaxWait*t.R:
+		*d = decision{Retry: wait, Remaining: t.Left(debt), Reset: (debt + t.R - 1) / t.R, Next: t.UnitWait(debt)}
+	case flags&3 == 2 && flags > 2:
+		lock := flags >> 2
+		*d = decision{Locked: true, Retry: max(wait, lock), Reset: (debt + t.R - 1) / t.R, Next: max(t.UnitWait(debt), lock)}
+	case flags == -1 && debt == 0:
+		return ErrKeyFailed
+	default:
+		return badReply(v)
 	}
 	return nil
 }
@@ -115,6 +173,16 @@ func (c *Query) loneKeys() []string {
 // decode checks and decodes into d the reply of a call that decided c
 // alone.
 func (c *Query) decode(vals []int64, d *decision) error {
+	if c.shadow == nil && c.continuous() { // the lone form
+		if len(vals) != DebtWidth+ReplyTime {
+			return fmt.Errorf("%w of %d values for 1 key, want %d", errBadReply, len(vals), DebtWidth+ReplyTime)
+		}
+		if err := c.parseDebt(vals, d); err != nil {
+			return err
+		}
+		d.At = vals[DebtWidth]
+		return nil
+	}
 	want := ReplyWidth*c.width() + ReplyTime
 	if c.quota != nil {
 		want++
@@ -122,11 +190,7 @@ func (c *Query) decode(vals []int64, d *decision) error {
 	if len(vals) != want {
 		return fmt.Errorf("%w of %d values for %d keys, want %d", errBadReply, len(vals), c.width(), want)
 	}
-	if c.shadow == nil {
-		if err := parseReply(vals[:ReplyWidth], c.Plan, d); err != nil {
-			return err
-		}
-	} else if err := c.parse(vals, d); err != nil {
+	if err := c.parse(vals, d); err != nil {
 		return err
 	}
 	if c.quota != nil {
@@ -325,8 +389,11 @@ func (b *scriptArgs) add(c *Query) {
 	}
 }
 
-// ParseReply checks and decodes one key's reply into a decision (see the
-// layout table at the top of core/internal/redisstore/bucket.lua).
+// ParseReply checks and decodes one key's five integers into a decision:
+// those of a key under several limits or stepped ones in bucket.lua's
+// batch form (see the layout table at the top of
+// core/internal/redisstore/bucket.lua), and the replies of the scripts
+// that answer a decision as it does (lease.lua, settle.lua).
 func ParseReply(v []int64, p *plan) (decision, error) {
 	var d decision
 	err := parseReply(v, p, &d)

@@ -65,12 +65,23 @@
 --   |           | window,| the limit (1-based) in the window (its   |
 --   |           | count  | index, as stored)                        |
 --
--- Reply: five integers per key, in key order, then, with a quota section,
--- one per entry in its order: the tag's epoch as read (its first 13 hex
--- digits; 0 when the key failed before it was read), and last, once per
--- call, now: the instant every key was decided at (TIME, unix
--- microseconds), which a recorded decision carries so that a replay
--- through the Go model decides at the same instant (core.Result.Time).
+-- Reply: per key, in key order, two integers in the lone form and five
+-- in the batch form; then, with a quota section, one per entry in its
+-- order: the tag's epoch as read (its first 13 hex digits; 0 when the key
+-- failed before it was read), and last, once per call, now: the instant
+-- every key was decided at (TIME, unix microseconds), which a recorded
+-- decision carries so that a replay through the Go model decides at the
+-- same instant (core.Result.Time).
+-- A key under one continuous limit (every key in the lone form) gets its
+-- flags and its debt; in the batch form the other three are 0. The rest
+-- of its decision follows from the debt and the call's numbers, and
+-- bucket.go's parseDebt works it out (as stepContinuous in gcra.go).
+--   | 1 | flags     | 1: admitted; 0: denied; 2 + 4 * L: locked, for L   |
+--   |   |           | microseconds from now (a lock that held the key,   |
+--   |   |           | or the penalty of this denial); -1: this key       |
+--   |   |           | failed (the other is 0), see below                 |
+--   | 2 | debt      | the ticks its bucket held before the decision      |
+-- A key under several limits, or stepped ones, gets five:
 --   | 1 | flags     | 1 if admitted, +2 if locked, +4 times the index    |
 --   |   |           | (0-based) of the limit that decided: of those that |
 --   |   |           | deny, the one with the longest retry, else the one |
@@ -129,12 +140,12 @@ local t = call('TIME')
 local now = t[1] * 1000000 + t[2]
 
 -- decide_one decides a key under one limit, in the order of decide in
--- gcra.go, and returns its five integers. cost_ticks is cost *
--- ticks_per_event, max_wait_ticks max_wait_us * ticks_per_us and capacity
--- burst * ticks_per_event, all in ticks; penalty_us is in microseconds. It
--- takes what it uses as arguments: a closure's upvalues cost more than its
--- body.
-local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+-- gcra.go, and returns its two integers (see the layout table): its flags
+-- and its debt before the decision. cost_ticks is cost * ticks_per_event,
+-- max_wait_ticks max_wait_us * ticks_per_us and capacity burst *
+-- ticks_per_event, all in ticks; penalty_us is in microseconds. It takes
+-- what it uses as arguments: a closure's upvalues cost more than its body.
+local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, capacity)
   local stored = call('GET', key)
   -- debt: the ticks the bucket holds now, 0 when it is full.
   local lock_until, debt, stored_us, stored_frac = 0, 0, nil, nil
@@ -170,53 +181,34 @@ local function decide_one(key, now, call, format, match, cost_ticks, max_wait_ti
     end
   end
   local debt_after = debt + cost_ticks
-  -- excess: the ticks debt_after is over capacity (negative: room left).
-  local excess = debt_after - capacity
-  local wait_us = 0
-  if excess > 0 then
-    wait_us = (excess + (-excess) % ticks_per_us) / ticks_per_us
+  if now < lock_until then
+    -- Locked: nothing is consumed.
+    return 2 + 4 * (lock_until - now), debt
   end
-  if excess > max_wait_ticks or now < lock_until then
-    -- Denied, or locked: nothing is consumed.
-    local remaining = capacity - debt
-    if remaining > 0 then remaining = (remaining - remaining % ticks_per_event) / ticks_per_event else remaining = 0 end
-    local next_us = debt + ticks_per_event - capacity
-    if next_us > 0 then next_us = (next_us + (-next_us) % ticks_per_us) / ticks_per_us else next_us = 0 end
-    local flags, retry_us = 0, wait_us
-    if now < lock_until then
-      flags, remaining = 2, 0
-      if lock_until - now > retry_us then retry_us = lock_until - now end
-      if lock_until - now > next_us then next_us = lock_until - now end
-    elseif penalty_us > 0 then
+  if debt_after - capacity > max_wait_ticks then
+    -- Denied: nothing is consumed.
+    if penalty_us > 0 then
       -- Lock the key. Its bucket is written back unchanged (a missing one
       -- as full), so the lock is the only effect of the denial.
-      flags, remaining = 2, 0
-      if penalty_us > retry_us then retry_us = penalty_us end
-      if penalty_us > next_us then next_us = penalty_us end
       local arrival_us, arrival_frac = now, 0
       if stored_us then arrival_us, arrival_frac = stored_us + 0, stored_frac + 0 end
-      lock_until = now + penalty_us
       local ttl = (arrival_us - now) * ticks_per_us + arrival_frac
       ttl = (ttl + (-ttl) % ticks_per_us) / ticks_per_us
       if penalty_us > ttl then ttl = penalty_us end
-      call('SET', key, format('%d %d %d', lock_until, arrival_us, arrival_frac), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
+      call('SET', key, format('%d %d %d', now + penalty_us, arrival_us, arrival_frac), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
+      return 2 + 4 * penalty_us, debt
     end
-    return flags, remaining, retry_us, (debt + (-debt) % ticks_per_us) / ticks_per_us, next_us
+    return 0, debt
   end
   -- Admitted: debt_after ticks of debt from now on. The key lives until the
-  -- bucket is full again, reset_us microseconds.
-  local whole_us = (debt_after - debt_after % ticks_per_us) / ticks_per_us
-  local reset_us = (debt_after + (-debt_after) % ticks_per_us) / ticks_per_us
+  -- bucket is full again.
   if cost_ticks > 0 then -- cost 0 is a peek: nothing is written
-    local ttl = reset_us
+    local whole_us = (debt_after - debt_after % ticks_per_us) / ticks_per_us
+    local ttl = (debt_after + (-debt_after) % ticks_per_us) / ticks_per_us
     if ttl < 1 then ttl = 1 end
     call('SET', key, format('0 %d %d', now + whole_us, debt_after - whole_us * ticks_per_us), 'PX', format('%d', (ttl + (-ttl) % 1000) / 1000))
   end
-  local next_us = excess + ticks_per_event
-  if next_us > 0 then next_us = (next_us + (-next_us) % ticks_per_us) / ticks_per_us else next_us = 0 end
-  local remaining = -excess
-  if remaining > 0 then remaining = (remaining - remaining % ticks_per_event) / ticks_per_event else remaining = 0 end
-  return 1, remaining, wait_us, reset_us, next_us
+  return 1, debt
 end
 
 local nargs, nkeys = #argv, #keys
@@ -246,14 +238,15 @@ if nargs < 8 and nkeys == 1 then
       if nargs > 5 then penalty_us = argv[6] + 0 end
     end
   end
-  local flags, remaining, delay_us, reset_us, next_us = decide_one(keys[1], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, argv[3] * ticks_per_event)
-  return { flags, remaining, delay_us, reset_us, next_us, now }
+  local flags, debt = decide_one(keys[1], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, argv[3] * ticks_per_event)
+  return { flags, debt, now }
 end
 
--- The batch. reply: each key's five integers, in key order (see below).
--- decide_from(first_key, ...) decides keys first_key.. in order into it.
-local reply
-local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity
+-- The batch. reply: each key's integers, width of them, in key order
+-- (see below). decide_from(first_key, ...) decides keys first_key.. in
+-- order into it.
+local reply, width = nil, 2
+local decide_from, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, capacity
 local qepoch -- the quota section's epochs, in its order (see the layout table)
 if nargs < 8 then
   -- Several keys under one limit, the usual batch, travel in the lone
@@ -262,6 +255,7 @@ if nargs < 8 then
   -- -keys-per-call 2,4`, 2026-11-29), 51.1k to 51.6k instructions per key
   -- at two keys a call against 53.8k to 54.0k in the batch form, and
   -- 40.0k to 40.5k against 41.6k to 41.7k at four.
+  local ticks_per_event
   ticks_per_us, ticks_per_event = argv[1] + 0, argv[2] + 0
   cost_ticks, max_wait_ticks, penalty_us = ticks_per_event, 0, 0
   if nargs > 3 then
@@ -275,6 +269,7 @@ if nargs < 8 then
 else
   -- Several groups, or several limits: each group parsed once, into tables
   -- indexed by group (and each limit's numbers by limit).
+  width = 5
   local max = math.max
   --#include arith.lua
   --#include waits.lua
@@ -339,8 +334,10 @@ else
       local at = 5 * k - 5 -- the key's first integer in reply, less one
       if nlimits == 1 and not group_step[group] then
         local ticks_per_us, ticks_per_event = limit_ticks_per_us[1], limit_ticks_per_event[1]
-        reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
-          decide_one(keys[k], now, call, format, match, group_cost[group] * ticks_per_event, group_max_wait_us[group] * ticks_per_us, group_penalty_us[group], ticks_per_us, ticks_per_event, group_burst[group][1] * ticks_per_event)
+        -- Its two integers, the other three 0.
+        reply[at + 1], reply[at + 2] =
+          decide_one(keys[k], now, call, format, match, group_cost[group] * ticks_per_event, group_max_wait_us[group] * ticks_per_us, group_penalty_us[group], ticks_per_us, group_burst[group][1] * ticks_per_event)
+        reply[at + 3], reply[at + 4], reply[at + 5] = 0, 0, 0
       else
         -- Several limits, or stepped ones (see limits.lua): charged when
         -- admitted, locked when denied with a penalty.
@@ -383,10 +380,9 @@ end
 if not decide_from then
   -- The lone form's several keys, under one continuous limit: its numbers
   -- were parsed once and are passed as arguments, scalars all the way down.
-  decide_from = function(first_key, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+  decide_from = function(first_key, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, capacity)
     for k = first_key, nkeys do
-      local at = 5 * k - 5 -- the key's first integer in reply, less one
-      reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] = decide_one(keys[k], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+      reply[2 * k - 1], reply[2 * k] = decide_one(keys[k], now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, capacity)
     end
   end
 end
@@ -394,11 +390,11 @@ end
 -- The reply is made at its full size at once, every integer UNSET: a
 -- table grown an integer at a time is reallocated at each power of two,
 -- five times for two keys (under callgrind, 2.4k instructions per key at
--- two keys a call). A key's five integers are written together, after its
--- decision, so the first key whose flags are still UNSET is the one that
--- failed. string.byte returns its integers on Lua's stack: a larger reply
+-- two keys a call). A key's integers are written after its decision, its
+-- flags first, so the first key whose flags are still UNSET is the one
+-- that failed (no flags are 255). string.byte returns its integers on Lua's stack: a larger reply
 -- is filled in a loop.
-local UNSET, size = 255, 5 * nkeys + 1
+local UNSET, size = 255, width * nkeys + 1
 if qepoch then size = size + #qepoch end
 if size <= 2000 then
   reply = { string.byte(string.rep('\255', size), 1, size) }
@@ -411,9 +407,9 @@ end
 -- after a failing key the others are decided on from the next one.
 local k, nfailed, first_error = 1, 0, nil
 while true do
-  local ok, err = pcall(decide_from, k, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, ticks_per_event, capacity)
+  local ok, err = pcall(decide_from, k, nkeys, keys, reply, decide_one, now, call, format, match, cost_ticks, max_wait_ticks, penalty_us, ticks_per_us, capacity)
   if ok then break end
-  -- Key k failed: its five integers are not in reply yet. Redis 7.0 hands
+  -- Key k failed: its integers are not in reply yet. Redis 7.0 hands
   -- pcall a redis.call error as a string, later versions as {err = ...};
   -- raised again as a table it keeps its code, which clients act on.
   if type(err) == 'string' and match(err, '^%u+ ') then err = { err = err } end
@@ -423,8 +419,9 @@ while true do
     -- call fails, as a lone call would.
     error(err, 0)
   end
-  while reply[5 * k - 4] ~= UNSET do k = k + 1 end
-  reply[5 * k - 4], reply[5 * k - 3], reply[5 * k - 2], reply[5 * k - 1], reply[5 * k] = -1, 0, 0, 0, 0
+  while reply[width * k - width + 1] ~= UNSET do k = k + 1 end
+  for i = width * k - width + 1, width * k do reply[i] = 0 end
+  reply[width * k - width + 1] = -1
   nfailed = nfailed + 1
   first_error = first_error or err
   k = k + 1
@@ -434,7 +431,7 @@ if nfailed == nkeys then
   error(first_error, 0)
 end
 if qepoch then
-  for j = 1, #qepoch do reply[5 * nkeys + j] = qepoch[j] end
+  for j = 1, #qepoch do reply[width * nkeys + j] = qepoch[j] end
 end
 reply[size] = now
 return reply

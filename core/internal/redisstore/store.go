@@ -323,7 +323,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 }
 
 // sendPlain sends c, a plain decision, alone under rctx and sets d to
-// the answer: as one literal, straight to processList and parseReply,
+// the answer: as one literal, straight to processList and parseDebt,
 // without runInts's loops, the form's layers (see EvalOne) or decode's
 // call.
 func (s *Store) sendPlain(rctx context.Context, c *Query, d *decision) error {
@@ -335,11 +335,11 @@ func (s *Store) sendPlain(rctx context.Context, c *Query, d *decision) error {
 	}
 	switch {
 	case err != nil:
-	case len(vals) != ReplyWidth+ReplyTime:
+	case len(vals) != DebtWidth+ReplyTime:
 		err = c.decode(vals, d) // which says what is wrong
 	default: // decode's, inline
-		if err = parseReply(vals, c.Plan, d); err == nil {
-			d.At = vals[ReplyWidth]
+		if err = c.parseDebt(vals, d); err == nil {
+			d.At = vals[DebtWidth]
 		}
 	}
 	return err
@@ -490,7 +490,9 @@ func batchArgs(members []*batch.Member[*Query, decision]) ([]string, []any) {
 
 // deliver decodes one script reply for members, or gives them its error.
 // Each key's reply is checked on its own: one bad reply fails only its
-// member.
+// member. The reply's length tells its form: DebtWidth integers a key in
+// the lone form (see sharedLimit), ReplyWidth in the batch form, whose
+// replies are longer for as many keys.
 func deliver(members []*batch.Member[*Query, decision], vals []int64, err error) {
 	quotas, width := 0, 0 // the epochs of the call's quota section follow the keys' replies
 	for _, m := range members {
@@ -499,17 +501,28 @@ func deliver(members []*batch.Member[*Query, decision], vals []int64, err error)
 		}
 		width += m.Req.width()
 	}
-	if err == nil && len(vals) != ReplyWidth*width+quotas+ReplyTime {
+	stride := ReplyWidth
+	if err == nil && quotas == 0 && width == len(members) && len(vals) == DebtWidth*width+ReplyTime {
+		stride = DebtWidth
+	} else if err == nil && len(vals) != ReplyWidth*width+quotas+ReplyTime {
 		err = fmt.Errorf("%w of %d values for %d keys", errBadReply, len(vals), width)
 	}
-	at, q := 0, ReplyWidth*width
+	at, q := 0, stride*width
 	for _, m := range members {
 		if err != nil {
 			m.Err = err
 			continue
 		}
-		m.Err = m.Req.parse(vals[at:], &m.Res)
-		at += ReplyWidth * m.Req.width()
+		if stride == DebtWidth {
+			if m.Req.continuous() {
+				m.Err = m.Req.parseDebt(vals[at:], &m.Res)
+			} else {
+				m.Err = badReply(vals[at : at+DebtWidth])
+			}
+		} else {
+			m.Err = m.Req.parse(vals[at:], &m.Res)
+		}
+		at += stride * m.Req.width()
 		if m.Req.quota != nil {
 			m.Res.Epoch = vals[q]
 			q++

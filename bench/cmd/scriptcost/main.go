@@ -102,6 +102,10 @@ var keep *string
 // batchForm is -batch-form: calls of several keys in the batch form.
 var batchForm bool
 
+// cacheSim is -sim: simulate the caches and branch predictor under
+// callgrind.
+var cacheSim bool
+
 func main() {
 	script := flag.String("script", "", "a bucket script to measure instead of the one the library sends (for example ../core/internal/redisstore/bucket.lua while editing it; its --#include lines are read from its directory, as the library splices them)")
 	perCall := flag.String("keys-per-call", "1,10,32", "comma-separated numbers of keys decided per script call")
@@ -111,6 +115,7 @@ func main() {
 	keep = flag.String("keep", "", "with -callgrind, copy each measurement's callgrind output into this folder (for callgrind_annotate)")
 	paths := flag.Bool("paths", false, "measure a path of 1 to 4 levels (core.PathRule) against one key with as many limits, per decision")
 	flag.BoolVar(&batchForm, "batch-form", false, "send calls of several keys in the batch form of one group, not the lone form")
+	flag.BoolVar(&cacheSim, "sim", false, "with -callgrind, also simulate the caches and the branch predictor (valgrind's --cache-sim=yes --branch-sim=yes) and report, per key, the level-one instruction and data misses, the last-level misses and the mispredicted branches beside the instructions")
 	flag.Parse()
 	if *paths {
 		if err := runPaths(*calls, *nkeys, *useCallgrind); err != nil {
@@ -167,6 +172,11 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 	unit := "Redis CPU µs per key (INFO cpu) / EVALSHA µs per key (INFO commandstats usec_per_call)"
 	if useCallgrind {
 		unit = "instructions per key (callgrind)"
+		if cacheSim {
+			unit = "instructions / level-one instruction misses / level-one data misses / last-level misses / mispredicted branches, per key (callgrind --cache-sim=yes --branch-sim=yes: its simulated caches and predictor, not the host's)"
+		}
+	} else if cacheSim {
+		return errors.New("-sim needs -callgrind")
 	}
 	fmt.Printf("| script | %s |\n| --- |", strings.Join(mapInts(ks, func(k int) string {
 		if k == 1 {
@@ -187,7 +197,11 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 				if err != nil {
 					return fmt.Errorf("%s at %d keys per call: %w", v.name, k, err)
 				}
-				row = append(row, fmt.Sprintf("%.0f", x))
+				if cacheSim {
+					row = append(row, fmt.Sprintf("%.0f / %.0f / %.0f / %.1f / %.0f", x[0], x[3], x[4]+x[5], x[6]+x[7]+x[8], x[10]+x[12]))
+				} else {
+					row = append(row, fmt.Sprintf("%.0f", x[0]))
+				}
 			} else {
 				cpu, cmd, err := cpuPerKey(v, k, calls, nkeys)
 				if err != nil {
@@ -199,6 +213,9 @@ func run(scriptPath, perCall string, calls, nkeys int, useCallgrind bool) error 
 		fmt.Printf("| %s |\n", strings.Join(row, " | "))
 	}
 	flags := map[bool]string{true: " -callgrind"}[useCallgrind]
+	if cacheSim {
+		flags += " -sim"
+	}
 	if batchForm {
 		flags += " -batch-form"
 	}
@@ -394,76 +411,88 @@ func evalshaUsecPerCall(ctx context.Context, rdb *redis.Client) (float64, error)
 }
 
 // instructions counts the server's instructions under callgrind during the
-// measured calls, per key decided.
-func instructions(v variant, k, calls, nkeys int) (float64, error) {
+// measured calls, per key decided: callgrind's totals, each per key, the
+// instructions first (with -sim, then its other events in its order: Dr
+// Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim).
+func instructions(v variant, k, calls, nkeys int) ([]float64, error) {
 	vg, err := exec.LookPath("valgrind")
 	if err != nil {
-		return 0, errors.New("-callgrind needs valgrind on PATH (apt-get install valgrind)")
+		return nil, errors.New("-callgrind needs valgrind on PATH (apt-get install valgrind)")
 	}
 	ctl, err := exec.LookPath("callgrind_control")
 	if err != nil {
-		return 0, errors.New("-callgrind needs callgrind_control on PATH (it comes with valgrind)")
+		return nil, errors.New("-callgrind needs callgrind_control on PATH (it comes with valgrind)")
 	}
 	dir, err := os.MkdirTemp("", "scriptcost")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "callgrind.out")
 	srv, err := redistest.Launch(redistest.ServerOptions{
-		Prefix:       []string{vg, "--tool=callgrind", "--callgrind-out-file=" + out},
+		Prefix:       append([]string{vg, "--tool=callgrind", "--callgrind-out-file=" + out}, map[bool][]string{true: {"--cache-sim=yes", "--branch-sim=yes"}}[cacheSim]...),
 		StartTimeout: 30 * time.Second, // valgrind is slow to start
 		StopTimeout:  time.Minute,      // and to write its report
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer srv.Close()
 	rdb := client(srv)
 	defer rdb.Close()
 	ctx := context.Background()
 	if err := rdb.ConfigSet(ctx, "hz", "1").Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	d, err := newDriver(ctx, rdb, v, k, nkeys)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := d.warm(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
 	pid, err := serverPID(ctx, rdb)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if msg, err := exec.Command(ctl, "-z", pid).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("callgrind_control -z %s: %v: %s", pid, err, msg)
+		return nil, fmt.Errorf("callgrind_control -z %s: %v: %s", pid, err, msg)
 	}
 	if err := d.drive(ctx, calls); err != nil {
-		return 0, err
+		return nil, err
 	}
 	rdb.Close()
 	// A graceful stop (SIGTERM, which Redis treats as SHUTDOWN) lets
 	// callgrind write its report; Close fails if it had to kill instead.
 	if err := srv.Close(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {
-		return 0, fmt.Errorf("no callgrind output: %w", err)
+		return nil, fmt.Errorf("no callgrind output: %w", err)
 	}
 	if *keep != "" {
 		name := fmt.Sprintf("callgrind.%s.%d.out", strings.Fields(v.name)[0], k)
 		if err := os.WriteFile(filepath.Join(*keep, name), data, 0o644); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	m := totals.FindSubmatch(data)
 	if m == nil {
-		return 0, errors.New("no total in the callgrind output")
+		return nil, errors.New("no total in the callgrind output")
 	}
-	total, err := strconv.ParseInt(string(m[1]), 10, 64)
-	return float64(total) / float64(k*calls), err
+	var per []float64
+	for _, f := range strings.Fields(string(m[1])) {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		per = append(per, float64(n)/float64(k*calls))
+	}
+	if cacheSim && len(per) < 13 {
+		return nil, fmt.Errorf("callgrind's totals have %d events, not the 13 of --cache-sim=yes --branch-sim=yes", len(per))
+	}
+	return per, nil
 }
 
 // serverPID reads the server's process id (valgrind's, when it runs under
@@ -486,7 +515,7 @@ func client(srv *redistest.Server) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: time.Minute, DisableIdentity: true})
 }
 
-var totals = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
+var totals = regexp.MustCompile(`(?m)^(?:summary|totals):((?: \d+)+)`)
 
 // readScript reads the Lua file at path and splices in each file it names
 // on an include line ("--#include arith.lua"), from the same directory, as

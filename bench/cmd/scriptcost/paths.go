@@ -89,7 +89,7 @@ func runPaths(calls, nkeys int, useCallgrind bool) error {
 				if err != nil {
 					return fmt.Errorf("%s of %d: %w", c.v.name, depth, err)
 				}
-				xs[i] = x * float64(c.k) // per decision
+				xs[i] = x[0] * float64(c.k) // per decision
 			} else {
 				cpu, _, err := cpuPerKey(c.v, c.k, calls, n)
 				if err != nil {

@@ -9,6 +9,7 @@
 //
 //	go run ./cmd/scriptcost             # Redis CPU µs per key, from INFO (noisy)
 //	go run ./cmd/scriptcost -callgrind  # instructions per key under valgrind (repeatable)
+//	go run ./cmd/scriptcost -callgrind -sim  # and valgrind's simulated cache misses and mispredicted branches
 //	go run ./cmd/scriptcost -paths -callgrind  # a path of 1-4 levels against one key with as many limits
 //
 // Every script decides the same limit, 1000 per second with a burst of a

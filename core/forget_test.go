@@ -602,8 +602,12 @@ func TestPoisonedBucketLock(t *testing.T) {
 		limits  []Limit
 		penalty time.Duration
 	}{
-		{"one limit, no penalty", []Limit{PerSecond(5)}, 0},
-		{"one limit, a penalty", []Limit{PerSecond(5)}, penalty},
+		// One limit: 5 a minute, so an admitted token is 12 s of debt and
+		// the key's expiry outlives a stalled test between the decision and
+		// the PTTL below (at 5 a second it was 200 ms, and a Valkey run
+		// under CI's load once found the key gone). Two limits: an hour's.
+		{"one limit, no penalty", []Limit{PerMinute(5)}, 0},
+		{"one limit, a penalty", []Limit{PerMinute(5)}, penalty},
 		{"two limits, no penalty", []Limit{PerSecond(5), PerHour(1000)}, 0},
 		{"two limits, a penalty", []Limit{PerSecond(5), PerHour(1000)}, penalty},
 	} {
@@ -803,7 +807,11 @@ func TestPoisonedBucketArrival(t *testing.T) {
 		limits []Limit
 		value  string
 	}{
-		{"one limit", []Limit{PerSecond(5)}, "0 " + far + " 0"},
+		// One limit: 5 a minute, so an admitted token is 12 s of debt and
+		// the key's expiry outlives a stalled test between the decision and
+		// the PTTL below (at 5 a second it was 200 ms, and a Valkey run
+		// under CI's load once found the key gone). Two limits: an hour's.
+		{"one limit", []Limit{PerMinute(5)}, "0 " + far + " 0"},
 		{"two limits", []Limit{PerSecond(5), PerHour(1000)}, "0 " + far + " 0 " + far + " 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

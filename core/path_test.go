@@ -409,11 +409,15 @@ func TestPathPoisonedLevel(t *testing.T) {
 		limits []Limit
 		value  string
 	}{
-		{"one limit, a lock", []Limit{PerSecond(5)}, far + " 0 0"},
+		// One limit: 5 a minute, so an admitted token is 12 s of debt and
+		// the key's expiry outlives a stalled test between the decision and
+		// the PTTL below (at 5 a second it was 200 ms, and a Valkey run
+		// under CI's load once found the key gone). Two limits: an hour's.
+		{"one limit, a lock", []Limit{PerMinute(5)}, far + " 0 0"},
 		{"two limits, a lock", []Limit{PerSecond(5), PerHour(1000)}, far + " 0 0 0 0"},
-		{"one limit, 10 MB", []Limit{PerSecond(5)}, strings.Repeat("9", 10<<20)},
+		{"one limit, 10 MB", []Limit{PerMinute(5)}, strings.Repeat("9", 10<<20)},
 		{"two limits, 10 MB", []Limit{PerSecond(5), PerHour(1000)}, strings.Repeat("9", 10<<20)},
-		{"one limit, an arrival", []Limit{PerSecond(5)}, "0 " + far + " 0"},
+		{"one limit, an arrival", []Limit{PerMinute(5)}, "0 " + far + " 0"},
 		{"two limits, an arrival", []Limit{PerSecond(5), PerHour(1000)}, "0 " + far + " 0 " + far + " 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

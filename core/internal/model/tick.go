@@ -44,14 +44,18 @@ func (t Tick) Capacity() int64 { return t.B * t.P }
 // capacity.
 func (t Tick) Left(d int64) int64 { return max(0, (t.Capacity()-d)/t.P) }
 
+// Micros is how long x ticks of t, a continuous limit, take to pass, in
+// whole microseconds rounded up: 0 when x <= 0.
+func (t Tick) Micros(x int64) int64 {
+	if x <= 0 {
+		return 0
+	}
+	return (x + t.R - 1) / t.R
+}
+
 // UnitWait is how long, in microseconds, a unit request waits under t, a
 // continuous limit, with a debt of d ticks: 0 when it would pass now.
-func (t Tick) UnitWait(d int64) int64 {
-	if x := d + t.P - t.Capacity(); x > 0 {
-		return (x + t.R - 1) / t.R
-	}
-	return 0
-}
+func (t Tick) UnitWait(d int64) int64 { return t.Micros(d + t.P - t.Capacity()) }
 
 // MaxWaitMicros is the longest reservation, in microseconds, whose tick count
 // stays exact for this limit.

@@ -128,20 +128,17 @@ func (c *Query) parseDebt(v []int64, d *decision) error {
 	t := &c.Plan.Ticks[0]
 	after := debt + c.Cost*t.P
 	excess := after - t.Capacity() // the ticks after is over the capacity; negative: room left
-	var wait int64
-	if excess > 0 {
-		wait = (excess + t.R - 1) / t.R
-	}
+	wait := t.Micros(excess)
 	switch {
 	case debt < 0:
 		return badReply(v)
 	case flags == 1 && excess <= c.MaxWait*t.R:
-		*d = decision{Allowed: true, Wait: wait, Remaining: t.Left(after), Reset: (after + t.R - 1) / t.R, Next: t.UnitWait(after)}
+		*d = decision{Allowed: true, Wait: wait, Remaining: t.Left(after), Reset: t.Micros(after), Next: t.UnitWait(after)}
 	case flags == 0 && excess > c.MaxWait*t.R:
-		*d = decision{Retry: wait, Remaining: t.Left(debt), Reset: (debt + t.R - 1) / t.R, Next: t.UnitWait(debt)}
+		*d = decision{Retry: wait, Remaining: t.Left(debt), Reset: t.Micros(debt), Next: t.UnitWait(debt)}
 	case flags&3 == 2 && flags > 2:
 		lock := flags >> 2
-		*d = decision{Locked: true, Retry: max(wait, lock), Reset: (debt + t.R - 1) / t.R, Next: max(t.UnitWait(debt), lock)}
+		*d = decision{Locked: true, Retry: max(wait, lock), Reset: t.Micros(debt), Next: max(t.UnitWait(debt), lock)}
 	case flags == -1 && debt == 0:
 		return ErrKeyFailed
 	default:

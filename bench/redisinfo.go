@@ -28,16 +28,27 @@ func InfoFields(text string) [][2]string {
 // UsedCPU returns the CPU time the server has used, used_cpu_sys plus
 // used_cpu_user from INFO cpu, in seconds.
 func UsedCPU(ctx context.Context, rdb *redis.Client) (float64, error) {
+	user, sys, err := UsedCPUSplit(ctx, rdb)
+	return user + sys, err
+}
+
+// UsedCPUSplit returns the CPU time the server has used in its own code
+// (used_cpu_user) and in the kernel on its behalf (used_cpu_sys), in
+// seconds. The kernel's part is the server's system calls (reading
+// requests, writing replies, waiting for sockets), paid per call whatever
+// the command does; a script's instructions are in the user part.
+func UsedCPUSplit(ctx context.Context, rdb *redis.Client) (user, sys float64, err error) {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var t float64
 	for _, f := range InfoFields(info) {
-		if f[0] == "used_cpu_sys" || f[0] == "used_cpu_user" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			t += v
+		switch f[0] {
+		case "used_cpu_user":
+			user, _ = strconv.ParseFloat(f[1], 64)
+		case "used_cpu_sys":
+			sys, _ = strconv.ParseFloat(f[1], 64)
 		}
 	}
-	return t, nil
+	return user, sys, nil
 }

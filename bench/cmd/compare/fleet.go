@@ -129,6 +129,7 @@ type fleetKey struct {
 type fleetRun struct {
 	t         *tally
 	redisCPU  float64          // Redis CPU seconds over the measured part; -1 if unknown
+	redisSys  float64          // the kernel's part of redisCPU (used_cpu_sys); -1 if unknown
 	clientCPU float64          // CPU seconds of the process(es) running the limiters; -1 if unknown
 	cmds      map[string]int64 // Redis commands over the measured part, scripts' own included; nil if unknown
 	limit     bench.Limit      // the scenario's limit, for the ideal
@@ -289,10 +290,10 @@ func (h *harness) aroundRedis(measure func() (*tally, float64, error)) (fleetRun
 		return fleetRun{}, err
 	}
 	r1, err1 := readStats(ctx, h.admin)
-	run := fleetRun{t: t, clientCPU: ccpu, redisCPU: -1}
+	run := fleetRun{t: t, clientCPU: ccpu, redisCPU: -1, redisSys: -1}
 	if err0 == nil && err1 == nil {
 		c := costBetween(r0, r1)
-		run.redisCPU, run.cmds = c.cpu, c.byCmd
+		run.redisCPU, run.redisSys, run.cmds = c.cpu, c.sys, c.byCmd
 	}
 	return run, nil
 }
@@ -322,6 +323,7 @@ func newFleet(n int, build func() (*bench.Built, error)) (lims []bench.Limiter, 
 // unknown), the spread of its decisions/s, and counts summed over them.
 type fleetSummary struct {
 	rate, redisUS, clientUS float64
+	redisSysUS              float64            // the kernel's part of redisUS (median of the rounds')
 	redisBusy, clientBusy   float64            // median CPUs busy over a round: Redis's (at most 1, one thread) and the limiters' process(es); NaN if unknown
 	rateMin, rateMax        float64            // the slowest and the fastest round's decisions/s
 	cmdsPer                 map[string]float64 // Redis commands per decision, over the rounds that counted them
@@ -334,12 +336,13 @@ type fleetSummary struct {
 }
 
 func (c *fleetCell) summary() fleetSummary {
-	var rate, redisUS, clientUS, redisBusy, clientBusy, p50, p99, admitted, measured, lo, hi []float64
+	var rate, redisUS, redisSysUS, clientUS, redisBusy, clientBusy, p50, p99, admitted, measured, lo, hi []float64
 	s := fleetSummary{counts: new(tally), under: math.NaN(), over: math.NaN(), belowHi: math.NaN()}
 	for _, r := range c.runs {
 		f := r.figures()
 		rate = append(rate, f.rate)
 		redisUS = append(redisUS, f.redisUS)
+		redisSysUS = append(redisSysUS, f.redisSysUS)
 		clientUS = append(clientUS, f.clientUS)
 		redisBusy = append(redisBusy, busy(r.redisCPU, r.t.elapsed))
 		clientBusy = append(clientBusy, busy(r.clientCPU, r.t.elapsed))
@@ -360,6 +363,7 @@ func (c *fleetCell) summary() fleetSummary {
 		s.counts.errs += r.t.errs
 	}
 	s.rate, s.redisUS, s.clientUS = median(rate), median(redisUS), median(clientUS)
+	s.redisSysUS = median(redisSysUS)
 	s.redisBusy, s.clientBusy = median(redisBusy), median(clientBusy)
 	var counted float64
 	cmds := map[string]int64{}
@@ -388,15 +392,16 @@ func (c *fleetCell) summary() fleetSummary {
 }
 
 // runFigures are one run's decisions/s and CPU µs per decision, Redis's
-// and the client's; NaN where unknown.
-type runFigures struct{ rate, redisUS, clientUS float64 }
+// (and the kernel's part of it) and the client's; NaN where unknown.
+type runFigures struct{ rate, redisUS, redisSysUS, clientUS float64 }
 
 func (r fleetRun) figures() runFigures {
 	d := float64(r.t.decisions())
 	return runFigures{
-		rate:     perSec(r.t.decisions(), r.t.elapsed),
-		redisUS:  perDecisionUS(r.redisCPU, d),
-		clientUS: perDecisionUS(r.clientCPU, d),
+		rate:       perSec(r.t.decisions(), r.t.elapsed),
+		redisUS:    perDecisionUS(r.redisCPU, d),
+		redisSysUS: perDecisionUS(r.redisSys, d),
+		clientUS:   perDecisionUS(r.clientCPU, d),
 	}
 }
 
@@ -410,6 +415,8 @@ type pairing struct {
 	rateMin, rateMax float64 // the lowest and highest of those ratios; NaN without a pair
 	redisUS          float64 // median of the rounds' Redis CPU per decision ratios; NaN without a pair
 	redisN           int     // rounds paired for it
+	redisUserUS      float64 // the same for Redis's own code (user CPU) alone
+	redisSysUS       float64 // and for the kernel's part (system CPU) alone
 	clientUS         float64 // the same for client CPU per decision
 	clientN          int
 }
@@ -423,7 +430,7 @@ func pair(a, b *fleetCell) pairing {
 		of[r.round] = r.figures()
 	}
 	var p pairing
-	var rate, redisUS, clientUS []float64
+	var rate, redisUS, userUS, sysUS, clientUS []float64
 	for _, r := range a.runs {
 		fb, ok := of[r.round]
 		if !ok {
@@ -436,12 +443,15 @@ func pair(a, b *fleetCell) pairing {
 		}
 		if v := ratio(fa.redisUS, fb.redisUS); !math.IsNaN(v) {
 			redisUS = append(redisUS, v)
+			userUS = append(userUS, ratio(fa.redisUS-fa.redisSysUS, fb.redisUS-fb.redisSysUS))
+			sysUS = append(sysUS, ratio(fa.redisSysUS, fb.redisSysUS))
 		}
 		if v := ratio(fa.clientUS, fb.clientUS); !math.IsNaN(v) {
 			clientUS = append(clientUS, v)
 		}
 	}
 	p.rate, p.redisUS, p.clientUS = median(rate), median(redisUS), median(clientUS)
+	p.redisUserUS, p.redisSysUS = median(userUS), median(sysUS)
 	p.redisN, p.clientN = len(redisUS), len(clientUS)
 	p.rateMin, p.rateMax = math.NaN(), math.NaN()
 	if len(rate) > 0 {

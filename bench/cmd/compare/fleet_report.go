@@ -24,6 +24,7 @@ const idealMetric = "ideal on the calls made"
 var fleetMetrics = []fleetMetric{
 	{"decisions/s", func(s fleetSummary) string { return orNA(s.rate, grouped) + spread(s) + s.counts.health() }},
 	{"Redis CPU µs/decision", func(s fleetSummary) string { return orNA(s.redisUS, twoPlaces) }},
+	{"of it in the kernel (used_cpu_sys)", func(s fleetSummary) string { return orNA(s.redisSysUS, twoPlaces) }},
 	{"client CPU µs/decision", func(s fleetSummary) string { return orNA(s.clientUS, twoPlaces) }},
 	{"CPUs busy, Redis / client", func(s fleetSummary) string {
 		return orNA(s.redisBusy, twoPlaces) + " / " + orNA(s.clientBusy, twoPlaces)
@@ -143,7 +144,7 @@ func (h *harness) fleetIntro(out *report) {
 	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
 		"%d round(s), the peers in an order that rotates from one shape to the next. "+
 		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
-		"Redis CPU is the change in INFO cpu over the measured part, and Redis commands the change in INFO commandstats calls (the scripts' own commands included, the harness's INFO left out); client CPU is getrusage of this process (one process) "+
+		"Redis CPU is the change in INFO cpu (used_cpu_user + used_cpu_sys) over the measured part, with the kernel's part (used_cpu_sys: reading requests, writing replies, waiting on sockets, paid per call whatever the command does) on a row of its own; Redis commands the change in INFO commandstats calls (the scripts' own commands included, the harness's INFO left out); client CPU is getrusage of this process (one process) "+
 		"or the sum of the workers' own (worker processes), over the measured part; both per decision. "+
 		"CPUs busy is the same CPU time over the measured time: Redis near 1.00 (one thread, one core) bounds the cell by Redis, "+
 		"the client near the CPUs the limiters have (one in the worker layout) bounds it by the clients. "+
@@ -156,6 +157,7 @@ func (h *harness) fleetIntro(out *report) {
 		"which medians taken separately keep. The paired line gives the median of those per-round ratios, "+
 		"the lowest and highest for decisions/s, and how many rounds paired: a round lost by either peer, "+
 		"or whose CPU was unknown, has no pair. A CPU ratio below 1× means sluice spent less per decision. "+
+		"Redis's ratio is split too: its own code (user CPU, where a script's instructions are) and the kernel (system CPU), each a median of per-round ratios. "+
 		"Beside it is the highest 1-minute load average at the start of the rounds paired, so a reader can tell whether they began on a quiet machine.\n\n",
 		fleetWarmup, h.cfg.fleetDuration, h.cfg.fleetRounds)
 }
@@ -275,9 +277,10 @@ func (h *harness) pairedLine(scenario string, procs bool, s shape) string {
 		for _, r := range p.rounds {
 			used[r] = true
 		}
-		parts = append(parts, fmt.Sprintf("÷ %s over %d round(s): decisions/s %s (%s–%s), Redis CPU/decision %s, client CPU/decision %s",
+		parts = append(parts, fmt.Sprintf("÷ %s over %d round(s): decisions/s %s (%s–%s), Redis CPU/decision %s (its own code %s, the kernel %s), client CPU/decision %s",
 			name, len(p.rounds), times(p.rate), orNA(p.rateMin, twoPlaces), orNA(p.rateMax, twoPlaces),
-			pairedCPU(p.redisUS, p.redisN, len(p.rounds)), pairedCPU(p.clientUS, p.clientN, len(p.rounds))))
+			pairedCPU(p.redisUS, p.redisN, len(p.rounds)), times(p.redisUserUS), times(p.redisSysUS),
+			pairedCPU(p.clientUS, p.clientN, len(p.rounds))))
 	}
 	if len(parts) == 0 {
 		return ""

@@ -13,6 +13,7 @@ import (
 // redisStats is what INFO says about the server's work so far.
 type redisStats struct {
 	cpu  float64          // used_cpu_sys + used_cpu_user, seconds
+	sys  float64          // used_cpu_sys alone: the kernel's part
 	cmds map[string]int64 // calls per command, commands run by scripts included
 }
 
@@ -22,10 +23,11 @@ var notCounted = map[string]bool{"info": true, "flushall": true}
 
 func readStats(ctx context.Context, admin *redis.Client) (redisStats, error) {
 	s := redisStats{cmds: map[string]int64{}}
-	var err error
-	if s.cpu, err = bench.UsedCPU(ctx, admin); err != nil {
+	user, sys, err := bench.UsedCPUSplit(ctx, admin)
+	if err != nil {
 		return s, err
 	}
+	s.cpu, s.sys = user+sys, sys
 	cs, err := admin.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return s, err
@@ -49,12 +51,13 @@ func readStats(ctx context.Context, admin *redis.Client) (redisStats, error) {
 // several such.
 type redisCost struct {
 	cpu   float64
+	sys   float64 // the kernel's part of cpu
 	cmds  int64
 	byCmd map[string]int64
 }
 
 func costBetween(a, b redisStats) redisCost {
-	c := redisCost{cpu: b.cpu - a.cpu, byCmd: map[string]int64{}}
+	c := redisCost{cpu: b.cpu - a.cpu, sys: b.sys - a.sys, byCmd: map[string]int64{}}
 	for name, n := range b.cmds {
 		if d := n - a.cmds[name]; d > 0 {
 			c.cmds += d
@@ -66,6 +69,7 @@ func costBetween(a, b redisStats) redisCost {
 
 func (c *redisCost) add(o redisCost) {
 	c.cpu += o.cpu
+	c.sys += o.sys
 	c.cmds += o.cmds
 	if c.byCmd == nil {
 		c.byCmd = map[string]int64{}

@@ -835,6 +835,68 @@ func TestPoisonedBucketArrival(t *testing.T) {
 	}
 }
 
+// TestPoisonedBeyondDuration: a bucket value with an expiry whose lock or
+// arrival lies beyond what a time.Duration holds (no script writes one;
+// some other writer did). Redis's answer for it would overflow a
+// Duration (a lock) or the script's integers (an arrival), so it does not
+// decode: each decision of the key is made under the failure policy, with
+// durations in range (before, a key of two limits came back locked with a
+// RetryAfter of minus 120 years), and the cause is logged once, naming the
+// key. Other keys are not affected.
+func TestPoisonedBeyondDuration(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := context.Background()
+	rdb := redistest.NewClient(t, addr)
+	const beyond = "9000000000000000000" // µs since 1970: about 285,000 years ahead
+	for _, tc := range []struct {
+		name   string
+		limits []Limit
+		value  string
+	}{
+		{"one limit, a lock", []Limit{PerMinute(5)}, beyond + " 0 0"},
+		{"one limit, an arrival", []Limit{PerMinute(5)}, "0 " + beyond + " 0"},
+		{"two limits, a lock", []Limit{PerSecond(5), PerHour(1000)}, beyond + " 0 0 0 0"},
+		{"two limits, an arrival", []Limit{PerSecond(5), PerHour(1000)}, "0 0 0 " + beyond + " 0"},
+	} {
+		for _, batched := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/batched=%v", tc.name, batched), func(t *testing.T) {
+				var logs syncBuffer
+				opts := []Option{WithPrefix(uniquePrefix()), WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}
+				if !batched {
+					opts = append(opts, WithBatching(0))
+				}
+				lim := newRedisLimiter(t, addr, opts...)
+				p, err := lim.plans.get(tc.limits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rkey := redisOf(lim).RKey(p.FP, "k")
+				if err := rdb.Set(ctx, rkey, tc.value, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 3 {
+					r, err := lim.Allow(ctx, "k", tc.limits...)
+					if err != nil || !r.Degraded {
+						t.Fatalf("decision %d: %+v, %v; want one made under the failure policy", i, r, err)
+					}
+					for _, d := range []time.Duration{r.RetryAfter, r.ResetAfter, r.Wait} {
+						if d < 0 || d > time.Hour {
+							t.Fatalf("decision %d: %+v; a duration out of range", i, r)
+						}
+					}
+				}
+				if r, err := lim.Allow(ctx, "other", tc.limits...); err != nil || r.Degraded || !r.Allowed {
+					t.Errorf("another key: %+v, %v; want admitted by Redis", r, err)
+				}
+				out := logs.String()
+				if n := strings.Count(out, "unexpected script reply"); n != 1 || !strings.Contains(out, rkey) {
+					t.Errorf("log = %q; want one line naming %s and the reply", out, rkey)
+				}
+			})
+		}
+	}
+}
+
 // TestRenewWhileOpen: a holder's renewals reach a
 // restarted node while that node's breaker is still open (its probes a
 // minute apart here), so its leases are re-asserted within the node's

@@ -4,9 +4,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core/internal/model"
 )
 
 //go:embed bucket.lua
@@ -121,7 +124,13 @@ func (c *Query) parseKey(v []int64, d *decision) error {
 // and wait, as in core's stepContinuous, so the script need not compute
 // it or send it (three integers fewer per key, about 3k of Redis's
 // instructions; bench/README.md). A reply the numbers contradict (an
-// admission beyond the wait, a denial within it) does not decode.
+// admission beyond the wait, a denial within it) does not decode; nor
+// does a debt beyond [model.MaxExact] (no script writes one: every wait is
+// bounded so that it stays below) or a lock longer than a time.Duration
+// holds. Such numbers come from a value written by something else, a lock
+// or an arrival centuries ahead, say: the key is then decided under the
+// failure policy, with its cause logged, rather than answered with
+// durations that overflow.
 func (c *Query) parseDebt(v []int64, d *decision) error {
 	v = v[:DebtWidth] // one bounds check, not one per value
 	flags, debt := v[0], v[1]
@@ -130,13 +139,13 @@ func (c *Query) parseDebt(v []int64, d *decision) error {
 	excess := after - t.Capacity() // the ticks after is over the capacity; negative: room left
 	wait := t.Micros(excess)
 	switch {
-	case debt < 0:
+	case uint64(debt) > model.MaxExact: // negative too
 		return badReply(v)
 	case flags == 1 && excess <= c.MaxWait*t.R:
 		*d = decision{Allowed: true, Wait: wait, Remaining: t.Left(after), Reset: t.Micros(after), Next: t.UnitWait(after)}
 	case flags == 0 && excess > c.MaxWait*t.R:
 		*d = decision{Retry: wait, Remaining: t.Left(debt), Reset: t.Micros(debt), Next: t.UnitWait(debt)}
-	case flags&3 == 2 && flags > 2:
+	case flags&3 == 2 && flags > 2 && uint64(flags>>2) <= maxMicros:
 		lock := flags >> 2
 		*d = decision{Locked: true, Retry: max(wait, lock), Reset: t.Micros(debt), Next: max(t.UnitWait(debt), lock)}
 	case flags == -1 && debt == 0:
@@ -390,7 +399,8 @@ func (b *scriptArgs) add(c *Query) {
 // those of a key under several limits or stepped ones in bucket.lua's
 // batch form (see the layout table at the top of
 // core/internal/redisstore/bucket.lua), and the replies of the scripts
-// that answer a decision as it does (lease.lua, settle.lua).
+// that answer a decision as it does (lease.lua, settle.lua). Durations
+// beyond a time.Duration's range do not decode (see maxMicros).
 func ParseReply(v []int64, p *plan) (decision, error) {
 	var d decision
 	err := parseReply(v, p, &d)
@@ -406,7 +416,7 @@ func parseReply(v []int64, p *plan, d *decision) error {
 		return ErrKeyFailed
 	}
 	allowed, locked, index := flags&1 == 1, flags&2 == 2, int(flags>>2)
-	if flags < 0 || index >= len(p.Ticks) || v[1] < 0 || v[2] < 0 || v[3] < 0 || v[4] < 0 ||
+	if flags < 0 || index >= len(p.Ticks) || v[1] < 0 || uint64(v[2]) > maxMicros || uint64(v[3]) > maxMicros || uint64(v[4]) > maxMicros ||
 		(allowed && locked) || (!allowed && v[2] == 0) {
 		return badReply(v)
 	}
@@ -418,6 +428,11 @@ func parseReply(v []int64, p *plan, d *decision) error {
 	}
 	return nil
 }
+
+// maxMicros is the longest time.Duration in microseconds (about 292
+// years): a reply's durations beyond it (a lock or an arrival centuries
+// ahead, from a value no script writes) do not decode.
+const maxMicros = math.MaxInt64 / uint64(time.Microsecond)
 
 // badReply is the error of a reply v that does not decode. Out of line:
 // built in its caller, its code sat between the checks and the decoding,

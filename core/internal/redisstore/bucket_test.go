@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/sluicehq/sluice/core/internal/model"
@@ -39,6 +40,12 @@ func TestParseDebt(t *testing.T) {
 		{"admitted and locked", 3, 0, 1, 0, decision{}, bad},
 		{"flags 4", 4, 0, 1, 0, decision{}, bad},
 		{"failed with a debt", -1, 5, 1, 0, decision{}, bad},
+		{"the largest debt a script writes", 0, model.MaxExact, 1, 0, decision{Retry: model.MaxExact - 400_000, Reset: model.MaxExact, Next: model.MaxExact - 400_000}, nil},
+		{"a debt beyond any a script writes", 0, model.MaxExact + 1, 1, 0, decision{}, bad},
+		{"a debt that overflowed", 0, math.MinInt64, 1, 0, decision{}, bad},
+		{"the longest lock a Duration holds", 2 + 4*int64(maxMicros), 0, 1, 0, decision{Locked: true, Retry: int64(maxMicros), Next: int64(maxMicros)}, nil},
+		{"a lock longer than a Duration holds", 2 + 4*(int64(maxMicros)+1), 0, 1, 0, decision{}, bad},
+		{"a lock that overflowed", math.MinInt64, 0, 1, 0, decision{}, bad},
 	} {
 		c := &Query{Plan: p, Cost: tc.cost, MaxWait: tc.maxWait}
 		var got decision
@@ -85,5 +92,36 @@ func TestDeliverForms(t *testing.T) {
 	}
 	if _, errs = DecodeBatch(calls, []int64{1, 0, 42}); !errors.Is(errs[0], errBadReply) || !errors.Is(errs[1], errBadReply) {
 		t.Errorf("a short reply: %v, want a bad reply for both", errs)
+	}
+}
+
+// TestParseReplyDurations: a five-integer reply's durations (the wait or
+// retry, the reset, the next unit's wait) decode up to the longest
+// time.Duration, and not beyond it or below 0, as from a value some other
+// writer left with a lock or an arrival centuries ahead.
+func TestParseReplyDurations(t *testing.T) {
+	p := &plan{Ticks: []model.Tick{{R: 1, P: 100_000, B: 5}, {R: 1, P: 1_000_000, B: 100}}}
+	most := int64(maxMicros)
+	for _, tc := range []struct {
+		name string
+		v    []int64
+		want decision
+		ok   bool
+	}{
+		{"locked for the longest Duration", []int64{2 | 1<<2, 0, most, most, most}, decision{Locked: true, Index: 1, Retry: most, Reset: most, Next: most}, true},
+		{"admitted, waiting the longest Duration", []int64{1, 0, most, most, most}, decision{Allowed: true, Wait: most, Reset: most, Next: most}, true},
+		{"a retry beyond it", []int64{2, 0, most + 1, 0, 0}, decision{}, false},
+		{"a reset beyond it", []int64{0, 0, 1, most + 1, 0}, decision{}, false},
+		{"a next wait beyond it", []int64{0, 0, 1, 0, most + 1}, decision{}, false},
+		{"a retry that overflowed", []int64{2, 0, math.MinInt64, 0, 0}, decision{}, false},
+		{"a negative reset", []int64{0, 0, 1, -1, 0}, decision{}, false},
+	} {
+		got, err := ParseReply(tc.v, p)
+		switch {
+		case !tc.ok && !errors.Is(err, errBadReply):
+			t.Errorf("%s: %+v, %v; want a bad reply", tc.name, got, err)
+		case tc.ok && (err != nil || got != tc.want):
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
 	}
 }

@@ -68,6 +68,13 @@ func ProductionBudget() time.Duration {
 // without a build of its own. Worker processes inherit it.
 const BatchingEnv = "SLUICE_BENCH_BATCHING"
 
+// OwnConnsEnv names the environment variable that, set to 0, keeps
+// sluice's lone decisions in its client's pool in a Production
+// environment, where it otherwise takes core.WithOwnConnections as
+// docs/production.md advises: to measure the difference without a build
+// of its own. Worker processes inherit it.
+const OwnConnsEnv = "SLUICE_BENCH_OWNCONNS"
+
 // quietLogger drops the limiter's state-transition logs, which would
 // otherwise land in the middle of the tables.
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -90,6 +97,10 @@ func newSluice(opts ...core.Option) func(Env, Limit) (*Built, error) {
 		}
 		if n, err := strconv.Atoi(os.Getenv(BatchingEnv)); err == nil && n >= 0 {
 			base = append(base, core.WithBatching(n))
+		}
+		if env.Production && os.Getenv(OwnConnsEnv) != "0" {
+			// docs/production.md's advice for a fleet's replicas.
+			base = append(base, core.WithOwnConnections(true))
 		}
 		l, err := core.New(rdb, append(base, opts...)...)
 		if err != nil {

@@ -111,15 +111,26 @@ func refusedAddr(tb testing.TB) string {
 // stops dialing and re-dials once a second from a goroutine of its own, so
 // the client itself is back up to 1 s after Redis; the limiter's probe (every
 // 100 ms) adds at most that much.
+//
+// It runs with decisions through the client's pool and on the limiter's own
+// connections (WithOwnConnections), which find the killed connections dead
+// and dial the restarted server themselves.
 func TestKillAndRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("outage test")
 	}
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pool", true: "own connections"}[own], func(t *testing.T) { testKillAndRestart(t, own) })
+	}
+}
+
+func testKillAndRestart(t *testing.T, own bool) {
 	srv := redistest.Start(t)
 	rec := newRecorder()
 	var logs syncBuffer
 	lim, err := New(outageClient(t, srv.Addr()),
 		WithTimeout(100*time.Millisecond),
+		WithOwnConnections(own),
 		WithObserver(rec),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
@@ -216,12 +227,21 @@ type syncBuffer = testkit.SyncBuffer
 // TestSlowRedis puts a fault proxy that delays every reply by 300 ms between
 // the limiter and Redis: every decision returns within the 50 ms budget plus
 // a margin, the breaker opens, and no goroutines pile up.
+//
+// It runs with decisions through the client's pool and on the limiter's own
+// connections (WithOwnConnections), whose deadline is the same budget.
 func TestSlowRedis(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pool", true: "own connections"}[own], func(t *testing.T) { testSlowRedis(t, own) })
+	}
+}
+
+func testSlowRedis(t *testing.T, own bool) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	rec := newRecorder()
 	rdb := outageClient(t, proxy.Addr())
-	lim, err := New(rdb, WithTimeout(50*time.Millisecond), WithObserver(rec), WithLogger(slog.New(slog.DiscardHandler)))
+	lim, err := New(rdb, WithTimeout(50*time.Millisecond), WithOwnConnections(own), WithObserver(rec), WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ type options struct {
 	replicasSet bool
 	fleet       Fleet
 	inflight    int
+	ownConns    bool // WithOwnConnections
 	ack         ackConfig
 	clock       func() time.Time
 	top         TopTalkers // WithTopTalkers
@@ -246,6 +247,37 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 //
 // Default: 4.
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }
+
+// WithOwnConnections makes a decision that goes to Redis alone (the usual
+// case for an instance with one or two callers) travel on connections the
+// limiter dials itself, instead of through the client's pool: per Redis
+// node, as many as [WithBatching]'s round trips (at least 4), opened with
+// the client's own Dialer (so its TLS), credentials, DB and ClientName.
+// Each such call skips what the pool adds to every command: a health
+// check (one system call), the pool's bookkeeping, two socket deadlines,
+// the client's hooks and its general reply reader. bench/README.md has
+// what it saves: about a third of the client's CPU per lone decision in a
+// fleet of instances with one caller each.
+//
+// What changes for you: the client's hooks (tracing, metrics of
+// go-redis) do not see those calls; the limiter's [Observer] still does.
+// Everything else still goes through the client: batches, settlements,
+// loading the script after NOSCRIPT, Cluster redirections (a MOVED or ASK
+// answer is sent again through the client). A connection idle for a
+// second is checked for a close by the server before it is used again,
+// and one that fails is closed and dialled again by the next call; a call
+// that finds all of them busy goes through the client. A Sentinel
+// failover client's own connections follow a failover: a READONLY answer
+// closes the connection, and the next is dialled through Sentinel.
+// [Limiter.Close] closes them.
+//
+// [New] refuses it for a client whose connections the limiter cannot
+// reproduce: one with an OnConnect hook or a StreamingCredentialsProvider,
+// or a Scripter that is not a go-redis *redis.Client, *redis.ClusterClient
+// or *redis.Ring. [NewMemory] ignores it.
+//
+// Default: false.
+func WithOwnConnections(on bool) Option { return func(o *options) { o.ownConns = on } }
 
 // Breaker sets the circuit breaker the limiter keeps per store node (see
 // [WithBreaker]). A zero field keeps its default.

@@ -57,7 +57,12 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	// after New (tests do) is the store's too; the decisions' own calls
 	// carry their time.
 	now := func() int64 { return l.now() }
-	cfg := redisstore.Config{Prefix: o.prefix, SlotKey: o.slotKey, Budget: o.timeout, Inflight: o.inflight, Now: now, Ack: o.ack,
+	if o.ownConns {
+		if err := redisstore.LaneProblem(rdb); err != nil {
+			return nil, err
+		}
+	}
+	cfg := redisstore.Config{Prefix: o.prefix, SlotKey: o.slotKey, Budget: o.timeout, Inflight: o.inflight, Now: now, Ack: o.ack, OwnConns: o.ownConns,
 		Breaker: redisstore.Breaker{Failures: o.breaker.Failures, Successes: o.breaker.Successes, Probe: o.breaker.Probe}}
 	up := redisstore.Up{Log: l.log, Note: l.outageNote}
 	if o.observer != nil {

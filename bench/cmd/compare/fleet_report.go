@@ -134,13 +134,13 @@ func (h *harness) fleetIntro(out *report) {
 		"down to one replica with 64. Every client is configured as docs/production.md recommends "+
 		"(PoolSize %d, MinIdleConns %d, %[3]s dial, read, write and pool timeouts, one dial attempt, MaxRetries -1, ContextTimeoutEnabled, "+
 		"no CLIENT SETINFO or maintenance-notification handshake), and sluice's budget is %[6]s, every library's only bound here: "+
-		"decisions it made without Redis are counted in the last row, never as decisions. "+
+		"decisions it made without Redis are counted in the last row, never as decisions. %[7]s"+
 		"In *one process* the instances are goroutines of this process; in *worker processes* they are spread over min(N, %[4]d) "+
 		"copies of this program, which measure together once all have warmed up, on the CPUs this process was given (%[5]s). "+
 		"`floor` is not a limiter: one EVALSHA per decision of a script that reads TIME, GETs the key and SETs it with PX, "+
 		"the least any limiter that keeps its state in Redis on Redis's clock pays per call. "+
 		"go-zero is left out: it keeps one client per address per process, so its instances cannot have one each.\n\n",
-		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote(), budgetNote())
+		bench.ProductionPoolSize, bench.ProductionMinIdle, bench.ProductionTimeout, h.cfg.fleetProcs, h.workerPlaceNote(), budgetNote(), ownConnsNote())
 	out.printf("Each cell: Redis flushed, fresh instances, %s of warm-up on the same keys, then %s measured; "+
 		"%d round(s), the peers in an order that rotates from one shape to the next. "+
 		"Each figure is the median over the rounds, taken separately, with the slowest and fastest round's decisions/s beside it; calls without Redis or failed are totals over the rounds. "+
@@ -164,6 +164,16 @@ func (h *harness) fleetIntro(out *report) {
 
 // budgetNote says what sluice's budget is in the fleet, and where it
 // came from when $SLUICE_BENCH_BUDGET set it.
+// ownConnsNote says whether sluice sends its lone decisions on
+// connections of its own (core.WithOwnConnections, docs/production.md's
+// advice for a fleet) or through its client's pool ($OwnConnsEnv=0).
+func ownConnsNote() string {
+	if os.Getenv(bench.OwnConnsEnv) == "0" {
+		return fmt.Sprintf("sluice sends every decision through its client's pool (%s=0, not docs/production.md's advice). ", bench.OwnConnsEnv)
+	}
+	return "sluice sends a decision that goes alone on a few connections of its own (core.WithOwnConnections, as docs/production.md advises for a fleet's replicas), the others through their client's pool. "
+}
+
 func budgetNote() string {
 	b := bench.ProductionBudget()
 	if os.Getenv(bench.BudgetEnv) != "" && b != bench.ProductionTimeout {

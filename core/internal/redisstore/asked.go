@@ -78,7 +78,7 @@ func (s *Store) Decide(ctx context.Context, key string, p *plan, cost, maxWait, 
 			// instant before (see submit).
 			defer nd.batch.Done() // as in submit
 			c.bctx = budgetCtx{Context: ctx, dl: asked.Add(s.cfg.Budget)}
-			err = s.sendPlain(&c.bctx, c, &d)
+			err = s.sendPlain(&c.bctx, nd, c, &d)
 			took = time.Since(asked)
 		}
 	} else {

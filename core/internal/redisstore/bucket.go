@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -439,4 +440,8 @@ const maxMicros = math.MaxInt64 / uint64(time.Microsecond)
 // and cost every decision code lines it never runs (clientcost -cold).
 //
 //go:noinline
-func badReply(v []int64) error { return fmt.Errorf("%w %v", errBadReply, v) }
+func badReply(v []int64) error {
+	// Formatted as a copy: v may be a caller's buffer on its stack,
+	// which passing it to Errorf would move to the heap on every call.
+	return fmt.Errorf("%w %v", errBadReply, slices.Clone(v))
+}

@@ -37,6 +37,9 @@ func (s *Store) readyNode(ctx context.Context, c *redis.Client, warm int) error 
 		if err := WarmPool(ctx, c, warm); err != nil {
 			return fmt.Errorf("%w: node %s: %s: %w", errUnavailable, name, readyCause(err), err)
 		}
+		if err := s.laneOf(c).warm(ctx); err != nil {
+			return fmt.Errorf("%w: node %s: %s: %w", errUnavailable, name, readyCause(err), err)
+		}
 	}
 	if err := readyScript.Run(ctx, rdb, nil).Err(); err != nil {
 		return fmt.Errorf("%w: node %s: %s: %w", errUnavailable, name, readyCause(err), err)

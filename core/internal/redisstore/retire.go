@@ -40,6 +40,7 @@ func (s *Store) sweep(ctx context.Context, now int64) {
 			return true
 		}
 		s.nodes.Delete(k)
+		n.lane.close()
 		s.recovered(n.brk, now, addr)
 		return true
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type node struct {
 	probed atomic.Int64                           // unix nanoseconds of the last WAIT sent while short
 	policy atomic.Bool                            // its eviction policy was read, or is being read (see readPolicy)
 	warm   warmState                              // background warm-ups of client's pools (see rewarm)
+	lane   *lane                                  // the store's own connections to it (WithOwnConnections); nil for none
 }
 
 // Store decides in Redis through the bucket script. On a single
@@ -71,6 +73,7 @@ type Config struct {
 	Now      func() int64  // the limiter's clock, microseconds
 	Ack      AckConfig     // core.WithReplicaAck
 	Breaker  Breaker       // core.WithBreaker
+	OwnConns bool          // core.WithOwnConnections: lone decisions on connections of the store's own (see lane)
 }
 
 // Breaker sets each node's circuit breaker (core.WithBreaker): it opens
@@ -101,8 +104,38 @@ type Up struct {
 // when its deadline has passed but its timer has not fired yet.
 func callerGone(ctx context.Context) error { return storeops.CallerGone(ctx) }
 
-// Close stops the store's background tasks and waits for them.
-func (s *Store) Close() { s.bg.Stop() }
+// Close stops the store's background tasks and waits for them, and
+// closes its own connections (see lane).
+func (s *Store) Close() {
+	s.bg.Stop()
+	s.whole.lane.close()
+	s.nodes.Range(func(_, v any) bool {
+		v.(*node).lane.close()
+		return true
+	})
+}
+
+// laneOf returns the lane of the node whose client is c; nil for none.
+func (s *Store) laneOf(c *redis.Client) *lane {
+	if s.nodeOf == nil {
+		return s.whole.lane
+	}
+	if n, ok := s.nodes.Load(c); ok {
+		return n.(*node).lane
+	}
+	n, _ := s.nodes.LoadOrStore(c, s.mkNode(c))
+	return n.(*node).lane
+}
+
+// newLane returns the lane of the node whose client is c when the
+// limiter was asked for its own connections (see lane): as many as the
+// node has round trips in flight (WithBatching), at least 4.
+func (s *Store) newLane(c *redis.Client) *lane {
+	if !s.cfg.OwnConns {
+		return nil
+	}
+	return newLane(c, max(s.cfg.Inflight, 4))
+}
 
 // ownerOf returns the master that owns rkey now, as the key of s.nodes,
 // and its address; ok is false when the client cannot say.
@@ -188,6 +221,7 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, cfg Config, up Up) *Store {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		s.whole.client = c
+		s.whole.lane = s.newLane(c)
 		s.equip(&s.whole, false, c.Pipeline)
 	case *redis.ClusterClient:
 		// A batch is one node's: it goes through the Cluster client
@@ -195,14 +229,14 @@ func newRedisStore(rdb redis.Scripter, brk *breaker, cfg Config, up Up) *Store {
 		s.nodeOf = c.MasterForKey
 		s.reload = func() { c.ReloadState(context.Background()) }
 		s.mkNode = func(m *redis.Client) *node {
-			n := &node{brk: brk.clone(m.Options().Addr), client: m}
+			n := &node{brk: brk.clone(m.Options().Addr), client: m, lane: s.newLane(m)}
 			s.equip(n, true, c.Pipeline)
 			return n
 		}
 	case *redis.Ring:
 		s.nodeOf = func(_ context.Context, rkey string) (*redis.Client, error) { return c.GetShardClientForKey(rkey) }
 		s.mkNode = func(m *redis.Client) *node {
-			n := &node{brk: brk, client: m} // a Ring's shards share one breaker
+			n := &node{brk: brk, client: m, lane: s.newLane(m)} // a Ring's shards share one breaker
 			s.equip(n, true, c.Pipeline)
 			return n
 		}
@@ -313,7 +347,7 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 	if s.ack != nil || s.proc == nil || !c.plain() {
 		err = s.sendOther(rctx, n, c, d)
 	} else {
-		err = s.sendPlain(rctx, c, d)
+		err = s.sendPlain(rctx, n, c, d)
 	}
 	took = time.Since(start)
 	if cancel != nil {
@@ -323,20 +357,28 @@ func (s *Store) submit(ctx context.Context, n *node, c *Query, budget time.Durat
 }
 
 // sendPlain sends c, a plain decision, alone under rctx and sets d to
-// the answer: as one literal, straight to processList and parseDebt,
-// without runInts's loops, the form's layers (see EvalOne) or decode's
-// call.
-func (s *Store) sendPlain(rctx context.Context, c *Query, d *decision) error {
+// the answer: on n's lane if it has one (see lane), else as one literal,
+// straight to processList and parseDebt, without runInts's loops, the
+// form's layers (see EvalOne) or decode's call.
+func (s *Store) sendPlain(rctx context.Context, n *node, c *Query, d *decision) error {
 	a := c.Plan.Args[1:4:4]
-	argv := []any{"evalsha", bucketHash, smallInts[1], c.RKey, a[0], a[1], a[2]}
-	vals, err := processList(rctx, s.proc, argv, true)
+	var vals []int64
+	var buf [DebtWidth + ReplyTime]int64
+	err := errOffLane
+	if n.lane != nil {
+		vals, err = onLane(rctx, n.lane, c.keys[:], a, buf[:0])
+	}
+	if err == errOffLane {
+		argv := []any{"evalsha", bucketHash, smallInts[1], c.RKey, a[0], a[1], a[2]}
+		vals, err = processList(rctx, s.proc, argv, true)
+	}
 	if err != nil && noScript(err) {
 		vals, err = evalScript(rctx, s.rdb, BucketScript, c.keys[:], a, false)
 	}
 	switch {
 	case err != nil:
 	case len(vals) != DebtWidth+ReplyTime:
-		err = c.decode(vals, d) // which says what is wrong
+		err = c.decode(slices.Clone(vals), d) // which says what is wrong (a copy: vals may be buf, which decode would keep off the stack)
 	default: // decode's, inline
 		if err = c.parseDebt(vals, d); err == nil {
 			d.At = vals[DebtWidth]
@@ -344,6 +386,28 @@ func (s *Store) sendPlain(rctx context.Context, c *Query, d *decision) error {
 	}
 	return err
 }
+
+// onLane sends the bucket script with keys and args on ln under rctx's
+// deadline, its reply appended to dst; errOffLane when it must go
+// through the client instead: ln is busy, rctx has no deadline, or the
+// node answered with a Cluster redirection, which the client follows.
+func onLane(rctx context.Context, ln *lane, keys []string, args []any, dst []int64) ([]int64, error) {
+	dl, ok := rctx.Deadline()
+	if !ok {
+		return nil, errOffLane
+	}
+	if err := rctx.Err(); err != nil {
+		return nil, err
+	}
+	vals, err := ln.eval(rctx, dl, bucketSHA, keys, args, dst)
+	if err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		return nil, errOffLane
+	}
+	return vals, err
+}
+
+// bucketSHA is BucketScript's SHA1.
+var bucketSHA = BucketScript.Hash()
 
 // sendOther sends c, a decision that is not plain or on a store that
 // waits for replicas, alone under rctx, and sets d to the answer: out of
@@ -355,11 +419,21 @@ func (s *Store) sendOther(rctx context.Context, n *node, c *Query, d *decision) 
 		return err
 	}
 	keys, args := c.lone()
-	vals, err := runInts(rctx, s.proc, s.rdb, BucketScript, keys, args, false)
+	var ints []int64
+	err := errOffLane
+	if n.lane != nil {
+		ints, err = onLane(rctx, n.lane, keys, args, nil)
+		if err != nil && noScript(err) {
+			ints, err = evalScript(rctx, s.rdb, BucketScript, keys, args, false)
+		}
+	}
+	if err == errOffLane {
+		ints, err = runInts(rctx, s.proc, s.rdb, BucketScript, keys, args, false)
+	}
 	if err != nil {
 		return err
 	}
-	return c.decode(vals, d)
+	return c.decode(ints, d)
 }
 
 // enough reports whether ctx leaves at least budget (or has no deadline).

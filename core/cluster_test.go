@@ -598,6 +598,11 @@ func TestClusterKeys(t *testing.T) {
 // caller sees an error, a key decided by Redis alone is admitted exactly its
 // limit, and no key more than its limit plus whatever the local fallback
 // admitted if a call blew its budget.
+//
+// It runs twice on one cluster: with decisions through the client's pools,
+// then with the limiter's own connections (WithOwnConnections), whose MOVED
+// and ASK answers send the decision again through the client; the second
+// run moves the slots back, with keys of its own.
 func TestClusterReshard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster and moves slots")
@@ -605,20 +610,33 @@ func TestClusterReshard(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rdb := c.Client(t)
 	warmClient(t, rdb)
-	lim, health := newTopoLimiter(t, rdb)
+	masters := c.Masters()
+	a, b := masters[0], masters[1]
+	moving := c.SlotsOf(a)[:500]
+	t.Run("pool", func(t *testing.T) {
+		lim, health := newTopoLimiter(t, rdb)
+		reshard(t, c, lim, health, "rs", a, b, moving)
+	})
+	t.Run("own connections", func(t *testing.T) {
+		lim, health := newTopoLimiter(t, rdb, core.WithOwnConnections(true))
+		defer lim.Close()
+		reshard(t, c, lim, health, "own", b, a, moving)
+	})
+}
+
+// reshard is TestClusterReshard's run: keys named name-NNNN, the slots
+// moving from from to to.
+func reshard(t *testing.T, c *redistest.Cluster, lim *core.Limiter, health *healthLog, name, from, to string, moving []int) {
 	ctx := context.Background()
 
 	// Find where candidate keys live, with a limit of their own so that the
 	// test's buckets start full.
 	candidates := make([]string, 2000)
 	for i := range candidates {
-		candidates[i] = fmt.Sprintf("rs-%04d", i)
+		candidates[i] = fmt.Sprintf("%s-%04d", name, i)
 	}
 	warm(t, lim, candidates, core.PerHour(1).WithName("locate"))
 	_, slotOf := bucketHomes(t, c, candidates)
-	masters := c.Masters()
-	from, to := masters[0], masters[1]
-	moving := c.SlotsOf(from)[:500]
 	movingSet := make(map[int]bool, len(moving))
 	for _, s := range moving {
 		movingSet[s] = true

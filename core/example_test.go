@@ -52,6 +52,31 @@ func Example() {
 	// false 0 20s
 }
 
+// A replica with a caller or two at a time sends most decisions alone:
+// WithOwnConnections sends those on a few connections of the limiter's
+// own, dialled as the client would, without the pool's work per command.
+func ExampleWithOwnConnections() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
+	lim, err := core.New(rdb, core.WithOwnConnections(true), core.WithTimeout(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close() // closes the limiter's own connections
+	ctx := context.Background()
+	for range 3 {
+		res, err := lim.Allow(ctx, "user:7", core.PerMinute(2))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Allowed, res.Remaining, res.Degraded)
+	}
+	// Output:
+	// true 1 false
+	// true 0 false
+	// false 0 false
+}
+
 func ExampleLimiter_AllowN() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()

@@ -267,9 +267,10 @@ func WithBatching(inflight int) Option { return func(o *options) { o.inflight = 
 // second is checked for a close by the server before it is used again,
 // and one that fails is closed and dialled again by the next call; a call
 // that finds all of them busy goes through the client. A Sentinel
-// failover client's own connections follow a failover: a READONLY answer
-// closes the connection, and the next is dialled through Sentinel.
-// [Limiter.Close] closes them.
+// failover client's own connections follow a failover: a READONLY (or
+// LOADING, MASTERDOWN) answer, which means the script did not run, closes
+// them and sends the decision again through the client; the next is
+// dialled through Sentinel. [Limiter.Close] closes them.
 //
 // [New] refuses it for a client whose connections the limiter cannot
 // reproduce: one with an OnConnect hook or a StreamingCredentialsProvider,

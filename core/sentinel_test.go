@@ -56,15 +56,30 @@ func exhaustKeys(lim *core.Limiter, limit core.Limit, run *loadRun, stop <-chan 
 // failover lost: admissions that the old master acknowledged after its
 // replica had been promoted, and that the new master never saw, so those
 // buckets are fuller than they should be.
+//
+// It runs with decisions through the client's pool and, on a deployment
+// of its own, on the limiter's own connections (WithOwnConnections), which
+// are dialled through Sentinel and dropped when the old master answers
+// READONLY.
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel() // waits on Redis and timers more than it computes
 	if testing.Short() {
 		t.Skip("starts a Sentinel deployment and fails the master over")
 	}
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pool", true: "own connections"}[own], func(t *testing.T) {
+			t.Parallel()
+			testSentinelFailover(t, own)
+		})
+	}
+}
+
+func testSentinelFailover(t *testing.T, own bool) {
 	s := redistest.StartSentinel(t)
 	rdb := s.Client(t)
 	warmClient(t, rdb)
-	lim, health := newTopoLimiter(t, rdb)
+	lim, health := newTopoLimiter(t, rdb, core.WithOwnConnections(own))
+	defer lim.Close()
 	oldMaster := s.Master()
 	limit := core.Limit{Rate: 100_000, Period: time.Second, Burst: 100_000}
 	keys := make([]string, 256)

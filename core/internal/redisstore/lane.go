@@ -33,6 +33,10 @@ import (
 // instead (errOffLane). A connection is closed on any error but a Redis
 // error reply, after which the next call dials again; one idle for longer
 // than laneIdle is first checked for a close by the server (see alive).
+// A call that meets a connection closed before any reply, or a server
+// that is no master to it (READONLY, LOADING, MASTERDOWN: the script did
+// not run), closes the lane's idle connections and goes through the client,
+// which checks its own and follows a failover.
 
 // errOffLane says a call was not sent on the lane: send it through the
 // client.
@@ -145,6 +149,13 @@ func (l *lane) eval(ctx context.Context, dl time.Time, sha string, keys []string
 		return nil, errOffLane
 	}
 	l.put(lc, err)
+	if err != nil && switched(err) {
+		// The server is not (or no longer) a master that takes the call,
+		// which did not run: the lane's other connections lead there
+		// too, and the client, which follows a failover, sends it again.
+		l.dropIdle()
+		return nil, errOffLane
+	}
 	return vals, err
 }
 

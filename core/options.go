@@ -249,8 +249,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 func WithBatching(inflight int) Option { return func(o *options) { o.inflight = inflight } }
 
 // WithOwnConnections makes a decision that goes to Redis alone (the usual
-// case for an instance with one or two callers) travel on connections the
-// limiter dials itself, instead of through the client's pool: per Redis
+// case for an instance with one or two callers), and on a single server or
+// Sentinel failover client a batch of decisions too (one script call),
+// travel on connections the limiter dials itself, instead of through the
+// client's pool: per Redis
 // node, as many as [WithBatching]'s round trips (at least 4), opened with
 // the client's own Dialer (so its TLS), credentials, DB and ClientName.
 // Each such call skips what the pool adds to every command: a health
@@ -261,11 +263,14 @@ func WithBatching(inflight int) Option { return func(o *options) { o.inflight = 
 //
 // What changes for you: the client's hooks (tracing, metrics of
 // go-redis) do not see those calls; the limiter's [Observer] still does.
-// Everything else still goes through the client: batches, settlements,
-// loading the script after NOSCRIPT, Cluster redirections (a MOVED or ASK
-// answer is sent again through the client). A connection idle for a
+// Everything else still goes through the client: a Cluster's or Ring's
+// batches (pipelines), settlements and every other operation, loading the
+// script after NOSCRIPT, Cluster redirections (a MOVED or ASK answer is
+// sent again through the client). A connection idle for a
 // second is checked for a close by the server before it is used again,
-// and one that fails is closed and dialled again by the next call; a call
+// one idle past the client's ConnMaxIdleTime or older than its
+// ConnMaxLifetime is dialled anew, and one that fails is closed and
+// dialled again by the next call; a call
 // that finds all of them busy goes through the client. A Sentinel
 // failover client's own connections follow a failover: a READONLY (or
 // LOADING, MASTERDOWN) answer, which means the script did not run, closes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +123,43 @@ func TestOwnConnectionsAgree(t *testing.T) {
 	}
 	if viaClientOwned != 0 {
 		t.Fatalf("with WithOwnConnections, the client's hook saw %d script calls, want none", viaClientOwned)
+	}
+}
+
+// TestOwnConnectionsBatches: on a single server, decisions made at once
+// by many callers (batched, and alone when a slot is free) all travel on
+// the limiter's own connections, as many as its round trips in flight,
+// and each key is admitted exactly its burst.
+func TestOwnConnectionsBatches(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	lim, _, h := ownLimiter(t, addr, true, nil, WithDenyCache(false))
+	limit := Limit{Rate: 5, Period: time.Hour, Burst: 5}
+	const callers, keys, asks = 32, 8, 10
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range asks {
+				k := (c + i) % keys
+				res, err := lim.Allow(t.Context(), fmt.Sprintf("k%d", k), limit)
+				if err != nil || res.Degraded {
+					t.Errorf("Allow = %+v, %v", res, err)
+					return
+				}
+				if res.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range admitted {
+		if n := admitted[k].Load(); n != int64(limit.Burst) {
+			t.Errorf("key k%d admitted %d, want exactly %d", k, n, limit.Burst)
+		}
+	}
+	if n := h.n.Load(); n != 0 {
+		t.Fatalf("%d script calls went through the client, want none", n)
 	}
 }
 

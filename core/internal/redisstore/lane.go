@@ -20,13 +20,15 @@ import (
 // This file is a node's lane (core.WithOwnConnections): a few connections
 // the store dials itself, with the node's client's own dialer,
 // credentials, database and name, on which it sends a decision's script
-// call when the decision goes alone. Through the client's pool, each call
+// call when the decision goes alone, and a batch's on a node of one call
+// per batch (see onLaneBatch). Through the client's pool, each call
 // also pays a health check (a system call before every command), the
 // pool's bookkeeping, two socket deadlines, the hooks and the reply's
 // general reader; on a lane it is one write of a request encoded in
 // place, one deadline and a reply read as the integers it is (bench/README.md
-// has what that saves). Everything else stays on the client: batches,
-// settlements, loading the script after NOSCRIPT, Cluster redirections.
+// has what that saves). Everything else stays on the client: pipelined
+// batches, settlements, loading the script after NOSCRIPT, Cluster
+// redirections.
 //
 // A lane speaks RESP2 and holds at most max connections; a call that finds
 // them all busy, or a request it cannot encode, goes through the client
@@ -102,6 +104,7 @@ type laneConn struct {
 	rd   *bufio.Reader
 	wb   []byte // the request being written, kept for the next
 	used int64  // pause.Now() at the end of its last use
+	born int64  // pause.Now() when it was dialled
 	dead bool   // its last call found it closed before any reply came
 	read bool   // some of the current reply has been read
 }
@@ -172,7 +175,7 @@ func (l *lane) get(ctx context.Context, dl time.Time) (lc *laneConn, reused bool
 		lc := l.free[n-1]
 		l.free = l.free[:n-1]
 		l.mu.Unlock()
-		if pause.Now()-lc.used < l.idle || alive(lc.c) {
+		if l.fresh(lc) {
 			return lc, true, nil
 		}
 		_ = lc.c.Close()
@@ -213,6 +216,22 @@ func (l *lane) warm(ctx context.Context) error {
 	}
 	l.put(lc, nil)
 	return nil
+}
+
+// fresh reports whether lc, idle in the lane, may carry a call: younger
+// than the client's ConnMaxLifetime and idle for less than its
+// ConnMaxIdleTime (a middlebox may have dropped it without a word), and,
+// idle for laneIdle or more, still open (see alive).
+func (l *lane) fresh(lc *laneConn) bool {
+	now := pause.Now()
+	idle := now - lc.used
+	switch {
+	case l.opt.ConnMaxIdleTime > 0 && idle >= int64(l.opt.ConnMaxIdleTime):
+		return false
+	case l.opt.ConnMaxLifetime > 0 && now-lc.born >= int64(l.opt.ConnMaxLifetime):
+		return false
+	}
+	return idle < l.idle || alive(lc.c)
 }
 
 // dropIdle closes the lane's idle connections.
@@ -289,7 +308,8 @@ func (l *lane) dial(ctx context.Context, dl time.Time) (*laneConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := &laneConn{c: c, rd: bufio.NewReaderSize(c, 512), used: pause.Now()}
+	now := pause.Now()
+	lc := &laneConn{c: c, rd: bufio.NewReaderSize(c, 512), used: now, born: now}
 	var setup [][]string
 	user, pass := o.Username, o.Password
 	switch {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core/internal/pause"
 )
 
 // TestLaneReadInts reads replies as a lane does: a list of integers (or
@@ -235,3 +237,32 @@ func dialTCP(ctx context.Context, network, addr string) (net.Conn, error) {
 }
 
 func farDeadline() time.Time { return time.Now().Add(time.Minute) }
+
+// TestLaneFresh: a connection idle past the client's ConnMaxIdleTime, or
+// older than its ConnMaxLifetime, is not used again; others are.
+func TestLaneFresh(t *testing.T) {
+	const s = int64(time.Second)
+	cases := []struct {
+		name              string
+		maxIdle, lifetime time.Duration
+		idle, age         int64
+		want              bool
+	}{
+		{"defaults", 0, 0, s, 10 * s, true},
+		{"within idle time", 2 * time.Second, 0, s, 10 * s, true},
+		{"past idle time", 2 * time.Second, 0, 3 * s, 10 * s, false},
+		{"idle time below the peek's", 500 * time.Millisecond, 0, s, 10 * s, false},
+		{"within lifetime", 0, 20 * time.Second, s, 10 * s, true},
+		{"past lifetime", 0, 5 * time.Second, s, 10 * s, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &lane{opt: &redis.Options{ConnMaxIdleTime: tc.maxIdle, ConnMaxLifetime: tc.lifetime}, idle: int64(time.Hour)}
+			now := pause.Now()
+			lc := &laneConn{used: now - tc.idle, born: now - tc.age}
+			if got := l.fresh(lc); got != tc.want {
+				t.Fatalf("fresh = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -524,12 +524,29 @@ var decisionForm = &form[*Query, decision]{
 func (s *Store) sendDecisions(n *node, split bool, pipeline func() redis.Pipeliner) batch.Sender[*Query, decision] {
 	send := decisionForm.sender(s.rdb, split, pipeline)
 	return func(ctx context.Context, members []*batch.Member[*Query, decision]) {
-		if s.ack == nil {
+		switch {
+		case s.ack != nil:
+			s.sendAcked(ctx, n, decisionForm.groups(members, split))
+		case n.lane != nil && !split && onLaneBatch(ctx, n.lane, members):
+		default:
 			send(ctx, members)
-			return
 		}
-		s.sendAcked(ctx, n, decisionForm.groups(members, split))
 	}
+}
+
+// onLaneBatch sends members, a batch of decisions on a node of one call
+// per batch (a single server or a Sentinel failover client's), on the
+// node's lane (see lane) and delivers the answer; false, having delivered
+// nothing, when the batch must go through the client instead (see
+// onLane), or Redis answered NOSCRIPT (the client sends the script).
+func onLaneBatch(ctx context.Context, ln *lane, members []*batch.Member[*Query, decision]) bool {
+	keys, args := decisionForm.args(members)
+	vals, err := onLane(ctx, ln, keys, args, nil)
+	if err == errOffLane || (err != nil && noScript(err)) {
+		return false
+	}
+	deliver(members, vals, err)
+	return true
 }
 
 // groupByTag splits members by the hash tag of each request's stored name

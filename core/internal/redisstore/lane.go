@@ -342,7 +342,8 @@ func (l *lane) dial(ctx context.Context, dl time.Time) (*laneConn, error) {
 			lc.wb = appendBulk(lc.wb, a)
 		}
 	}
-	if err := c.SetDeadline(dl); err == nil {
+	err = c.SetDeadline(dl)
+	if err == nil {
 		_, err = c.Write(lc.wb)
 	}
 	for range setup {

@@ -73,7 +73,7 @@ type Config struct {
 	Now      func() int64  // the limiter's clock, microseconds
 	Ack      AckConfig     // core.WithReplicaAck
 	Breaker  Breaker       // core.WithBreaker
-	OwnConns bool          // core.WithOwnConnections: lone decisions on connections of the store's own (see lane)
+	OwnConns bool          // core.WithOwnConnections: decisions sent alone, and a single server's batches, on connections of the store's own (see lane)
 }
 
 // Breaker sets each node's circuit breaker (core.WithBreaker): it opens
@@ -378,7 +378,7 @@ func (s *Store) sendPlain(rctx context.Context, n *node, c *Query, d *decision) 
 	switch {
 	case err != nil:
 	case len(vals) != DebtWidth+ReplyTime:
-		err = c.decode(slices.Clone(vals), d) // which says what is wrong (a copy: vals may be buf, which decode would keep off the stack)
+		err = c.decode(slices.Clone(vals), d) // which says what is wrong (a copy: vals may be buf, which passing it to decode would move to the heap)
 	default: // decode's, inline
 		if err = c.parseDebt(vals, d); err == nil {
 			d.At = vals[DebtWidth]

@@ -53,35 +53,28 @@ const laneIdle = time.Second
 // OnConnect hook or streaming credentials cannot run on a connection the
 // store dials itself.
 func LaneProblem(rdb redis.Scripter) error {
-	var opts []*redis.Options
 	switch c := rdb.(type) {
 	case *redis.Client:
-		opts = append(opts, c.Options())
+		o := c.Options()
+		return laneOptions("client", o.OnConnect != nil, o.StreamingCredentialsProvider != nil)
 	case *redis.ClusterClient:
 		o := c.Options()
-		if o.OnConnect != nil {
-			return errors.New("core: WithOwnConnections: the Cluster client has an OnConnect hook, which cannot run on the limiter's own connections")
-		}
-		if o.StreamingCredentialsProvider != nil {
-			return errors.New("core: WithOwnConnections: the Cluster client has a StreamingCredentialsProvider, which the limiter's own connections cannot follow")
-		}
-		return nil
+		return laneOptions("Cluster client", o.OnConnect != nil, o.StreamingCredentialsProvider != nil)
 	case *redis.Ring:
 		o := c.Options()
-		if o.OnConnect != nil {
-			return errors.New("core: WithOwnConnections: the Ring has an OnConnect hook, which cannot run on the limiter's own connections")
-		}
-		return nil
-	default:
-		return fmt.Errorf("core: WithOwnConnections: the client is a %T; the limiter dials its own connections only for *redis.Client, *redis.ClusterClient and *redis.Ring", rdb)
+		return laneOptions("Ring", o.OnConnect != nil, o.StreamingCredentialsProvider != nil)
 	}
-	for _, o := range opts {
-		if o.OnConnect != nil {
-			return errors.New("core: WithOwnConnections: the client has an OnConnect hook, which cannot run on the limiter's own connections")
-		}
-		if o.StreamingCredentialsProvider != nil {
-			return errors.New("core: WithOwnConnections: the client has a StreamingCredentialsProvider, which the limiter's own connections cannot follow")
-		}
+	return fmt.Errorf("core: WithOwnConnections: the client is a %T; the limiter dials its own connections only for *redis.Client, *redis.ClusterClient and *redis.Ring", rdb)
+}
+
+// laneOptions is LaneProblem's verdict on a go-redis client (named kind)
+// with an OnConnect hook or not, and streaming credentials or not.
+func laneOptions(kind string, onConnect, streaming bool) error {
+	switch {
+	case onConnect:
+		return fmt.Errorf("core: WithOwnConnections: the %s has an OnConnect hook, which cannot run on the limiter's own connections", kind)
+	case streaming:
+		return fmt.Errorf("core: WithOwnConnections: the %s has a StreamingCredentialsProvider, which the limiter's own connections cannot follow", kind)
 	}
 	return nil
 }
